@@ -1,0 +1,54 @@
+"""Roofline time of the kernels of one transformer layer on one GPU."""
+
+from __future__ import annotations
+
+from planner.costmodel.constants import FLASH_BWD_FLOP_RATIO
+from planner.specs.gpu import GPUSpec
+
+
+def gemm_efficiency(gpu: GPUSpec, dtype: str, m: float, n: float, k: float) -> float:
+    """Achieved fraction of peak for an (m x k) @ (k x n) GEMM.
+
+    Saturating in each dimension: small dimensions under-fill the tensor-core tiles.
+    """
+    h = gpu.efficiency.gemm_half_dim
+    s = (m / (m + h)) * (n / (n + h)) * (k / (k + h))
+    return gpu.gemm_peak_fraction(dtype) * s
+
+
+def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float,
+                batch: float = 1.0, elem_bytes: float = 2.0) -> float:
+    """Roofline time of ``batch`` GEMMs of shape (m, n, k): max of math and HBM time."""
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return 0.0
+    flops = 2.0 * m * n * k * batch
+    t_math = flops / (gpu.peak_flops(dtype) * gemm_efficiency(gpu, dtype, m, n, k))
+    t_mem = elementwise_time_s(gpu, (m * k + k * n + m * n) * elem_bytes * batch)
+    return max(t_math, t_mem) + gpu.efficiency.kernel_overhead_us * 1e-6
+
+
+def elementwise_time_s(gpu: GPUSpec, nbytes: float) -> float:
+    """Memory-bound kernel time at the achievable HBM bandwidth."""
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / (gpu.hbm_Bps * gpu.efficiency.hbm_fraction)
+
+
+def flash_attention_time_s(gpu: GPUSpec, dtype: str, fwd_flops: float) -> tuple[float, float]:
+    """(forward, backward) time of a FlashAttention kernel doing ``fwd_flops`` in forward."""
+    if fwd_flops <= 0:
+        return 0.0, 0.0
+    peak = gpu.peak_flops("bf16" if dtype == "fp8" else dtype)
+    eff = gpu.efficiency
+    t_f = fwd_flops / (peak * eff.attention_fwd_fraction) + eff.kernel_overhead_us * 1e-6
+    t_b = FLASH_BWD_FLOP_RATIO * fwd_flops / (peak * eff.attention_bwd_fraction)
+    return t_f, t_b + eff.kernel_overhead_us * 1e-6
+
+
+def exposed_s(comm_s: float, window_s: float, slowdown: float) -> float:
+    """Communication overlapped with ``window_s`` of compute: the part that sticks out,
+    plus the compute slowdown while both run (NCCL kernels take SMs and HBM bandwidth;
+    ``slowdown`` is the fraction of the overlapped time lost)."""
+    if comm_s <= 0:
+        return 0.0
+    return max(0.0, comm_s - window_s) + slowdown * min(comm_s, window_s)

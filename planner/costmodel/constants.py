@@ -1,0 +1,53 @@
+"""Constants of the cost model, each with its source."""
+
+from __future__ import annotations
+
+GiB = 2**30
+
+#: Bytes per element of activations and weights in the compute dtype. FP8 training keeps
+#: bf16 master copies of activations for most tensors (NVIDIA Transformer Engine docs,
+#: "Using FP8 with Transformer Engine"), so activations stay at 2 bytes.
+ACT_BYTES = 2.0
+WEIGHT_BYTES = 2.0
+
+#: Mixed-precision Adam (Megatron-LM docs, distributed optimizer table; Rajbhandari et al.
+#: 2020, ZeRO Sec. 3.1): fp32 main gradients (4 B), fp32 master weights + momentum +
+#: variance (12 B) per parameter.
+GRAD_BYTES = 4.0
+OPTIMIZER_BYTES = 12.0
+#: Gradients are reduced in fp32 (Megatron-LM ``--accumulate-allreduce-grads-in-fp32``,
+#: required for bf16; Llama 3 paper Sec. 3.3.2 "FP32 gradient accumulation").
+GRAD_COMM_BYTES = 4.0
+#: Parameters are all-gathered in the compute dtype after the distributed optimizer step.
+PARAM_COMM_BYTES = 2.0
+
+#: HBM traffic of one Adam step per (sharded) parameter: read fp32 grad, master, m, v
+#: (16 B); write master, m, v (12 B) and the bf16 copy (2 B); read grads again for the
+#: global-norm clip (4 B). Megatron-LM ``optimizer.py``/apex FusedAdam.
+OPTIMIZER_STEP_BYTES = 34.0
+
+#: FlashAttention backward performs 5 matmuls against 2 in forward (Dao 2023,
+#: FlashAttention-2, Sec. 3.1): backward FLOPs = 2.5 x forward.
+FLASH_BWD_FLOP_RATIO = 2.5
+#: Causal masking lets FlashAttention skip the upper triangle: about half the work
+#: (Dao 2023, Sec. 4.1 benchmarks report causal FLOPs as half of non-causal).
+FLASH_CAUSAL_FRACTION = 0.5
+
+#: Per-element HBM traffic of the memory-bound operations (bytes read + written per
+#: element, 2-byte tensors) in Megatron-LM's fused kernels.
+NORM_BYTES = 4.0  # read x, write y
+RESIDUAL_BYTES = 6.0  # read two inputs, write the sum
+DROPOUT_BYTES = 5.0  # read x, write y, write 1-byte mask
+GELU_BYTES = 4.0  # read x, write gelu(x)
+SWIGLU_BYTES = 6.0  # read gate and up, write silu(gate) * up
+ROPE_BYTES = 4.0  # read and write q/k
+SOFTMAX_BYTES = 4.0  # fused scale-mask-softmax: read scores, write probabilities
+#: Backward elementwise traffic relative to forward (read output grad and saved input,
+#: write input grad).
+ELEMENTWISE_BWD_RATIO = 2.0
+#: Cross-entropy over fp32 logits: cast/write logits (4 B), read for max/sum (4 B), write
+#: gradient (4 B) and read it in the head's backward (4 B) (Megatron vocab-parallel CE).
+LOSS_BYTES_PER_LOGIT = 16.0
+#: FP8 training keeps an fp8 copy of each weight beside the bf16 one (Transformer Engine
+#: ``fp8_weight_caching``; NVIDIA TE docs, "FP8 primer").
+FP8_WEIGHT_CACHE_BYTES = 1.0

@@ -1,0 +1,333 @@
+"""The exact evaluator: the single source of truth for what a plan costs.
+
+``evaluate(model, cluster, plan)`` composes the pure terms of :mod:`layer` and
+:mod:`stage`:
+
+    t_stage(r)  = sum over layers of r (fwd + bwd + recompute + exposed TP/CP/EP comm)
+                  + embedding (r = 0) + LM head (r = pp-1) + p2p + ZeRO-2/3 exposure
+    T_iteration = (m + (pp-1)/v) * max_r t_stage(r) + max_r (exposed DP + optimizer)
+
+and the memory of the worst pipeline rank. docs/cost-model.md states every formula.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from planner.costmodel import constants as C
+from planner.costmodel.layer import (
+    LayerCost,
+    LayerShape,
+    LayerStrategy,
+    Net,
+    dense_layer_params,
+    layer_cost,
+    model_flops_per_sequence,
+)
+from planner.costmodel.network import PlacementError, combine, group_spans
+from planner.costmodel.pipeline import Stage, bubble_factor, distinct_stages, schedule_factor, stage_layout
+from planner.costmodel.stage import (
+    EndCost,
+    dp_comm,
+    embedding_cost,
+    end_params,
+    head_cost,
+    optimizer_step_s,
+    overlapped_s,
+    p2p_time_per_microbatch_s,
+    state_bytes,
+)
+from planner.specs.base import Spec
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Plan
+
+TIME_KEYS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
+             "dp_comm", "bubble", "optimizer")
+MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "workspace", "comm_buffers",
+               "reserve")
+
+
+class Estimate(Spec):
+    """What one plan costs on one cluster. Times in seconds, memory in bytes."""
+
+    feasible: bool
+    reasons: list[str] = Field(default_factory=list)
+    iteration_time_s: float | None = None
+    time_breakdown_s: dict[str, float] = Field(default_factory=dict)
+    memory_per_gpu_bytes: float | None = None
+    memory_breakdown_bytes: dict[str, float] = Field(default_factory=dict)
+    hbm_capacity_bytes: float = 0.0
+    worst_memory_stage: int | None = None
+    bottleneck_stage: int | None = None
+    num_gpus: int = 0
+    num_microbatches: float = 0.0
+    model_flops: float = 0.0
+    hardware_flops: float = 0.0
+    mfu: float | None = None
+    hfu: float | None = None
+    tokens_per_s: float | None = None
+    tflops_per_gpu: float | None = None
+
+    def to_json(self) -> dict:
+        """The stable JSON object of ``planner evaluate --json``."""
+        gib = lambda b: None if b is None else b / C.GiB  # noqa: E731
+        return {
+            "feasible": self.feasible,
+            "reasons": list(self.reasons),
+            "iteration_time_s": self.iteration_time_s,
+            "memory_per_gpu_gib": gib(self.memory_per_gpu_bytes),
+            "time_breakdown_s": dict(self.time_breakdown_s),
+            "memory_breakdown_gib": {k: v / C.GiB for k, v in self.memory_breakdown_bytes.items()},
+            "hbm_capacity_gib": self.hbm_capacity_bytes / C.GiB,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "model_flops": self.model_flops,
+            "num_gpus": self.num_gpus,
+            "num_microbatches": self.num_microbatches,
+            "bottleneck_stage": self.bottleneck_stage,
+            "worst_memory_stage": self.worst_memory_stage,
+        }
+
+
+# ---- structural checks -----------------------------------------------------------------
+def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
+                    allow_idle_gpus: bool = False) -> list[str]:
+    """Every reason the plan cannot run, short of memory."""
+    r: list[str] = []
+    if model.moe is not None:
+        r.append(f"model '{model.name}' is a mixture of experts; MoE is not yet supported by "
+                 "the evaluator")
+    world = plan.world_size
+    n = cluster.num_gpus
+    if world > n:
+        r.append(f"tp x cp x dp x pp = {plan.tp} x {plan.cp} x {plan.dp} x {plan.pp} = {world} "
+                 f"GPUs, but the cluster has {n}")
+    elif world < n and not allow_idle_gpus:
+        r.append(f"tp x cp x dp x pp = {world} but the cluster has {n} GPUs; the product must "
+                 "equal the GPU count (or allow idle GPUs)")
+    heads, kv = model.num_attention_heads, model.kv_heads
+    if heads % plan.tp:
+        r.append(f"tp={plan.tp} does not divide num_attention_heads={heads}")
+    elif (plan.tp <= kv and kv % plan.tp) or (plan.tp > kv and plan.tp % kv):
+        r.append(f"tp={plan.tp} and num_kv_heads={kv}: one must divide the other")
+    if model.ffn_hidden_size % plan.tp:
+        r.append(f"tp={plan.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}")
+    if plan.seq_len % plan.cp:
+        r.append(f"cp={plan.cp} does not divide seq_len={plan.seq_len}")
+    if plan.cp > 1 and plan.cp_comm == "all_to_all" and (heads // max(plan.tp, 1)) % plan.cp:
+        r.append(f"cp_comm=all_to_all needs cp={plan.cp} to divide the heads per TP rank "
+                 f"({heads}/{plan.tp})")
+    if plan.global_batch_size % (plan.dp * plan.microbatch_size):
+        r.append(f"global_batch_size={plan.global_batch_size} is not divisible by dp x "
+                 f"microbatch_size = {plan.dp} x {plan.microbatch_size}")
+    if plan.ep > 1:
+        if model.moe is None:
+            r.append(f"ep={plan.ep} needs a mixture-of-experts model")
+        elif (plan.dp * plan.cp) % plan.ep:
+            r.append(f"ep={plan.ep} must divide dp x cp = {plan.dp * plan.cp}")
+    s = plan.pp * plan.virtual_stages
+    if s > model.num_layers:
+        r.append(f"pp x virtual_stages = {s} exceeds num_layers={model.num_layers}")
+    elif model.num_layers % s and not plan.uneven_pipeline:
+        r.append(f"num_layers={model.num_layers} is not divisible by pp x virtual_stages = {s} "
+                 "(set uneven_pipeline: true to give the end stages fewer layers)")
+    if plan.virtual_stages > 1:
+        m = plan.num_microbatches
+        if plan.pp == 1:
+            r.append("virtual_stages > 1 needs pp > 1")
+        elif m == int(m) and int(m) % plan.pp:
+            r.append(f"the interleaved schedule needs the microbatch count {int(m)} to be a "
+                     f"multiple of pp={plan.pp} (Megatron-LM)")
+    return r
+
+
+# ---- evaluation ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StageResult:
+    stage: Stage
+    time: dict[str, float]  # per microbatch
+    total_s: float  # per microbatch
+    tail: dict[str, float]  # once per iteration: dp_comm, optimizer
+    memory: dict[str, float]
+
+
+def layer_strategy(plan: Plan, layer_type: str) -> LayerStrategy:
+    return LayerStrategy(
+        recompute=plan.recompute_for(layer_type),
+        sequence_parallel=plan.sequence_parallel and plan.tp > 1,
+        tp_comm=plan.tp_comm or "allreduce",
+        attention=plan.attention,
+        cp_comm=plan.cp_comm,
+        overlap_tp_comm=plan.overlap_tp_comm,
+        dtype=plan.dtype,
+    )
+
+
+def layer_params(model: ModelSpec, layer_type: str, tp: int) -> float:
+    return dense_layer_params(model, tp)
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
+             allow_idle_gpus: bool = False) -> Estimate:
+    """Cost of ``plan`` for ``model`` on ``cluster``: time, memory, FLOPs, feasibility."""
+    reasons = check_structure(model, cluster, plan, allow_idle_gpus)
+    gpu = cluster.gpu
+    base = dict(hbm_capacity_bytes=gpu.hbm_bytes, num_gpus=plan.world_size,
+                num_microbatches=plan.num_microbatches)
+    if any("not yet supported" in x or "exceeds num_layers" in x or "GPUs, but" in x
+           for x in reasons):
+        return Estimate(feasible=False, reasons=reasons, **base)
+    try:
+        spans = group_spans(plan, cluster)
+    except PlacementError as err:
+        return Estimate(feasible=False, reasons=reasons + [str(err)], **base)
+
+    m = max(1, math.ceil(plan.num_microbatches))
+    stages = stage_layout(model, plan.pp, plan.virtual_stages, m, uneven=True)
+    assert stages is not None
+    levels = tuple(cluster.topology)
+    net = Net(levels, spans["tp"], spans["cp"], cluster.collective_chunks)
+    shape = LayerShape(plan.tp, plan.cp, plan.microbatch_size, plan.seq_len)
+    dp_spans = combine(spans["dp"], spans["cp"])
+    dp_cp = plan.dp * plan.cp
+
+    costs = {t: layer_cost(model, gpu, net, shape, layer_strategy(plan, t))
+             for t in model.layer_types}
+    strat0 = layer_strategy(plan, model.layer_types[0])
+    emb = embedding_cost(model, gpu, net, shape, strat0)
+    head = head_cost(model, gpu, net, shape, strat0)
+    p2p = p2p_time_per_microbatch_s(model, shape, plan.virtual_stages, plan.pp, spans["pp"], levels)
+
+    uniq = distinct_stages(stages)
+    st_count = {u.rank: 0 for u in uniq}
+    keyof = lambda s: (tuple(sorted(s.layers.items())), s.embedding, s.head, s.inflight_chunks)  # noqa: E731
+    rep = {keyof(u): u.rank for u in uniq}
+    for s_ in stages:
+        st_count[rep[keyof(s_)]] += 1
+    results = [
+        stage_result(model, cluster, plan, st, costs, emb, head, p2p, dp_spans, dp_cp, m)
+        for st in uniq
+    ]
+    bott = max(results, key=lambda s: s.total_s)
+    tail = max(results, key=lambda s: sum(s.tail.values()))
+    worst = max(results, key=lambda s: sum(s.memory.values()))
+
+    mean_s = sum(st_count[r.stage.rank] * r.total_s for r in results) / plan.pp
+    bubble = bubble_factor(plan.pp, plan.virtual_stages) * mean_s
+    t_iter = m * bott.total_s + bubble + sum(tail.tail.values())
+    breakdown = {k: m * bott.time.get(k, 0.0) for k in TIME_KEYS}
+    breakdown["bubble"] = bubble
+    breakdown["dp_comm"] += tail.tail["dp_comm"]
+    breakdown["optimizer"] = tail.tail["optimizer"]
+
+    mem_total = sum(worst.memory.values())
+    if mem_total > gpu.hbm_bytes:
+        reasons.append(
+            f"needs {mem_total / C.GiB:.1f} GiB per GPU on pipeline stage {worst.stage.rank} "
+            f"({_top_memory(worst.memory)}); HBM is {gpu.hbm_gib:g} GiB"
+        )
+
+    model_flops = plan.global_batch_size * model_flops_per_sequence(model, plan.seq_len)
+    rec_flops = sum(model.layer_counts()[t] * c.recompute_flops for t, c in costs.items())
+    hw_flops = model_flops + rec_flops * plan.tp * plan.cp * m * plan.dp
+    n = plan.world_size
+    peak = gpu.peak_flops(plan.dtype)
+    return Estimate(
+        feasible=not reasons,
+        reasons=reasons,
+        iteration_time_s=t_iter,
+        time_breakdown_s=breakdown,
+        memory_per_gpu_bytes=mem_total,
+        memory_breakdown_bytes=dict(worst.memory),
+        worst_memory_stage=worst.stage.rank,
+        bottleneck_stage=bott.stage.rank,
+        model_flops=model_flops,
+        hardware_flops=hw_flops,
+        mfu=model_flops / (t_iter * n * peak),
+        hfu=hw_flops / (t_iter * n * peak),
+        tokens_per_s=plan.global_batch_size * plan.seq_len / t_iter,
+        tflops_per_gpu=model_flops / t_iter / n / 1e12,
+        **base,
+    )
+
+
+def _top_memory(mem: dict[str, float]) -> str:
+    parts = sorted(mem.items(), key=lambda kv: -kv[1])[:3]
+    return ", ".join(f"{k} {v / C.GiB:.1f}" for k, v in parts)
+
+
+def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
+                 costs: dict[str, LayerCost], emb: EndCost, head: EndCost, p2p: float,
+                 dp_spans: tuple[int, ...], dp_cp: int, m: int) -> StageResult:
+    """Per-microbatch time, per-iteration tail and memory of one pipeline rank."""
+    gpu = cluster.gpu
+    pairs = [(n, costs[t]) for t, n in st.layers.items()]
+    time = {
+        "forward": sum(n * c.fwd_s for n, c in pairs),
+        "backward": sum(n * c.bwd_s for n, c in pairs),
+        "recompute": sum(n * c.recompute_s for n, c in pairs),
+        "tp_comm": sum(n * c.tp_comm_s for n, c in pairs),
+        "cp_comm": sum(n * c.cp_comm_s for n, c in pairs),
+        "ep_comm": sum(n * c.ep_comm_s for n, c in pairs),
+        "pp_comm": p2p,
+        "dp_comm": 0.0,
+    }
+    for on, end in ((st.embedding, emb), (st.head, head)):
+        if on:
+            time["forward"] += end.fwd_s
+            time["backward"] += end.bwd_s
+            time["tp_comm"] += end.tp_comm_s
+    window_f = time["forward"]
+    window_b = time["backward"] + time["recompute"]
+
+    params = sum(n * layer_params(model, t, plan.tp) for t, n in st.layers.items())
+    params += end_params(model, plan.tp, plan.pp, st.embedding, st.head)
+    layers = max(st.num_layers, 1)
+    comm = dp_comm(params, plan.zero_stage, dp_spans, tuple(cluster.topology),
+                   cluster.collective_chunks)
+    kappa = gpu.efficiency.overlap_slowdown
+    time["dp_comm"] = (
+        overlapped_s(comm.mb_fwd_s, window_f, layers, plan.overlap_param_gather, kappa)
+        + overlapped_s(comm.mb_bwd_s, window_b, layers, plan.overlap_dp_grad_reduce, kappa))
+    tied = 0.0
+    if model.tied_embeddings and plan.pp > 1 and (st.embedding or st.head):
+        # Megatron all-reduces the tied embedding gradient between the first and last stage.
+        from planner.costmodel.network import collective_time_s
+        pp_outer = tuple(1 for _ in cluster.topology[:-1]) + (2,)
+        tied = collective_time_s("allreduce", model.vocab_size * model.hidden_size / plan.tp
+                                 * C.GRAD_COMM_BYTES, pp_outer, tuple(cluster.topology))
+    tail = {
+        "dp_comm": overlapped_s(comm.grad_s, window_b, layers, plan.overlap_dp_grad_reduce, kappa)
+        + overlapped_s(comm.param_s, window_f, layers, plan.overlap_param_gather, kappa) + tied,
+        "optimizer": optimizer_step_s(gpu, params, plan.zero_stage, dp_cp),
+    }
+
+    states = state_bytes(params, plan.zero_stage, dp_cp, plan.dtype)
+    v = plan.virtual_stages
+    act = st.inflight_chunks / v * sum(n * costs[t].act_bytes for t, n in st.layers.items())
+    workspace = max([costs[t].workspace_bytes for t in st.layers] + [0.0])
+    if st.head:
+        act += head.act_bytes
+        workspace = max(workspace, head.workspace_bytes)
+    shape_tokens = plan.microbatch_size * plan.seq_len / plan.cp
+    buffers = shape_tokens * model.hidden_size * C.ACT_BYTES if plan.tp > 1 else 0.0
+    if plan.zero_stage == 3:
+        buffers += 2 * max(layer_params(model, t, plan.tp) for t in st.layers or model.layer_types) \
+            * C.WEIGHT_BYTES
+    memory = {
+        "weights": states.weights,
+        "gradients": states.gradients,
+        "optimizer": states.optimizer,
+        "activations": act,
+        "workspace": workspace,
+        "comm_buffers": buffers,
+        "reserve": cluster.memory_reserve_gib * C.GiB,
+    }
+    total = sum(time.values())
+    return StageResult(st, time, total, tail, memory)

@@ -1,0 +1,106 @@
+"""Pipeline layout, in-flight microbatches and schedule time (1F1B and interleaved)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline rank: its layers (by type) over all its virtual chunks."""
+
+    rank: int
+    layers: dict[str, int] = field(hash=False)
+    embedding: bool
+    head: bool
+    inflight_chunks: int  # chunk-microbatches whose activations are alive at the peak
+
+    @property
+    def num_layers(self) -> int:
+        return sum(self.layers.values())
+
+
+def chunk_sizes(num_layers: int, n_chunks: int, uneven: bool) -> list[int] | None:
+    """Layers per model chunk. ``None`` if the split is not allowed.
+
+    Even split needs divisibility. The uneven split gives the smaller chunks to both ends
+    of the pipeline, which also hold the embedding and the LM head (Llama 3 405B:
+    126 layers on 16 stages, one layer fewer on the first and the last; Dubey et al.
+    2024, Sec. 3.3.2).
+    """
+    if n_chunks > num_layers:
+        return None
+    base, extra = divmod(num_layers, n_chunks)
+    if extra == 0:
+        return [base] * n_chunks
+    if not uneven:
+        return None
+    small = n_chunks - extra
+    head_small = (small + 1) // 2  # ceil: the first chunk is lighter when it must choose
+    return [base] * head_small + [base + 1] * extra + [base] * (small - head_small)
+
+
+def inflight_chunks(pp: int, v: int, m: int, rank: int) -> int:
+    """Chunk-microbatches whose activations a rank holds at its peak.
+
+    1F1B: ``pp - rank`` microbatches (Narayanan et al. 2021, Sec. 2.2.1). Interleaved:
+    Megatron-LM's warm-up ``2 (pp - rank - 1) + (v - 1) pp`` plus one, which gives the
+    first stage ``pp v + pp - 1`` chunks, i.e. ``L (1 + (pp - 1)/(pp v))`` layers
+    (Korthikanti et al. 2022, Sec. 4.2.3). Never more than the ``m v`` that exist.
+    """
+    if v == 1:
+        return max(1, min(pp - rank, m))
+    return max(1, min(2 * (pp - rank - 1) + (v - 1) * pp + 1, m * v))
+
+
+def stage_layout(model: ModelSpec, pp: int, v: int, m: int, uneven: bool) -> list[Stage] | None:
+    """All pipeline ranks with their layers, or ``None`` if the layer split is invalid."""
+    sizes = chunk_sizes(model.num_layers, pp * v, uneven)
+    if sizes is None:
+        return None
+    kinds = model.layer_kinds()
+    starts = [0]
+    for s in sizes:
+        starts.append(starts[-1] + s)
+    stages = []
+    for r in range(pp):
+        counts: dict[str, int] = {}
+        for j in range(v):
+            c = r + j * pp
+            for kind in kinds[starts[c]:starts[c + 1]]:
+                counts[kind] = counts.get(kind, 0) + 1
+        stages.append(Stage(
+            rank=r,
+            layers=counts,
+            embedding=(r == 0),
+            head=(r == pp - 1),
+            inflight_chunks=inflight_chunks(pp, v, m, r),
+        ))
+    return stages
+
+
+def distinct_stages(stages: list[Stage]) -> list[Stage]:
+    """Stages that differ in what they hold (the others repeat a profile)."""
+    seen: dict[tuple, Stage] = {}
+    for s in stages:
+        key = (tuple(sorted(s.layers.items())), s.embedding, s.head, s.inflight_chunks)
+        seen.setdefault(key, s)
+    return list(seen.values())
+
+
+def schedule_factor(m: int, pp: int, v: int) -> float:
+    """Iteration time of the pipeline in units of the bottleneck stage's per-microbatch
+    time: ``m + (pp - 1)/v`` (Narayanan et al. 2021, Sec. 2.2: bubble fraction
+    ``(pp - 1)/(v m)``)."""
+    return m + (pp - 1) / v
+
+
+def bubble_factor(pp: int, v: int) -> float:
+    return (pp - 1) / v
+
+
+def is_integral(x: float) -> bool:
+    return math.isclose(x, round(x))

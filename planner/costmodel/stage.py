@@ -1,0 +1,167 @@
+"""Per-stage terms: embedding and LM head, pipeline p2p, data-parallel traffic, optimizer
+step and memory. Pure functions of small keys, shared by the evaluator and the
+formulations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.costmodel import constants as C
+from planner.costmodel.compute import elementwise_time_s, exposed_s, gemm_time_s
+from planner.costmodel.layer import LayerShape, LayerStrategy, Net, embedding_params, head_params
+from planner.costmodel.network import collective_time_s, p2p_time_s
+from planner.specs.cluster import TopologyLevel
+from planner.specs.gpu import GPUSpec
+from planner.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class EndCost:
+    """Embedding (first stage) or LM head + loss (last stage), per microbatch."""
+
+    fwd_s: float
+    bwd_s: float
+    tp_comm_s: float
+    act_bytes: float
+    workspace_bytes: float
+
+
+def embedding_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
+                   strat: LayerStrategy) -> EndCost:
+    """Vocabulary-parallel embedding lookup: memory-bound gather, then an all-reduce
+    (reduce-scatter with sequence parallelism) over TP (Shoeybi et al. 2019, Sec. 3)."""
+    rows = shape.tokens * model.hidden_size
+    fwd = elementwise_time_s(gpu, 2 * C.ACT_BYTES * rows)
+    bwd = elementwise_time_s(gpu, (C.ACT_BYTES + 2 * C.GRAD_BYTES) * rows)
+    comm = 0.0
+    if shape.tp > 1:
+        op = "reduce_scatter" if strat.sequence_parallel else "allreduce"
+        comm = collective_time_s(op, rows * C.ACT_BYTES, net.tp_spans, net.levels, net.chunks)
+    return EndCost(fwd, bwd, comm, 0.0, 0.0)
+
+
+def head_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
+              strat: LayerStrategy) -> EndCost:
+    """Final norm, vocabulary-parallel LM head GEMM and fp32 cross-entropy."""
+    dt = strat.dtype
+    t, h = shape.tokens, model.hidden_size
+    v_loc = model.vocab_size / shape.tp
+    sp_div = shape.tp if strat.sequence_parallel else 1
+    norm = elementwise_time_s(gpu, C.NORM_BYTES * t * h / sp_div)
+    loss = elementwise_time_s(gpu, C.LOSS_BYTES_PER_LOGIT * t * v_loc)
+    fwd = norm + gemm_time_s(gpu, dt, t, v_loc, h) + loss / 2
+    bwd = (C.ELEMENTWISE_BWD_RATIO * norm + gemm_time_s(gpu, dt, t, h, v_loc)
+           + gemm_time_s(gpu, dt, h, v_loc, t) + loss / 2)
+    comm = 0.0
+    if shape.tp > 1:
+        size = t * h * C.ACT_BYTES
+        if strat.sequence_parallel:
+            comm = (collective_time_s("all_gather", size, net.tp_spans, net.levels, net.chunks)
+                    + collective_time_s("reduce_scatter", size, net.tp_spans, net.levels, net.chunks))
+        else:
+            comm = collective_time_s("allreduce", size, net.tp_spans, net.levels, net.chunks)
+        # max and sum-of-exp of the vocab-parallel cross-entropy
+        comm += 2 * collective_time_s("allreduce", t * 4.0, net.tp_spans, net.levels, net.chunks)
+    act = (C.ACT_BYTES / sp_div + C.ACT_BYTES) * t * h  # final-norm input, head input
+    logits = 4.0 * t * v_loc  # fp32 logits and their gradient live during the loss
+    return EndCost(fwd, bwd, comm, act, logits)
+
+
+def p2p_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Activation sent between pipeline stages per microbatch; Megatron splits it over the
+    TP ranks (scatter/gather optimization, Narayanan et al. 2021, Sec. 4.1)."""
+    return shape.tokens * model.hidden_size * C.ACT_BYTES / shape.tp
+
+
+def p2p_time_per_microbatch_s(model: ModelSpec, shape: LayerShape, v: int, pp: int,
+                              pp_spans: tuple[int, ...], levels: tuple[TopologyLevel, ...]
+                              ) -> float:
+    """Exposed send/recv of one stage per microbatch: activations forward and gradients
+    backward for each of its ``v`` chunks."""
+    if pp <= 1:
+        return 0.0
+    return 2 * v * p2p_time_s(p2p_bytes(model, shape), pp_spans, levels)
+
+
+# ---- data parallelism and the optimizer ----------------------------------------------
+@dataclass(frozen=True)
+class DPComm:
+    """Data-parallel traffic of one stage. ``per_iteration`` happens once after the last
+    backward (gradients) or before the first forward (parameters); ``per_microbatch``
+    repeats every microbatch (ZeRO-2/3)."""
+
+    grad_s: float  # once per iteration
+    param_s: float  # once per iteration
+    mb_fwd_s: float  # per microbatch, overlappable with forward
+    mb_bwd_s: float  # per microbatch, overlappable with backward
+
+
+def dp_comm(params_local: float, zero: int, dp_spans: tuple[int, ...],
+            levels: tuple[TopologyLevel, ...], chunks: int) -> DPComm:
+    """Gradient reduction and parameter gathering over the dp x cp group.
+
+    ZeRO 0: all-reduce of fp32 gradients. ZeRO 1 (Megatron distributed optimizer):
+    reduce-scatter of gradients, all-gather of updated parameters. ZeRO 2: gradients
+    reduce-scattered every microbatch. ZeRO 3 (FSDP): parameters gathered for forward and
+    again for backward, gradients reduce-scattered, every microbatch (Rajbhandari et al.
+    2020, Sec. 5).
+    """
+    g = params_local * C.GRAD_COMM_BYTES
+    p = params_local * C.PARAM_COMM_BYTES
+
+    def coll(op: str, size: float) -> float:
+        return collective_time_s(op, size, dp_spans, levels, chunks)  # type: ignore[arg-type]
+
+    if zero == 0:
+        return DPComm(coll("allreduce", g), 0.0, 0.0, 0.0)
+    if zero == 1:
+        return DPComm(coll("reduce_scatter", g), coll("all_gather", p), 0.0, 0.0)
+    if zero == 2:
+        return DPComm(0.0, coll("all_gather", p), 0.0, coll("reduce_scatter", g))
+    ag = coll("all_gather", p)
+    return DPComm(0.0, 0.0, ag, ag + coll("reduce_scatter", g))
+
+
+def overlapped_s(comm: float, window: float, layers: int, overlap: bool, slowdown: float) -> float:
+    """Exposed part of a bucketed collective overlapped with ``window`` of compute. The
+    last bucket (one layer's share) cannot overlap."""
+    if comm <= 0:
+        return 0.0
+    if not overlap:
+        return comm
+    tail = comm / max(layers, 1)
+    return tail + exposed_s(comm - tail, window, slowdown)
+
+
+def optimizer_step_s(gpu: GPUSpec, params_local: float, zero: int, dp_cp: int) -> float:
+    """Adam step, memory-bound, on this GPU's shard of the stage's parameters."""
+    shard = params_local / (dp_cp if zero >= 1 else 1)
+    return elementwise_time_s(gpu, shard * C.OPTIMIZER_STEP_BYTES)
+
+
+# ---- memory ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StateBytes:
+    weights: float
+    gradients: float
+    optimizer: float
+
+
+def state_bytes(params_local: float, zero: int, dp_cp: int, dtype: str) -> StateBytes:
+    """Weights, gradients and optimizer states per GPU under ZeRO sharding."""
+    w_bytes = C.WEIGHT_BYTES + (C.FP8_WEIGHT_CACHE_BYTES if dtype == "fp8" else 0.0)
+    return StateBytes(
+        weights=params_local * w_bytes / (dp_cp if zero >= 3 else 1),
+        gradients=params_local * C.GRAD_BYTES / (dp_cp if zero >= 2 else 1),
+        optimizer=params_local * C.OPTIMIZER_BYTES / (dp_cp if zero >= 1 else 1),
+    )
+
+
+def end_params(model: ModelSpec, tp: int, pp: int, embedding: bool, head: bool) -> float:
+    """Embedding/head parameters on a stage (tied weights share one copy when pp = 1)."""
+    out = 0.0
+    if embedding:
+        out += embedding_params(model, tp)
+    if head:
+        out += head_params(model, tp, separate=pp > 1)
+    return out

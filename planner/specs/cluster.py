@@ -1,0 +1,100 @@
+"""System inputs, part 2: the cluster (GPU type, count, hierarchical network)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from planner.specs.base import Spec
+from planner.specs.gpu import GPUSpec
+
+LevelKind = Literal["switch", "ring", "fully_connected"]
+
+
+class TopologyLevel(Spec):
+    """One dimension of the network, joining ``size`` units of the level below.
+
+    ``bandwidth_GBps`` is per GPU per direction (the GPU's share of this level),
+    as in ASTRA-sim 2.0 (Sec. II-B) and the LBNL model (Sec. 2.10).
+    """
+
+    name: str
+    kind: LevelKind = "switch"
+    size: PositiveInt
+    bandwidth_GBps: PositiveFloat
+    latency_us: float = Field(1.0, ge=0)
+    efficiency: float = Field(1.0, gt=0, le=1, description="achieved share of bandwidth")
+    oversubscription: float = Field(1.0, ge=1, description="taper above this level's units")
+    in_network_reduction: bool = Field(False, description="switch reduces (NVLS/SHARP)")
+    power_w_per_gpu: float = Field(0.0, ge=0, description="network power attributed per GPU")
+
+    @property
+    def effective_Bps(self) -> float:
+        return self.bandwidth_GBps * 1e9 * self.efficiency / self.oversubscription
+
+
+class ClusterSpec(Spec):
+    """A cluster: GPUs joined by an ordered list of network levels, innermost first."""
+
+    name: str
+    gpu: GPUSpec
+    num_gpus: PositiveInt
+    topology: list[TopologyLevel] = Field(..., min_length=1)
+    gpus_per_node: PositiveInt | None = Field(None, description="default: first level size")
+    pue: float = Field(1.2, ge=1.0, description="datacenter power usage effectiveness")
+    node_power_w: float = Field(0.0, ge=0, description="non-GPU power per node (CPU, NIC, fans)")
+    price_per_gpu_hour: float | None = Field(None, ge=0, description="all-in rental, USD")
+    memory_reserve_gib: float = Field(
+        2.0, ge=0, description="CUDA context, NCCL and allocator reserve per GPU"
+    )
+    collective_chunks: PositiveInt = Field(
+        64, description="chunks a collective is pipelined in across levels"
+    )
+    aliases: list[str] = Field(default_factory=list)
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "ClusterSpec":
+        total = math.prod(level.size for level in self.topology)
+        if total != self.num_gpus:
+            sizes = " x ".join(str(level.size) for level in self.topology)
+            raise ValueError(
+                f"num_gpus={self.num_gpus} but topology sizes {sizes} = {total}; the product of "
+                "the level sizes must equal num_gpus"
+            )
+        names = [level.name for level in self.topology]
+        if len(set(names)) != len(names):
+            raise ValueError(f"topology level names must be unique, got {names}")
+        return self
+
+    @property
+    def domain_size(self) -> int:
+        """GPUs in one innermost (NVSwitch/NVLink) domain."""
+        return self.topology[0].size
+
+    @property
+    def node_size(self) -> int:
+        return self.gpus_per_node or self.topology[0].size
+
+    def resized(self, num_gpus: int) -> "ClusterSpec":
+        """The same cluster resized to ``num_gpus``.
+
+        The outermost level grows or shrinks; a count that fits below an inner level
+        drops the levels above it (8 GPUs of a SuperPOD is one NVSwitch domain).
+        """
+        if num_gpus < 1:
+            raise ValueError(f"--gpus must be positive, got {num_gpus}")
+        levels = list(self.topology)
+        k = 0
+        while k < len(levels) - 1 and num_gpus > math.prod(lv.size for lv in levels[: k + 1]):
+            k += 1
+        inner = math.prod(lv.size for lv in levels[:k])
+        if num_gpus % inner:
+            raise ValueError(
+                f"--gpus {num_gpus} is not a multiple of {inner}, the GPUs below level "
+                f"'{levels[k].name}'; use a multiple of {inner}"
+            )
+        new_levels = levels[:k] + [levels[k].model_copy(update={"size": num_gpus // inner})]
+        return self.model_copy(update={"num_gpus": num_gpus, "topology": new_levels})

@@ -1,0 +1,84 @@
+"""System inputs, part 1: the accelerator and its calibrated efficiencies."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, model_validator
+
+from planner.specs.base import Spec
+
+DType = Literal["bf16", "fp16", "fp8"]
+
+
+class GPUEfficiency(Spec):
+    """Achieved fractions of peak, shared by every run on this GPU.
+
+    GEMM efficiency follows a saturating curve in each matrix dimension:
+    ``eff(M, N, K) = gemm_peak_fraction * s(M) * s(N) * s(K)`` with
+    ``s(x) = x / (x + gemm_half_dim)``; see docs/cost-model.md.
+    """
+
+    gemm_peak_fraction: float = Field(..., gt=0, le=1)
+    gemm_half_dim: float = Field(..., ge=0, description="dimension at which one factor is 1/2")
+    fp8_gemm_peak_fraction: float | None = Field(None, gt=0, le=1)
+    attention_fwd_fraction: float = Field(..., gt=0, le=1, description="flash kernel, fwd")
+    attention_bwd_fraction: float = Field(..., gt=0, le=1, description="flash kernel, bwd")
+    hbm_fraction: float = Field(..., gt=0, le=1, description="achievable share of HBM bandwidth")
+    kernel_overhead_us: float = Field(0.0, ge=0, description="fixed cost per kernel launch")
+    overlap_slowdown: float = Field(
+        0.0, ge=0, le=1, description="share of overlapped communication time lost to compute"
+    )
+
+
+class GPUSpec(Spec):
+    """One accelerator type. Every number in a catalog file cites a source."""
+
+    name: str
+    vendor: str = "nvidia"
+    peak_tflops: dict[str, PositiveFloat] = Field(
+        ..., description="dense (no sparsity) peak per dtype: bf16, fp16, fp8, tf32"
+    )
+    hbm_gib: PositiveFloat
+    hbm_TBps: PositiveFloat
+    nvlink_GBps: float = Field(0.0, ge=0, description="per GPU per direction")
+    tdp_w: PositiveFloat
+    idle_w: float | None = Field(None, ge=0, description="idle board power; default 25% of TDP")
+    price_per_gpu_hour: float | None = Field(None, ge=0, description="indicative rental, USD")
+    capex_usd: float | None = Field(None, ge=0, description="indicative purchase price per GPU")
+    efficiency: GPUEfficiency
+    aliases: list[str] = Field(default_factory=list)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> "GPUSpec":
+        if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
+            raise ValueError("peak_tflops needs at least bf16 or fp16")
+        return self
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak in FLOP/s for the plan's compute dtype."""
+        table = self.peak_tflops
+        if dtype in table:
+            return table[dtype] * 1e12
+        fallback = table.get("bf16") or table.get("fp16")
+        assert fallback is not None
+        return fallback * 1e12
+
+    def gemm_peak_fraction(self, dtype: str) -> float:
+        eff = self.efficiency
+        if dtype == "fp8" and eff.fp8_gemm_peak_fraction is not None:
+            return eff.fp8_gemm_peak_fraction
+        return eff.gemm_peak_fraction
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gib * 2**30
+
+    @property
+    def hbm_Bps(self) -> float:
+        return self.hbm_TBps * 1e12
+
+    @property
+    def idle_power_w(self) -> float:
+        return self.idle_w if self.idle_w is not None else 0.25 * self.tdp_w

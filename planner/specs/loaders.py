@@ -1,0 +1,191 @@
+"""Load specs from catalog names, YAML files and Hugging Face ``config.json``.
+
+Every failure becomes an :class:`InputError` whose message names the file, the field,
+the value and what was expected (or the closest catalog names).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from planner import catalog
+from planner.errors import InputError
+from planner.specs.cluster import ClusterSpec
+from planner.specs.gpu import GPUSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Plan
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid input"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+        lines.append(f"  {loc}: {msg}{shown}")
+    return "\n".join(lines)
+
+
+def validate(cls: type[T], data: Any, source: str) -> T:
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a mapping of fields, got {type(data).__name__}")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise InputError(format_validation_error(err, source)) from None
+
+
+def read_structured(path: Path) -> dict[str, Any]:
+    """Read a YAML or JSON file into a mapping, with clear errors."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a YAML or JSON file")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise InputError(f"{path}: malformed YAML{where}: {problem}") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: malformed JSON at line {err.lineno}: {err.msg}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of fields at the top level")
+    return data
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or Path(ref).exists()
+
+
+def _unknown(kind: catalog.Kind, what: str, ref: str) -> InputError:
+    near = catalog.closest(kind, ref)
+    hint = f"; closest: {', '.join(near)}" if near else ""
+    return InputError(
+        f"unknown {what} '{ref}'{hint}. `planner catalog {kind}` lists them, or pass a file path"
+    )
+
+
+# ---- GPUs ------------------------------------------------------------------------
+def load_gpu(ref: str | dict[str, Any]) -> GPUSpec:
+    if isinstance(ref, dict):
+        return validate(GPUSpec, ref, "inline gpu")
+    if _looks_like_path(ref):
+        return validate(GPUSpec, read_structured(Path(ref)), ref)
+    path = catalog.find("gpus", ref)
+    if path is None:
+        raise _unknown("gpus", "GPU", ref)
+    return validate(GPUSpec, read_structured(path), f"catalog gpu '{ref}'")
+
+
+# ---- models ----------------------------------------------------------------------
+def load_model(ref: str) -> ModelSpec:
+    """A catalog name, a model YAML file, or a Hugging Face ``config.json``."""
+    if _looks_like_path(ref):
+        path = Path(ref)
+        data = read_structured(path)
+        from planner.specs.hf import is_hf_config, model_from_hf
+
+        if is_hf_config(data):
+            return model_from_hf(data, source=str(path))
+        return validate(ModelSpec, data, ref)
+    path = catalog.find("models", ref)
+    if path is None:
+        raise _unknown("models", "model", ref)
+    return validate(ModelSpec, read_structured(path), f"catalog model '{ref}'")
+
+
+# ---- clusters --------------------------------------------------------------------
+def cluster_from_dict(data: dict[str, Any], source: str) -> ClusterSpec:
+    data = dict(data)
+    gpu = data.get("gpu")
+    if gpu is None:
+        raise InputError(f"{source}: gpu: field required (a catalog GPU name or an inline mapping)")
+    if isinstance(gpu, str):
+        data["gpu"] = load_gpu(gpu)
+    elif isinstance(gpu, dict):
+        data["gpu"] = load_gpu(gpu)
+    else:
+        raise InputError(f"{source}: gpu: expected a catalog name or a mapping, got {gpu!r}")
+    return validate(ClusterSpec, data, source)
+
+
+def load_cluster(ref: str, gpus: int | None = None) -> ClusterSpec:
+    """A catalog name or a cluster YAML file; ``gpus`` resizes the outermost level."""
+    if _looks_like_path(ref):
+        cluster = cluster_from_dict(read_structured(Path(ref)), ref)
+    else:
+        path = catalog.find("clusters", ref)
+        if path is None:
+            raise _unknown("clusters", "cluster", ref)
+        cluster = cluster_from_dict(read_structured(path), f"catalog cluster '{ref}'")
+    if gpus is not None and gpus != cluster.num_gpus:
+        try:
+            cluster = cluster.resized(gpus)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+    return cluster
+
+
+# ---- plans -----------------------------------------------------------------------
+def plan_from_dict(data: dict[str, Any], source: str) -> Plan:
+    return validate(Plan, data, source)
+
+
+def unknown_plan_keys(data: dict[str, Any]) -> list[str]:
+    """Keys of a plan mapping that are not plan fields, with suggestions."""
+    out = []
+    for key in Plan.unknown_keys(data):
+        near = difflib.get_close_matches(key, list(Plan.model_fields), n=1)
+        out.append(f"{key} (did you mean {near[0]}?)" if near else key)
+    return out
+
+
+def load_plan_dict(ref: str) -> dict[str, Any]:
+    return read_structured(Path(ref))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``field=value`` (value in YAML syntax) for --set/--fix options."""
+    if "=" not in text:
+        raise InputError(f"expected FIELD=VALUE, got '{text}'")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    if key not in Plan.model_fields and not key.startswith("placement."):
+        near = difflib.get_close_matches(key, list(Plan.model_fields), n=3)
+        hint = f"; closest: {', '.join(near)}" if near else ""
+        raise InputError(f"'{key}' is not a plan field{hint}")
+    return key, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(data)
+    for key, value in overrides:
+        if key.startswith("placement."):
+            sub = key.split(".", 1)[1]
+            place = dict(out.get("placement") or {})
+            if sub.startswith("domain."):
+                dom = dict(place.get("domain") or {})
+                dom[sub.split(".", 1)[1]] = value
+                place["domain"] = dom
+            else:
+                place[sub] = value
+            out["placement"] = place
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,117 @@
+"""Application inputs: the transformer being trained."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from planner.specs.base import Spec
+
+LayerType = Literal["dense", "moe"]
+LAYER_TYPES: tuple[LayerType, ...] = ("dense", "moe")
+
+
+class MoESpec(Spec):
+    """Mixture-of-experts block (Switch/GShard/Mixtral/DeepSeek style)."""
+
+    num_experts: PositiveInt
+    top_k: PositiveInt = 2
+    expert_ffn_hidden_size: PositiveInt
+    num_shared_experts: int = Field(0, ge=0)
+    shared_expert_ffn_hidden_size: PositiveInt | None = None
+    capacity_factor: float | None = Field(None, gt=0)
+    first_k_dense: int = Field(0, ge=0, description="the first k layers are dense")
+    every_n: PositiveInt = Field(1, description="after the first k, every n-th layer is MoE")
+    moe_layers: list[int] | None = Field(None, description="explicit 0-based MoE layer indices")
+
+    @model_validator(mode="after")
+    def _check(self) -> "MoESpec":
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        return self
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer. Field names are the stable model-file format."""
+
+    name: str
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_kv_heads: PositiveInt | None = Field(None, description="GQA/MQA groups; default = heads")
+    head_dim: PositiveInt | None = Field(None, description="default = hidden_size / heads")
+    ffn_hidden_size: PositiveInt
+    ffn_type: Literal["gelu", "swiglu"] = "gelu"
+    vocab_size: PositiveInt
+    seq_len: PositiveInt = 2048
+    tied_embeddings: bool = False
+    norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
+    position_embedding: Literal["rope", "learned", "none"] = "rope"
+    bias: bool = Field(False, description="linear layers carry biases (GPT-2/3)")
+    dropout: bool = Field(False, description="dropout layers store masks (GPT-3-era Megatron)")
+    moe: MoESpec | None = None
+    global_batch_size: PositiveInt | None = Field(None, description="default batch, sequences")
+    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    aliases: list[str] = Field(default_factory=list)
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelSpec":
+        kv = self.kv_heads
+        if self.num_attention_heads % kv:
+            raise ValueError(
+                f"num_kv_heads={kv} must divide num_attention_heads={self.num_attention_heads}"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                f"{self.num_attention_heads}; give head_dim explicitly"
+            )
+        if self.moe and self.moe.moe_layers:
+            bad = [i for i in self.moe.moe_layers if not 0 <= i < self.num_layers]
+            if bad:
+                raise ValueError(f"moe.moe_layers has indices outside 0..{self.num_layers - 1}: {bad}")
+        return self
+
+    # ---- derived quantities -------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection (heads x head_dim)."""
+        return self.num_attention_heads * self.dim_head
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.dim_head
+
+    @property
+    def ffn_matrices(self) -> int:
+        return 3 if self.ffn_type == "swiglu" else 2
+
+    def layer_kinds(self) -> list[LayerType]:
+        """Type of each layer, in order."""
+        if self.moe is None:
+            return ["dense"] * self.num_layers
+        if self.moe.moe_layers is not None:
+            chosen = set(self.moe.moe_layers)
+            return ["moe" if i in chosen else "dense" for i in range(self.num_layers)]
+        k, n = self.moe.first_k_dense, self.moe.every_n
+        return [
+            "moe" if i >= k and (i - k) % n == 0 else "dense" for i in range(self.num_layers)
+        ]
+
+    def layer_counts(self) -> dict[LayerType, int]:
+        kinds = self.layer_kinds()
+        return {t: kinds.count(t) for t in LAYER_TYPES if kinds.count(t)}
+
+    @property
+    def layer_types(self) -> tuple[LayerType, ...]:
+        return tuple(self.layer_counts())

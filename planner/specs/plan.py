@@ -1,0 +1,110 @@
+"""Execution inputs: how one training job is parallelized."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from planner.specs.base import Spec
+from planner.specs.model import LAYER_TYPES
+
+Recompute = Literal["none", "selective", "full"]
+Dim = Literal["tp", "cp", "ep", "dp", "pp"]
+DIMS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+#: Dimensions that multiply to the GPU count (ep is carved out of dp x cp, as in Megatron-Core).
+WORLD_DIMS: tuple[str, ...] = ("tp", "cp", "dp", "pp")
+#: Megatron-Core's default rank order "tp-cp-ep-dp-pp", innermost first.
+DEFAULT_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+
+
+class Placement(Spec):
+    """Which GPUs share the innermost network domain (the NVSwitch domain).
+
+    ``domain[d]`` is how many GPUs of one ``d``-group sit in one domain; the factors
+    multiply to the domain size (or to the job size if that is smaller). ``order`` is
+    the nesting of the dimensions, innermost first; it fills the levels above the
+    domain and, when ``domain`` is omitted, the domain too.
+    """
+
+    order: list[Dim] = Field(default_factory=lambda: list(DEFAULT_ORDER))
+    domain: dict[Dim, PositiveInt] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Placement":
+        missing = [d for d in WORLD_DIMS if d not in self.order]
+        if missing:
+            raise ValueError(f"placement.order must list {list(WORLD_DIMS)}; missing {missing}")
+        if len(set(self.order)) != len(self.order):
+            raise ValueError(f"placement.order has duplicates: {self.order}")
+        if self.domain and "ep" in self.domain and self.domain["ep"] != 1:
+            raise ValueError("placement.domain.ep is not used; ep groups live inside dp x cp")
+        return self
+
+
+class Plan(Spec):
+    """One parallelization plan. Field names are the stable plan-file format."""
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    dp: PositiveInt = 1
+    cp: PositiveInt = 1
+    ep: PositiveInt = 1
+    microbatch_size: PositiveInt = 1
+    global_batch_size: PositiveInt
+    seq_len: PositiveInt
+    virtual_stages: PositiveInt = 1
+    uneven_pipeline: bool = Field(
+        False, description="layers need not divide pp x virtual_stages; end chunks get fewer"
+    )
+    sequence_parallel: bool = False
+    tp_comm: Literal["allreduce", "rs_ag"] | None = Field(
+        None, description="default: rs_ag with sequence parallelism, else allreduce"
+    )
+    recompute: Recompute | dict[str, Recompute] = "none"
+    zero_stage: int = Field(0, ge=0, le=3)
+    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    attention: Literal["flash", "standard"] = "flash"
+    cp_comm: Literal["ring", "all_to_all"] = "ring"
+    overlap_dp_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    overlap_tp_comm: bool = False
+    placement: Placement = Field(default_factory=Placement)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data):
+        if isinstance(data, dict) and data.get("tp_comm") is None:
+            data = dict(data)
+            data["tp_comm"] = "rs_ag" if data.get("sequence_parallel") else "allreduce"
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "Plan":
+        if self.sequence_parallel and self.tp_comm == "allreduce":
+            raise ValueError("sequence_parallel=true needs tp_comm=rs_ag (reduce-scatter/all-gather)")
+        if isinstance(self.recompute, dict):
+            bad = [k for k in self.recompute if k not in LAYER_TYPES]
+            if bad:
+                raise ValueError(
+                    f"recompute has unknown layer types {bad}; expected keys from {list(LAYER_TYPES)}"
+                )
+        return self
+
+    # ---- derived -------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def num_microbatches(self) -> float:
+        """Microbatches per pipeline per iteration."""
+        return self.global_batch_size / (self.dp * self.microbatch_size)
+
+    def recompute_for(self, layer_type: str) -> Recompute:
+        if isinstance(self.recompute, dict):
+            return self.recompute.get(layer_type, "none")
+        return self.recompute
+
+    def degree(self, dim: str) -> int:
+        return int(getattr(self, dim))
