@@ -28,7 +28,7 @@ from planner.costmodel.layer import (
     model_flops_per_sequence,
 )
 from planner.costmodel.network import PlacementError, combine, group_spans
-from planner.costmodel.pipeline import Stage, bubble_factor, distinct_stages, schedule_factor, stage_layout
+from planner.costmodel.pipeline import Stage, bubble_factor, distinct_stages, stage_layout
 from planner.costmodel.stage import (
     EndCost,
     dp_comm,
@@ -39,6 +39,7 @@ from planner.costmodel.stage import (
     overlapped_s,
     p2p_time_per_microbatch_s,
     state_bytes,
+    tied_embedding_sync_s,
 )
 from planner.specs.base import Spec
 from planner.specs.cluster import ClusterSpec
@@ -173,21 +174,21 @@ def layer_params(model: ModelSpec, layer_type: str, tp: int) -> float:
     return dense_layer_params(model, tp)
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
-             allow_idle_gpus: bool = False) -> Estimate:
-    """Cost of ``plan`` for ``model`` on ``cluster``: time, memory, FLOPs, feasibility."""
-    reasons = check_structure(model, cluster, plan, allow_idle_gpus)
-    gpu = cluster.gpu
-    base = dict(hbm_capacity_bytes=gpu.hbm_bytes, num_gpus=plan.world_size,
-                num_microbatches=plan.num_microbatches)
-    if any("not yet supported" in x or "exceeds num_layers" in x or "GPUs, but" in x
-           for x in reasons):
-        return Estimate(feasible=False, reasons=reasons, **base)
-    try:
-        spans = group_spans(plan, cluster)
-    except PlacementError as err:
-        return Estimate(feasible=False, reasons=reasons + [str(err)], **base)
+@dataclass(frozen=True)
+class Prepared:
+    """Everything shared by the stages of one plan."""
 
+    m: int
+    stages: list[Stage]
+    results: list[StageResult]
+    counts: dict[int, int]  # stage rank -> how many ranks share its profile
+    costs: dict[str, LayerCost]
+
+
+def prepare(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Prepared:
+    """Per-layer costs and per-stage results (raises PlacementError)."""
+    spans = group_spans(plan, cluster)
+    gpu = cluster.gpu
     m = max(1, math.ceil(plan.num_microbatches))
     stages = stage_layout(model, plan.pp, plan.virtual_stages, m, uneven=True)
     assert stages is not None
@@ -205,20 +206,38 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     p2p = p2p_time_per_microbatch_s(model, shape, plan.virtual_stages, plan.pp, spans["pp"], levels)
 
     uniq = distinct_stages(stages)
-    st_count = {u.rank: 0 for u in uniq}
-    keyof = lambda s: (tuple(sorted(s.layers.items())), s.embedding, s.head, s.inflight_chunks)  # noqa: E731
-    rep = {keyof(u): u.rank for u in uniq}
-    for s_ in stages:
-        st_count[rep[keyof(s_)]] += 1
+    counts = {u.rank: 0 for u in uniq}
+    rep = {profile_key(u): u.rank for u in uniq}
+    for st in stages:
+        counts[rep[profile_key(st)]] += 1
     results = [
-        stage_result(model, cluster, plan, st, costs, emb, head, p2p, dp_spans, dp_cp, m)
+        stage_result(model, cluster, plan, st, costs, emb, head, p2p, dp_spans, spans["pp"],
+                     dp_cp, m)
         for st in uniq
     ]
+    return Prepared(m, stages, results, counts, costs)
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
+             allow_idle_gpus: bool = False) -> Estimate:
+    """Cost of ``plan`` for ``model`` on ``cluster``: time, memory, FLOPs, feasibility."""
+    reasons = check_structure(model, cluster, plan, allow_idle_gpus)
+    gpu = cluster.gpu
+    base = dict(hbm_capacity_bytes=gpu.hbm_bytes, num_gpus=plan.world_size,
+                num_microbatches=plan.num_microbatches)
+    if any("not yet supported" in x or "exceeds num_layers" in x or "GPUs, but" in x
+           for x in reasons):
+        return Estimate(feasible=False, reasons=reasons, **base)
+    try:
+        prep = prepare(model, cluster, plan)
+    except PlacementError as err:
+        return Estimate(feasible=False, reasons=reasons + [str(err)], **base)
+    m, results = prep.m, prep.results
     bott = max(results, key=lambda s: s.total_s)
     tail = max(results, key=lambda s: sum(s.tail.values()))
     worst = max(results, key=lambda s: sum(s.memory.values()))
 
-    mean_s = sum(st_count[r.stage.rank] * r.total_s for r in results) / plan.pp
+    mean_s = sum(prep.counts[r.stage.rank] * r.total_s for r in results) / plan.pp
     bubble = bubble_factor(plan.pp, plan.virtual_stages) * mean_s
     t_iter = m * bott.total_s + bubble + sum(tail.tail.values())
     breakdown = {k: m * bott.time.get(k, 0.0) for k in TIME_KEYS}
@@ -234,7 +253,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         )
 
     model_flops = plan.global_batch_size * model_flops_per_sequence(model, plan.seq_len)
-    rec_flops = sum(model.layer_counts()[t] * c.recompute_flops for t, c in costs.items())
+    rec_flops = sum(model.layer_counts()[t] * c.recompute_flops for t, c in prep.costs.items())
     hw_flops = model_flops + rec_flops * plan.tp * plan.cp * m * plan.dp
     n = plan.world_size
     peak = gpu.peak_flops(plan.dtype)
@@ -257,6 +276,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     )
 
 
+def profile_key(st: Stage) -> tuple:
+    return (tuple(sorted(st.layers.items())), st.embedding, st.head, st.inflight_chunks)
+
+
 def _top_memory(mem: dict[str, float]) -> str:
     parts = sorted(mem.items(), key=lambda kv: -kv[1])[:3]
     return ", ".join(f"{k} {v / C.GiB:.1f}" for k, v in parts)
@@ -264,7 +287,8 @@ def _top_memory(mem: dict[str, float]) -> str:
 
 def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
                  costs: dict[str, LayerCost], emb: EndCost, head: EndCost, p2p: float,
-                 dp_spans: tuple[int, ...], dp_cp: int, m: int) -> StageResult:
+                 dp_spans: tuple[int, ...], pp_spans: tuple[int, ...], dp_cp: int, m: int
+                 ) -> StageResult:
     """Per-microbatch time, per-iteration tail and memory of one pipeline rank."""
     gpu = cluster.gpu
     pairs = [(n, costs[t]) for t, n in st.layers.items()]
@@ -296,12 +320,8 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
         overlapped_s(comm.mb_fwd_s, window_f, layers, plan.overlap_param_gather, kappa)
         + overlapped_s(comm.mb_bwd_s, window_b, layers, plan.overlap_dp_grad_reduce, kappa))
     tied = 0.0
-    if model.tied_embeddings and plan.pp > 1 and (st.embedding or st.head):
-        # Megatron all-reduces the tied embedding gradient between the first and last stage.
-        from planner.costmodel.network import collective_time_s
-        pp_outer = tuple(1 for _ in cluster.topology[:-1]) + (2,)
-        tied = collective_time_s("allreduce", model.vocab_size * model.hidden_size / plan.tp
-                                 * C.GRAD_COMM_BYTES, pp_outer, tuple(cluster.topology))
+    if st.embedding or st.head:
+        tied = tied_embedding_sync_s(model, plan.tp, plan.pp, pp_spans, tuple(cluster.topology))
     tail = {
         "dp_comm": overlapped_s(comm.grad_s, window_b, layers, plan.overlap_dp_grad_reduce, kappa)
         + overlapped_s(comm.param_s, window_f, layers, plan.overlap_param_gather, kappa) + tied,

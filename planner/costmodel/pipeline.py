@@ -91,14 +91,11 @@ def distinct_stages(stages: list[Stage]) -> list[Stage]:
     return list(seen.values())
 
 
-def schedule_factor(m: int, pp: int, v: int) -> float:
-    """Iteration time of the pipeline in units of the bottleneck stage's per-microbatch
-    time: ``m + (pp - 1)/v`` (Narayanan et al. 2021, Sec. 2.2: bubble fraction
-    ``(pp - 1)/(v m)``)."""
-    return m + (pp - 1) / v
-
-
 def bubble_factor(pp: int, v: int) -> float:
+    """Pipeline bubble in units of a stage's per-microbatch time: ``(pp - 1)/v``
+    (Narayanan et al. 2021, Sec. 2.2: bubble fraction ``(pp - 1)/(v m)``). The steady
+    part runs ``m`` microbatches at the pace of the slowest stage; the fill and drain
+    pass through every stage, so the bubble uses the mean stage time."""
     return (pp - 1) / v
 
 

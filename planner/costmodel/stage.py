@@ -139,6 +139,19 @@ def optimizer_step_s(gpu: GPUSpec, params_local: float, zero: int, dp_cp: int) -
     return elementwise_time_s(gpu, shard * C.OPTIMIZER_STEP_BYTES)
 
 
+def tied_embedding_sync_s(model: ModelSpec, tp: int, pp: int, pp_spans: tuple[int, ...],
+                          levels: tuple[TopologyLevel, ...]) -> float:
+    """All-reduce of the tied embedding's gradient between the first and the last stage
+    after backward (Megatron-LM ``_allreduce_embedding_grads``), on the outermost level
+    the pipeline crosses."""
+    if not model.tied_embeddings or pp <= 1:
+        return 0.0
+    outer = max(i for i, k in enumerate(pp_spans) if k > 1)
+    pair = tuple(2 if i == outer else 1 for i in range(len(levels)))
+    size = model.vocab_size * model.hidden_size / tp * C.GRAD_COMM_BYTES
+    return collective_time_s("allreduce", size, pair, levels)
+
+
 # ---- memory ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StateBytes:

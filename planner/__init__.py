@@ -1,0 +1,26 @@
+"""planner: a constraint-optimization planner for distributed transformer training.
+
+Architecture: specs -> cost model (the exact evaluator) -> formulations (CP-SAT, MILP)
+-> solve/procure -> report.
+"""
+
+__version__ = "0.1.0"
+
+from planner.api import evaluate, load_cluster, load_gpu, load_model, load_plan  # noqa: E402
+from planner.costmodel.evaluator import Estimate  # noqa: E402
+from planner.specs import ClusterSpec, GPUSpec, ModelSpec, Placement, Plan  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "evaluate",
+    "load_cluster",
+    "load_gpu",
+    "load_model",
+    "load_plan",
+    "Estimate",
+    "ClusterSpec",
+    "GPUSpec",
+    "ModelSpec",
+    "Plan",
+    "Placement",
+]

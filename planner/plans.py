@@ -1,0 +1,60 @@
+"""Build a plan from a file, the model's defaults and command-line overrides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.errors import InputError
+from planner.specs.cluster import ClusterSpec
+from planner.specs.loaders import (
+    apply_overrides,
+    load_plan_dict,
+    plan_from_dict,
+    unknown_plan_keys,
+)
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Plan
+
+
+def model_defaults(model: ModelSpec) -> dict[str, Any]:
+    """Plan fields a model's catalog entry provides (batch, sequence length, dtype)."""
+    out: dict[str, Any] = {"seq_len": model.seq_len, "dtype": model.dtype}
+    if model.global_batch_size:
+        out["global_batch_size"] = model.global_batch_size
+    return out
+
+
+def build_plan(model: ModelSpec, cluster: ClusterSpec, plan_path: str | None,
+               overrides: list[tuple[str, Any]], warnings: list[str] | None = None) -> Plan:
+    """A plan from ``plan_path`` (optional) plus overrides; missing fields come from the
+    model's defaults, and ``dp`` from the GPU count when not given."""
+    data: dict[str, Any] = {}
+    source = "command-line plan"
+    if plan_path:
+        data = load_plan_dict(plan_path)
+        source = plan_path
+        unknown = unknown_plan_keys(data)
+        if unknown and warnings is not None:
+            warnings.append(f"{plan_path}: ignoring unknown keys: {', '.join(unknown)}")
+    data = apply_overrides(data, overrides)
+    for key, value in model_defaults(model).items():
+        data.setdefault(key, value)
+    if "global_batch_size" not in data:
+        raise InputError(
+            f"{source}: global_batch_size is not set and model '{model.name}' has no default; "
+            "pass --global-batch N"
+        )
+    if "dp" not in data:
+        used = 1
+        for d in ("tp", "cp", "pp"):
+            v = data.get(d, 1)
+            if not isinstance(v, int) or v < 1:
+                raise InputError(f"{source}: {d}: expected a positive integer, got {v!r}")
+            used *= v
+        if cluster.num_gpus % used:
+            raise InputError(
+                f"{source}: tp x cp x pp = {used} does not divide the {cluster.num_gpus} GPUs of "
+                f"'{cluster.name}', so dp cannot be derived; give dp or resize with --gpus"
+            )
+        data["dp"] = cluster.num_gpus // used
+    return plan_from_dict(data, source)

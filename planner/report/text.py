@@ -1,0 +1,95 @@
+"""Rich tables for people; the JSON forms live on the result objects."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from planner.costmodel.constants import GiB
+from planner.costmodel.evaluator import Estimate
+from planner.specs.plan import WORLD_DIMS, Plan
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:,.0f} s"
+    if x >= 1:
+        return f"{x:.2f} s"
+    return f"{x * 1e3:.1f} ms"
+
+
+def plan_line(plan: Plan) -> str:
+    dims = " ".join(f"{d.upper()}{plan.degree(d)}" for d in ("tp", "cp", "pp", "dp", "ep")
+                    if plan.degree(d) > 1 or d in ("tp", "pp", "dp"))
+    rec = plan.recompute if isinstance(plan.recompute, str) else ",".join(
+        f"{k}:{v}" for k, v in plan.recompute.items())
+    parts = [dims, f"mbs {plan.microbatch_size}", f"gbs {plan.global_batch_size}",
+             f"seq {plan.seq_len}"]
+    if plan.virtual_stages > 1:
+        parts.append(f"v{plan.virtual_stages}")
+    parts += [f"SP {'on' if plan.sequence_parallel else 'off'}", f"recompute {rec}",
+              f"ZeRO-{plan.zero_stage}", plan.dtype]
+    return " | ".join(parts)
+
+
+def placement_line(plan: Plan, domain: dict[str, int] | None) -> str:
+    if not domain:
+        return "-"
+    inside = " x ".join(f"{d}{domain[d]}" for d in WORLD_DIMS if domain.get(d, 1) > 1) or "1"
+    return f"per NVSwitch domain: {inside}; order {'-'.join(plan.placement.order)}"
+
+
+def estimate_tables(est: Estimate) -> Group:
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column()
+    status = Text("feasible", style="green") if est.feasible else Text("INFEASIBLE", style="bold red")
+    summary.add_row("status", status)
+    summary.add_row("iteration time", _fmt_s(est.iteration_time_s))
+    if est.memory_per_gpu_bytes is not None:
+        summary.add_row(
+            "memory per GPU",
+            f"{est.memory_per_gpu_bytes / GiB:.1f} GiB of {est.hbm_capacity_bytes / GiB:g} GiB"
+            f" (pipeline stage {est.worst_memory_stage})",
+        )
+    if est.mfu is not None:
+        summary.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}")
+        summary.add_row("throughput", f"{est.tokens_per_s:,.0f} tokens/s, "
+                        f"{est.tflops_per_gpu:.0f} TFLOP/s per GPU")
+    summary.add_row("GPUs, microbatches", f"{est.num_gpus}, {est.num_microbatches:g}")
+
+    parts: list = [summary]
+    if est.time_breakdown_s:
+        tt = Table(title="iteration time", show_edge=False, header_style="bold")
+        tt.add_column("component")
+        tt.add_column("time", justify="right")
+        tt.add_column("share", justify="right")
+        total = est.iteration_time_s or 1.0
+        for k, v in est.time_breakdown_s.items():
+            if v > 0:
+                tt.add_row(k.replace("_", " "), _fmt_s(v), f"{v / total:.1%}")
+        tm = Table(title="memory per GPU (worst stage)", show_edge=False, header_style="bold")
+        tm.add_column("component")
+        tm.add_column("GiB", justify="right")
+        for k, v in est.memory_breakdown_bytes.items():
+            if v > 0:
+                tm.add_row(k.replace("_", " "), f"{v / GiB:.2f}")
+        grid = Table.grid(padding=(0, 4))
+        grid.add_row(tt, tm)
+        parts.append(grid)
+    if est.reasons:
+        parts.append(Text("why it does not fit:", style="bold red"))
+        for r in est.reasons:
+            parts.append(Text(f"  - {r}"))
+    return Group(*parts)
+
+
+def print_estimate(console: Console, title: str, plan: Plan, est: Estimate,
+                   domain: dict[str, int] | None = None) -> None:
+    body = Group(Text(plan_line(plan)), Text(placement_line(plan, domain), style="dim"),
+                 Text(""), estimate_tables(est))
+    console.print(Panel(body, title=title, expand=False))

@@ -1,0 +1,129 @@
+"""CLI paths: output, JSON keys, exit codes and clear errors (never tracebacks)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from planner.cli import main
+
+from conftest import DATA, ROOT
+
+SUPERPOD = str(ROOT / "examples" / "superpod.yaml")
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    old = sys.argv
+    sys.argv = ["planner", *args]
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    finally:
+        sys.argv = old
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err and "Traceback" not in cap.out
+    return code, cap.out, cap.err
+
+
+def test_evaluate_table(capsys):
+    code, out, _ = run(capsys, "evaluate", "--model", "llama70b", "--cluster", SUPERPOD,
+                       "--plan", str(DATA / "plan-tp8.yaml"))
+    assert code == 0
+    assert "iteration time" in out and "MFU" in out and "activations" in out
+
+
+def test_evaluate_json_keys(capsys):
+    code, out, _ = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "-p",
+                       str(DATA / "plan-tp8.yaml"), "--json")
+    assert code == 0
+    data = json.loads(out)
+    for key in ("iteration_time_s", "memory_per_gpu_gib", "time_breakdown_s",
+                "memory_breakdown_gib", "mfu", "tokens_per_s", "feasible", "reasons", "plan"):
+        assert key in data
+    assert data["feasible"] is True and data["plan"]["tp"] == 8
+
+
+def test_evaluate_overrides_and_resize(capsys):
+    code, out, _ = run(capsys, "evaluate", "-m", "llama70b", "-c", "dgx-h100-superpod",
+                       "--gpus", "2048", "-p", str(DATA / "plan-tp8.yaml"), "--dp", "64",
+                       "--set", "recompute=full", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["num_gpus"] == 2048 and data["plan"]["recompute"] == "full"
+
+
+def test_evaluate_without_plan_uses_model_defaults(capsys):
+    code, out, _ = run(capsys, "evaluate", "-m", "llama3-8b", "-c", SUPERPOD, "--gpus", "8",
+                       "--tp", "2", "--set", "zero_stage=1", "--set", "recompute=full", "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["plan"]["dp"] == 4 and data["plan"]["seq_len"] == 8192
+    assert data["plan"]["global_batch_size"] == 512
+
+
+def test_evaluate_infeasible_exit_1_with_reasons(capsys):
+    code, out, _ = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "--tp", "1",
+                       "--pp", "1", "--json")
+    assert code == 1
+    data = json.loads(out)
+    assert data["feasible"] is False and any("HBM is 80 GiB" in r for r in data["reasons"])
+
+
+def test_tp_not_dividing_heads_exit_1(capsys):
+    code, out, _ = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "--gpus", "24",
+                       "--tp", "3")
+    assert code == 1
+    assert "does not divide num_attention_heads=64" in out
+
+
+def test_unknown_model_exit_2(capsys):
+    code, _, err = run(capsys, "evaluate", "-m", "llama-70", "-c", SUPERPOD)
+    assert code == 2 and "unknown model 'llama-70'" in err and "closest" in err
+
+
+def test_malformed_yaml_exit_2(capsys):
+    code, _, err = run(capsys, "evaluate", "-m", str(DATA / "bad-syntax.yaml"), "-c", SUPERPOD)
+    assert code == 2 and "malformed YAML" in err
+
+
+def test_wrong_type_exit_2(capsys):
+    code, _, err = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "--set", "tp=eight")
+    assert code == 2 and "tp" in err and "'eight'" in err
+
+
+def test_unknown_plan_field_exit_2(capsys):
+    code, _, err = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "--set", "tensor=8")
+    assert code == 2 and "'tensor' is not a plan field" in err
+
+
+def test_plan_file_with_unknown_key_warns(capsys, tmp_path):
+    p = tmp_path / "plan.yaml"
+    p.write_text((DATA / "plan-tp8.yaml").read_text() + "\nvirtual_stage: 2\n")
+    code, _, err = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "-p", str(p))
+    assert code == 0 and "virtual_stage (did you mean virtual_stages?)" in err
+
+
+def test_catalog(capsys):
+    for kind in ("gpus", "clusters", "models"):
+        code, out, _ = run(capsys, "catalog", kind, "--json")
+        assert code == 0 and len(json.loads(out)) >= 4
+    code, _, err = run(capsys, "catalog", "tpus")
+    assert code == 2
+
+
+def test_validate_json(capsys):
+    code, out, _ = run(capsys, "validate", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["mape"] <= 0.08 and len(data["iteration_time"]) == 8
+
+
+def test_evaluate_plot(capsys, tmp_path):
+    png = tmp_path / "b.png"
+    code, _, _ = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "-p",
+                     str(DATA / "plan-tp8.yaml"), "--plot", str(png))
+    assert code == 0 and png.stat().st_size > 5000
