@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from planner.costmodel.constants import FLASH_BWD_FLOP_RATIO
 from planner.specs.gpu import GPUSpec
 
@@ -45,10 +47,10 @@ def flash_attention_time_s(gpu: GPUSpec, dtype: str, fwd_flops: float) -> tuple[
     return t_f, t_b + eff.kernel_overhead_us * 1e-6
 
 
-def exposed_s(comm_s: float, window_s: float, slowdown: float) -> float:
+def exposed_s(comm_s, window_s, slowdown: float):
     """Communication overlapped with ``window_s`` of compute: the part that sticks out,
     plus the compute slowdown while both run (NCCL kernels take SMs and HBM bandwidth;
-    ``slowdown`` is the fraction of the overlapped time lost)."""
-    if comm_s <= 0:
-        return 0.0
-    return max(0.0, comm_s - window_s) + slowdown * min(comm_s, window_s)
+    ``slowdown`` is the fraction of the overlapped time lost). Works on numpy arrays."""
+    comm_s = np.maximum(comm_s, 0.0)
+    out = np.maximum(0.0, comm_s - window_s) + slowdown * np.minimum(comm_s, window_s)
+    return float(out) if np.ndim(out) == 0 else out

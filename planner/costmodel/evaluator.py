@@ -23,21 +23,22 @@ from planner.costmodel.layer import (
     LayerShape,
     LayerStrategy,
     Net,
-    dense_layer_params,
     layer_cost,
     model_flops_per_sequence,
 )
+from planner.costmodel.energy import iteration_energy_j
 from planner.costmodel.network import PlacementError, combine, group_spans
 from planner.costmodel.pipeline import Stage, bubble_factor, distinct_stages, stage_layout
 from planner.costmodel.stage import (
     EndCost,
     dp_comm,
+    comm_buffer_bytes,
     embedding_cost,
-    end_params,
     head_cost,
     optimizer_step_s,
     overlapped_s,
     p2p_time_per_microbatch_s,
+    stage_params,
     state_bytes,
     tied_embedding_sync_s,
 )
@@ -72,6 +73,8 @@ class Estimate(Spec):
     hfu: float | None = None
     tokens_per_s: float | None = None
     tflops_per_gpu: float | None = None
+    gpu_busy_s: float | None = Field(None, description="mean kernel time per GPU per iteration")
+    energy_j: float | None = Field(None, description="energy of one iteration, PUE included")
 
     def to_json(self) -> dict:
         """The stable JSON object of ``planner evaluate --json``."""
@@ -88,6 +91,8 @@ class Estimate(Spec):
             "hfu": self.hfu,
             "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu,
+            "gpu_busy_s": self.gpu_busy_s,
+            "energy_per_iteration_j": self.energy_j,
             "model_flops": self.model_flops,
             "num_gpus": self.num_gpus,
             "num_microbatches": self.num_microbatches,
@@ -159,19 +164,22 @@ class StageResult:
 
 
 def layer_strategy(plan: Plan, layer_type: str) -> LayerStrategy:
+    return strategy_from(plan, plan.recompute_for(layer_type),
+                         plan.sequence_parallel and plan.tp > 1, plan.tp_comm or "allreduce")
+
+
+def strategy_from(plan: Plan, recompute: str, sequence_parallel: bool, tp_comm: str
+                  ) -> LayerStrategy:
+    """A layer strategy: the per-layer-type decisions plus the plan's global settings."""
     return LayerStrategy(
-        recompute=plan.recompute_for(layer_type),
-        sequence_parallel=plan.sequence_parallel and plan.tp > 1,
-        tp_comm=plan.tp_comm or "allreduce",
+        recompute=recompute,
+        sequence_parallel=sequence_parallel,
+        tp_comm=tp_comm,
         attention=plan.attention,
         cp_comm=plan.cp_comm,
         overlap_tp_comm=plan.overlap_tp_comm,
         dtype=plan.dtype,
     )
-
-
-def layer_params(model: ModelSpec, layer_type: str, tp: int) -> float:
-    return dense_layer_params(model, tp)
 
 
 @dataclass(frozen=True)
@@ -252,6 +260,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
             f"({_top_memory(worst.memory)}); HBM is {gpu.hbm_gib:g} GiB"
         )
 
+    compute = ("forward", "backward", "recompute")
+    busy = (m * sum(prep.counts[r.stage.rank] * sum(r.time[k] for k in compute) for r in results)
+            / plan.pp
+            + sum(prep.counts[r.stage.rank] * r.tail["optimizer"] for r in results) / plan.pp)
+
     model_flops = plan.global_batch_size * model_flops_per_sequence(model, plan.seq_len)
     rec_flops = sum(model.layer_counts()[t] * c.recompute_flops for t, c in prep.costs.items())
     hw_flops = model_flops + rec_flops * plan.tp * plan.cp * m * plan.dp
@@ -272,6 +285,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         hfu=hw_flops / (t_iter * n * peak),
         tokens_per_s=plan.global_batch_size * plan.seq_len / t_iter,
         tflops_per_gpu=model_flops / t_iter / n / 1e12,
+        gpu_busy_s=busy,
+        energy_j=iteration_energy_j(cluster, n, t_iter, busy),
         **base,
     )
 
@@ -310,8 +325,7 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
     window_f = time["forward"]
     window_b = time["backward"] + time["recompute"]
 
-    params = sum(n * layer_params(model, t, plan.tp) for t, n in st.layers.items())
-    params += end_params(model, plan.tp, plan.pp, st.embedding, st.head)
+    params = stage_params(model, plan.tp, plan.pp, st.layers, st.embedding, st.head)
     layers = max(st.num_layers, 1)
     comm = dp_comm(params, plan.zero_stage, dp_spans, tuple(cluster.topology),
                    cluster.collective_chunks)
@@ -335,11 +349,8 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
     if st.head:
         act += head.act_bytes
         workspace = max(workspace, head.workspace_bytes)
-    shape_tokens = plan.microbatch_size * plan.seq_len / plan.cp
-    buffers = shape_tokens * model.hidden_size * C.ACT_BYTES if plan.tp > 1 else 0.0
-    if plan.zero_stage == 3:
-        buffers += 2 * max(layer_params(model, t, plan.tp) for t in st.layers or model.layer_types) \
-            * C.WEIGHT_BYTES
+    shape = LayerShape(plan.tp, plan.cp, plan.microbatch_size, plan.seq_len)
+    buffers = comm_buffer_bytes(model, shape, plan.zero_stage, tuple(st.layers) or model.layer_types)
     memory = {
         "weights": states.weights,
         "gradients": states.gradients,

@@ -10,6 +10,7 @@ CP groups on the network. The formulations tabulate these functions over keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 from planner.costmodel import constants as C
@@ -104,6 +105,11 @@ def dense_layer_params(model: ModelSpec, tp: int = 1) -> float:
     norms = 2 * h * (2 if model.norm_type == "layernorm" else 1)
     bias = (q_loc + 2 * kv_loc + h + f_loc * (model.ffn_matrices - 1) + h) if model.bias else 0.0
     return attn + mlp + norms + bias
+
+
+def layer_params(model: ModelSpec, layer_type: str, tp: int) -> float:
+    """Parameters of one layer of ``layer_type`` held by one TP rank."""
+    return dense_layer_params(model, tp)
 
 
 def embedding_params(model: ModelSpec, tp: int = 1) -> float:
@@ -228,6 +234,7 @@ def activation_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrategy,
     return rep + sharded + core
 
 
+@lru_cache(maxsize=65536)
 def layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
                strat: LayerStrategy) -> LayerCost:
     """Cost of one dense layer for one microbatch on one GPU."""

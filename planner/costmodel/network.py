@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, Sequence
 
 from planner.specs.cluster import ClusterSpec, TopologyLevel
@@ -78,22 +79,36 @@ def level_traffic(op: Op, size_bytes: float, spans: Sequence[int],
     return out
 
 
+@lru_cache(maxsize=65536)
+def collective_coeffs(op: Op, spans: tuple[int, ...], levels: tuple[TopologyLevel, ...],
+                      chunks: int = 64) -> tuple[float, float]:
+    """``(seconds per byte, fixed seconds)`` of a collective: its time is affine in the
+    buffer size, ``T = a x size + b`` for any size > 0 (every level's traffic scales with
+    the size). The formulations use these coefficients directly."""
+    if math.prod(spans) <= 1:
+        return 0.0, 0.0
+    per_byte = []
+    latency = 0.0
+    for (nbytes, steps), level in zip(level_traffic(op, 1.0, spans, levels), levels):
+        if nbytes <= 0:
+            continue
+        per_byte.append(nbytes / level.effective_Bps)
+        latency += steps * level.latency_us * 1e-6
+    if not per_byte:
+        return 0.0, 0.0
+    peak = max(per_byte)
+    return peak + (sum(per_byte) - peak) / chunks, latency
+
+
 def collective_time_s(op: Op, size_bytes: float, spans: Sequence[int],
                       levels: Sequence[TopologyLevel], chunks: int = 64) -> float:
     """Time of one collective over a group with the given spans."""
-    if size_bytes <= 0 or math.prod(spans) <= 1:
+    if size_bytes <= 0:
         return 0.0
-    bw_times = []
-    latency = 0.0
-    for (nbytes, steps), level in zip(level_traffic(op, size_bytes, spans, levels), levels):
-        if nbytes <= 0:
-            continue
-        bw_times.append(nbytes / level.effective_Bps)
-        latency += steps * level.latency_us * 1e-6
-    if not bw_times:
+    a, b = collective_coeffs(op, tuple(spans), tuple(levels), chunks)
+    if a == 0.0 and b == 0.0:
         return 0.0
-    peak = max(bw_times)
-    return peak + (sum(bw_times) - peak) / chunks + latency
+    return a * size_bytes + b
 
 
 def collective_breakdown(op: Op, size_bytes: float, spans: Sequence[int],
@@ -121,23 +136,29 @@ class PlacementError(ValueError):
 
 def domain_factors(plan: Plan, domain_size: int) -> dict[str, int]:
     """GPUs of each world dimension inside one innermost domain."""
-    degrees = {d: plan.degree(d) for d in WORLD_DIMS}
-    job = math.prod(degrees.values())
-    target = min(domain_size, job)
+    degrees = tuple(plan.degree(d) for d in WORLD_DIMS)
     given = plan.placement.domain
+    dom = tuple(int(given.get(d, 1)) for d in WORLD_DIMS) if given else None
+    return dict(zip(WORLD_DIMS, _domain(degrees, dom, tuple(plan.placement.order), domain_size)))
+
+
+def _domain(degrees: tuple[int, ...], given: tuple[int, ...] | None, order: tuple[str, ...],
+            domain_size: int) -> tuple[int, ...]:
+    job = math.prod(degrees)
+    target = min(domain_size, job)
     if given:
-        factors = {d: int(given.get(d, 1)) for d in WORLD_DIMS}
-        bad = [f"{d}={factors[d]} does not divide {d}={degrees[d]}"
-               for d in WORLD_DIMS if degrees[d] % factors[d]]
+        bad = [f"{d}={f} does not divide {d}={g}"
+               for d, f, g in zip(WORLD_DIMS, given, degrees) if g % f]
         if bad:
             raise PlacementError("placement.domain: " + "; ".join(bad))
-        if math.prod(factors.values()) != target:
+        if math.prod(given) != target:
             raise PlacementError(
-                f"placement.domain factors multiply to {math.prod(factors.values())}, "
-                f"expected {target} (the domain size {domain_size} or the job size if smaller)"
+                f"placement.domain factors multiply to {math.prod(given)}, expected {target} "
+                f"(the domain size {domain_size} or the job size if smaller)"
             )
-        return factors
-    return fill_level(degrees, target, plan.placement.order)
+        return given
+    filled = fill_level(dict(zip(WORLD_DIMS, degrees)), target, order)
+    return tuple(filled[d] for d in WORLD_DIMS)
 
 
 def fill_level(remaining: dict[str, int], capacity: int, order: Sequence[str]) -> dict[str, int]:
@@ -154,20 +175,31 @@ def fill_level(remaining: dict[str, int], capacity: int, order: Sequence[str]) -
 
 def group_spans(plan: Plan, cluster: ClusterSpec) -> dict[str, tuple[int, ...]]:
     """Spans of every world dimension's groups over the cluster's levels."""
-    levels = cluster.topology
-    remaining = {d: plan.degree(d) for d in WORLD_DIMS}
+    degrees = tuple(plan.degree(d) for d in WORLD_DIMS)
+    given = plan.placement.domain
+    dom = tuple(int(given.get(d, 1)) for d in WORLD_DIMS) if given else None
+    spans = spans_for(degrees, dom, tuple(plan.placement.order), tuple(cluster.topology))
+    return dict(zip(WORLD_DIMS, spans))
+
+
+@lru_cache(maxsize=65536)
+def spans_for(degrees: tuple[int, ...], domain: tuple[int, ...] | None, order: tuple[str, ...],
+              levels: tuple[TopologyLevel, ...]) -> tuple[tuple[int, ...], ...]:
+    """Spans of the (tp, cp, dp, pp) groups given their degrees and domain factors."""
+    remaining = dict(zip(WORLD_DIMS, degrees))
     spans = {d: [1] * len(levels) for d in WORLD_DIMS}
     for i, level in enumerate(levels):
         if i == 0:
-            factors = domain_factors(plan, level.size)
-            job = math.prod(remaining.values())
+            factors = dict(zip(WORLD_DIMS, _domain(degrees, domain, order, level.size)))
+            job = math.prod(degrees)
             if math.prod(factors.values()) != min(level.size, job):
                 raise PlacementError(
-                    f"the degrees {remaining} cannot fill a {level.name} domain of {level.size} "
-                    f"GPUs in the order {'-'.join(plan.placement.order)}; give placement.domain"
+                    f"the degrees {dict(zip(WORLD_DIMS, degrees))} cannot fill a {level.name} "
+                    f"domain of {level.size} GPUs in the order {'-'.join(order)}; give "
+                    "placement.domain"
                 )
         else:
-            factors = fill_level(remaining, level.size, plan.placement.order)
+            factors = fill_level(remaining, level.size, order)
         for d in WORLD_DIMS:
             spans[d][i] = factors[d]
             remaining[d] //= factors[d]
@@ -176,7 +208,7 @@ def group_spans(plan: Plan, cluster: ClusterSpec) -> dict[str, tuple[int, ...]]:
         raise PlacementError(
             f"the job does not fit the topology: {left} left over after filling every level"
         )
-    return {d: tuple(s) for d, s in spans.items()}
+    return tuple(tuple(spans[d]) for d in WORLD_DIMS)
 
 
 def combine(*span_sets: Sequence[int]) -> tuple[int, ...]:

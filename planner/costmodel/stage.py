@@ -5,6 +5,9 @@ formulations."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
 
 from planner.costmodel import constants as C
 from planner.costmodel.compute import elementwise_time_s, exposed_s, gemm_time_s
@@ -26,6 +29,7 @@ class EndCost:
     workspace_bytes: float
 
 
+@lru_cache(maxsize=65536)
 def embedding_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
                    strat: LayerStrategy) -> EndCost:
     """Vocabulary-parallel embedding lookup: memory-bound gather, then an all-reduce
@@ -40,6 +44,7 @@ def embedding_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     return EndCost(fwd, bwd, comm, 0.0, 0.0)
 
 
+@lru_cache(maxsize=65536)
 def head_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
               strat: LayerStrategy) -> EndCost:
     """Final norm, vocabulary-parallel LM head GEMM and fp32 cross-entropy."""
@@ -122,14 +127,12 @@ def dp_comm(params_local: float, zero: int, dp_spans: tuple[int, ...],
     return DPComm(0.0, 0.0, ag, ag + coll("reduce_scatter", g))
 
 
-def overlapped_s(comm: float, window: float, layers: int, overlap: bool, slowdown: float) -> float:
+def overlapped_s(comm, window, layers, overlap: bool, slowdown: float):
     """Exposed part of a bucketed collective overlapped with ``window`` of compute. The
-    last bucket (one layer's share) cannot overlap."""
-    if comm <= 0:
-        return 0.0
+    last bucket (one layer's share) cannot overlap. Works on numpy arrays."""
     if not overlap:
         return comm
-    tail = comm / max(layers, 1)
+    tail = comm / np.maximum(layers, 1)
     return tail + exposed_s(comm - tail, window, slowdown)
 
 
@@ -177,4 +180,25 @@ def end_params(model: ModelSpec, tp: int, pp: int, embedding: bool, head: bool) 
         out += embedding_params(model, tp)
     if head:
         out += head_params(model, tp, separate=pp > 1)
+    return out
+
+
+def stage_params(model: ModelSpec, tp: int, pp: int, layers: dict[str, int], embedding: bool,
+                 head: bool) -> float:
+    """Parameters one GPU of a pipeline stage holds (its TP shard, before ZeRO)."""
+    from planner.costmodel.layer import layer_params
+
+    own = sum(n * layer_params(model, t, tp) for t, n in layers.items())
+    return own + end_params(model, tp, pp, embedding, head)
+
+
+def comm_buffer_bytes(model: ModelSpec, shape: LayerShape, zero: int,
+                      layer_types: tuple[str, ...]) -> float:
+    """Communication buffers: one layer's all-gathered activation under TP, and two layers
+    of gathered weights prefetched under ZeRO 3 (PyTorch FSDP's default prefetch)."""
+    from planner.costmodel.layer import layer_params
+
+    out = shape.tokens * model.hidden_size * C.ACT_BYTES if shape.tp > 1 else 0.0
+    if zero == 3:
+        out += 2 * max(layer_params(model, t, shape.tp) for t in layer_types) * C.WEIGHT_BYTES
     return out

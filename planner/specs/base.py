@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 
 class Spec(BaseModel):
@@ -15,6 +15,19 @@ class Spec(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    _hash: int | None = PrivateAttr(default=None)
+
+    def __hash__(self) -> int:
+        # Frozen but holding lists/dicts: hash the canonical JSON once, so that pure
+        # cost-model functions can be memoized on specs.
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash((type(self).__name__, self.model_dump_json())))
+        return self._hash  # type: ignore[return-value]
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):  # type: ignore[override]
+        out = super().model_copy(update=update, deep=deep)
+        object.__setattr__(out, "_hash", None)  # a copy with updates hashes anew
+        return out
 
     @classmethod
     def unknown_keys(cls, data: dict[str, Any]) -> list[str]:

@@ -1,0 +1,287 @@
+"""The formulation: one integer linear model over the search space, for CP-SAT and MILP.
+
+Decision variables (binary):
+
+- ``y[q]`` (one-hot): the point q = (tp, cp, pp, dp, microbatch, interleaving, domain
+  placement). Integer views of the degrees are linear in ``y`` (``tp = sum_q tp_q y_q``).
+- ``x[q,u]``: the layer strategy u = (recomputation per layer type, sequence parallelism)
+  at point q, with ``sum_u x[q,u] = y[q]``.
+- ``w[q,z]``: the ZeRO stage z at point q, with ``sum_z w[q,z] = y[q]``.
+
+This is the disaggregated (convex-hull) form of the disjunction over points: given q,
+every term of the evaluator is a constant per (q, u) or (q, z), taken from
+:mod:`formulations.tables`, so every row is linear without big-M:
+
+    S[q,g]   >= sum_u stage_u x[q,u] + p2p y[q] + E_mb[q,g]                 (stage time, group g)
+    TAIL[q]  >= sum_z opt_z w[q,z] + tied y[q] + E_dp[q,g]                  (after the last backward)
+    v pp T[q] >= v pp m S[q,g] + (pp - 1) sum_g' count_g' S[q,g'] + v pp TAIL[q]   (every g)
+    v (sum_z (states_z + buffers_z) w[q,z] + sum_u (workspace_u + head_u) x[q,u])
+        + inflight_g sum_u act_u x[q,u] <= v (HBM - reserve) y[q]          (memory, every g)
+    objective = sum_q (w_time_q T[q] + w_busy_q BUSY[q])
+
+``E`` is the exposed part of an overlapped collective ``c`` behind compute ``w``, exact
+as the maximum of two linear pieces, ``max(c - (1 - kappa) w, c (1/l + kappa (1 - 1/l)))``
+(derived from :func:`planner.costmodel.stage.overlapped_s`).
+
+**Rounding, and why the objective is a lower bound.** Times are integer ticks (ps, or a
+coarser power of ten for the largest jobs) and memory is integer bytes. Added terms are
+rounded down, subtracted ones (overlap windows) up, and ``kappa`` down. The model's time
+for any plan is therefore at most the evaluator's (up to one tick from the division by
+v pp), and its memory at most the evaluator's. Its feasible set contains the true one.
+The search in :mod:`formulations.search` re-evaluates each answer with the evaluator and
+stops only when no other plan's bound can beat the best exact value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from formulations.linear import Expr, LinearModel
+from formulations.space import RECOMPUTE
+from formulations.tables import Tables
+
+KAPPA_DEN = 1000
+#: Largest magnitude a row may reach. CP-SAT's presolve and LP work in doubles: rows whose
+#: terms reach ~1e16 lose exactness (seen here: a feasible better solution was pruned), so
+#: every coefficient x bound stays below 2^53 / 64.
+SAFE = 2**53 // 64
+OBJ_DIGITS = 6
+
+Key = tuple[int, tuple[int, ...], int, int]  # (q, recompute index per type, sp, zero)
+
+
+@dataclass(frozen=True)
+class Ticks:
+    """Integer time unit: the finest power-of-ten fraction of a second that keeps every
+    row below ``SAFE`` (picoseconds for small jobs, nanoseconds for the largest)."""
+
+    per_s: float
+
+    def down(self, x: float) -> int:
+        return int(math.floor(x * self.per_s))
+
+    def up(self, x: float) -> int:
+        return int(math.ceil(x * self.per_s))
+
+
+def choose_ticks(t_ub_s: float, multiplier: float) -> Ticks:
+    per_s = 1e12
+    while per_s > 1e3 and t_ub_s * per_s * multiplier > SAFE:
+        per_s /= 10
+    return Ticks(per_s)
+
+
+def check_magnitudes(lm: LinearModel) -> None:
+    """Assert that no row can reach the magnitudes where double arithmetic goes inexact."""
+    for c in lm.cons:
+        lo, hi = lm.bounds(c.expr)
+        assert max(abs(lo), abs(hi)) <= 64 * SAFE, "row magnitude beyond double precision"
+
+
+@dataclass
+class VarMap:
+    points: list[int]
+    strategies: list[tuple[tuple[int, ...], int]]  # u -> (recompute index per type, sp)
+    y: dict[int, int] = field(default_factory=dict)
+    x: dict[tuple[int, int], int] = field(default_factory=dict)  # (q, u) -> var
+    w: dict[tuple[int, int], int] = field(default_factory=dict)  # (q, z) -> var
+    obj_scale: float = 1.0  # model objective units per (objective weight x second), / ticks
+    ticks: Ticks = Ticks(1e12)
+
+    def decode(self, values: list[int]) -> Key:
+        q = next(q for q, i in self.y.items() if values[i] > 0)
+        u = next(u for (qq, u), i in self.x.items() if qq == q and values[i] > 0)
+        z = next(z for (qq, z), i in self.w.items() if qq == q and values[i] > 0)
+        rc, sp = self.strategies[u]
+        return q, rc, sp, z
+
+    def literals(self, key: Key) -> list[int]:
+        q, rc, sp, z = key
+        u = self.strategies.index((rc, sp))
+        return [self.x[(q, u)], self.w[(q, z)]]
+
+
+def strategies(tb: Tables) -> list[tuple[tuple[int, ...], int]]:
+    rcs = [tuple(RECOMPUTE.index(r) for r in rc) for rc in tb.space.recompute_options()]
+    return [(rc, sp) for rc in rcs for sp in (0, 1)]
+
+
+def build_model(tb: Tables, points: list[int] | None = None) -> tuple[LinearModel, VarMap]:
+    space, A = tb.space, tb.arrays
+    cluster = space.cluster
+    o0, d0 = tb.points[0]
+    base = space.plan(o0, d0, next(space.inners(o0)))
+    kappa_n = int(math.floor(cluster.gpu.efficiency.overlap_slowdown * KAPPA_DEN))
+    ovl_param, ovl_grad = base.overlap_param_gather, base.overlap_dp_grad_reduce
+    cap = int(math.floor(cluster.gpu.hbm_bytes))
+    reserve = int(math.floor(cluster.memory_reserve_gib * 2**30))
+    pts = list(range(tb.num_points)) if points is None else list(points)
+    strat = strategies(tb)
+    nt = len(tb.layer_types)
+    lm = LinearModel()
+    vm = VarMap(pts, strat)
+
+    w_time, w_busy = A["w_time"][pts], A["w_busy"][pts]
+    need_busy = bool(np.any(w_busy > 0))
+    time_only = not need_busy and np.allclose(w_time, w_time[0])
+    t_ub_s = max(_time_bound_s(tb, q) for q in pts)
+    mult = max(int(A["v"][q] * A["pp"][q] * (A["m"][q] + 1)) for q in pts)
+    ticks = choose_ticks(t_ub_s, max(mult, 1 if time_only else 10**OBJ_DIGITS))
+    vm.ticks = ticks
+    lm.units["time"] = ticks.per_s / 1e6  # the MILP sees microseconds
+    down, up = ticks.down, ticks.up
+    t_ub = up(t_ub_s) + 10
+    scale = 1.0 / float(w_time[0]) if time_only else _objective_scale(w_time, w_busy)
+    vm.obj_scale = scale
+
+    for q in pts:
+        vm.y[q] = lm.binary(f"y{q}")
+    lm.add({i: 1 for i in vm.y.values()}, lb=1, ub=1)
+
+    for j, q in enumerate(pts):
+        yq = vm.y[q]
+        m, v, pp = int(A["m"][q]), int(A["v"][q]), int(A["pp"][q])
+        us = [ui for ui, (rc, sp) in enumerate(strat) if A["ok_sp"][q, sp]
+              and all(A["rc_ok"][t, rc[t]] for t in range(nt))]
+        zs = [z for z in range(4) if A["ok_z"][q, z]]
+        xq = {u: lm.binary(f"x{q}_{u}") for u in us}
+        wq = {z: lm.binary(f"w{q}_{z}") for z in zs}
+        vm.x.update({(q, u): i for u, i in xq.items()})
+        vm.w.update({(q, z): i for z, i in wq.items()})
+        lm.add({**{i: 1 for i in xq.values()}, yq: -1}, lb=0, ub=0)
+        lm.add({**{i: 1 for i in wq.values()}, yq: -1}, lb=0, ub=0)
+
+        groups = [g for g in range(A["g_valid"].shape[1]) if A["g_valid"][q, g]]
+        per = {g: _group_terms(A, q, g, [strat[u] for u in us]) for g in groups}
+        Tq = lm.var(f"T{q}", 0, t_ub, dim="time")
+        tail = lm.var(f"TAIL{q}", 0, t_ub, dim="time")
+        s_vars: dict[int, int] = {}
+        for g in groups:
+            t_ = per[g]
+            layers = int(A["g_layers"][q, g])
+            wf = {xq[u]: up(val) for u, val in zip(us, t_["fwd"])}
+            wb = {xq[u]: up(val) for u, val in zip(us, t_["bwd"])}
+            s_row: Expr = {xq[u]: down(val) for u, val in zip(us, t_["total"])}
+            s_row[yq] = s_row.get(yq, 0) + down(A["p2p"][q])
+            for arr, win, on, tag in ((A["g_mbf"][q, g], wf, ovl_param, "mbf"),
+                                      (A["g_mbb"][q, g], wb, ovl_grad, "mbb")):
+                if any(arr[z] > 0 for z in zs):
+                    e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(arr[z]) for z in zs}, win,
+                                  on, layers, kappa_n)
+                    s_row[e] = 1
+            S = lm.var(f"S{q}_{g}", 0, lm.bounds(s_row)[1], dim="time")
+            s_vars[g] = S
+            s_row[S] = -1
+            lm.add(s_row, ub=0, dim="time")
+
+            tail_row: Expr = {wq[z]: down(A["g_opt"][q, g, z]) for z in zs}
+            tail_row[yq] = tail_row.get(yq, 0) + down(A["g_tied"][q, g])
+            for arr, win, on, tag in ((A["g_grad"][q, g], wb, ovl_grad, "grad"),
+                                      (A["g_param"][q, g], wf, ovl_param, "param")):
+                if any(arr[z] > 0 for z in zs):
+                    e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(arr[z]) for z in zs}, win,
+                                  on, layers, kappa_n)
+                    tail_row[e] = 1
+            tail_row[tail] = -1
+            lm.add(tail_row, ub=0, dim="time")
+
+            infl = int(A["g_infl"][q, g])
+            mem: Expr = {wq[z]: v * int(A["g_states"][q, g, z] + A["buffers"][q, z]) for z in zs}
+            for u, act, fixed in zip(us, t_["act"], t_["fixed_mem"]):
+                mem[xq[u]] = infl * int(act) + v * int(fixed)
+            mem[yq] = -v * (cap - reserve)
+            lm.add(mem, ub=0, dim="memory")
+
+        bub = {s_vars[g]: (pp - 1) * int(A["g_cnt"][q, g]) for g in groups}
+        for g in groups:
+            row = dict(bub)
+            row[s_vars[g]] = row.get(s_vars[g], 0) + v * pp * m
+            row[tail] = v * pp
+            row[Tq] = -v * pp
+            lm.add(row, ub=0, dim="time")
+        lm.objective[Tq] = int(math.floor(w_time[j] * scale))
+        if need_busy:
+            busy = lm.var(f"BUSY{q}", 0, t_ub, dim="time")
+            row = {busy: -pp}
+            for g in groups:
+                cnt = int(A["g_cnt"][q, g])
+                for u, f, b in zip(us, per[g]["fwd"], per[g]["bwd"]):
+                    row[xq[u]] = row.get(xq[u], 0) + m * cnt * down(f + b)
+                for z in zs:
+                    row[wq[z]] = row.get(wq[z], 0) + cnt * down(A["g_opt"][q, g, z])
+            lm.add(row, ub=0, dim="time")
+            lm.objective[busy] = int(math.floor(w_busy[j] * scale))
+    check_magnitudes(lm)
+    return lm, vm
+
+
+def _group_terms(A: dict[str, np.ndarray], q: int, g: int,
+                 strats: list[tuple[tuple[int, ...], int]]) -> dict[str, list[float]]:
+    """Per-microbatch time, overlap windows and memory of group g for each strategy."""
+    n = A["g_n"][q, g]
+    emb, head = A["g_emb"][q, g], A["g_head"][q, g]
+    out: dict[str, list[float]] = {k: [] for k in ("total", "fwd", "bwd", "act", "fixed_mem")}
+    for rc, sp in strats:
+        def lay(name: str) -> float:
+            return float(sum(n[t] * A[f"layer_{name}"][q, t, rc[t], sp]
+                             for t in range(len(rc)) if n[t]))
+
+        out["total"].append(lay("total") + emb * A["emb_total"][q, sp]
+                            + head * A["head_total"][q, sp])
+        out["fwd"].append(lay("fwd") + emb * A["emb_fwd"][q, sp] + head * A["head_fwd"][q, sp])
+        out["bwd"].append(lay("bwdrec") + emb * A["emb_bwd"][q, sp]
+                          + head * A["head_bwd"][q, sp])
+        out["act"].append(lay("act"))
+        ws = max([A["layer_ws"][q, t, rc[t], sp] for t in range(len(rc)) if n[t]] + [0.0])
+        if head:
+            ws = max(ws, A["head_ws"][q, sp])
+        out["fixed_mem"].append(ws + (A["head_act"][q, sp] if head else 0.0))
+    return out
+
+
+def _exposure(lm: LinearModel, name: str, comm: Expr, window: Expr, overlap: bool, layers: int,
+              kappa_n: int) -> int:
+    """Variable >= exposed time of collective ``comm`` overlapped with ``window``."""
+    e = lm.var(name, 0, max(lm.bounds(comm)[1], 0), dim="time")
+    if not overlap:
+        lm.add({**comm, e: -1}, ub=0, dim="time")
+        return e
+    # piece 1: c - (1 - kappa) w
+    row = {i: KAPPA_DEN * c for i, c in comm.items()}
+    for i, c in window.items():
+        row[i] = row.get(i, 0) - (KAPPA_DEN - kappa_n) * c
+    row[e] = -KAPPA_DEN
+    lm.add(row, ub=0, dim="time")
+    # piece 2: c (1/l + kappa (1 - 1/l)) = c (KD + kn (l - 1)) / (KD l)
+    factor = KAPPA_DEN + kappa_n * (layers - 1)
+    row = {i: c * factor for i, c in comm.items()}
+    row[e] = -KAPPA_DEN * layers
+    lm.add(row, ub=0, dim="time")
+    return e
+
+
+def _objective_scale(w_time: np.ndarray, w_busy: np.ndarray) -> float:
+    """Integer objective = floor(w x scale) x time: keep ``OBJ_DIGITS`` significant digits of
+    the largest weight (rounding down keeps the objective a lower bound)."""
+    top = float(max(np.max(w_time), np.max(w_busy)))
+    return 10.0 ** (OBJ_DIGITS - 1 - math.floor(math.log10(top)))
+
+
+def _time_bound_s(tb: Tables, q: int) -> float:
+    A = tb.arrays
+    g_ok = A["g_valid"][q]
+    n = A["g_n"][q]
+    lay = np.max(A["layer_total"][q].reshape(n.shape[1], -1), axis=1)
+    ends = max(np.max(A["emb_total"][q]), 0) + max(np.max(A["head_total"][q]), 0)
+    comm = sum(np.max(A[f"g_{k}"][q], axis=1) for k in ("mbf", "mbb"))
+    s = (n @ lay + ends + A["p2p"][q] + comm) * g_ok
+    tail = np.max(sum(np.max(A[f"g_{k}"][q], axis=1) for k in ("grad", "param", "opt"))
+                  + A["g_tied"][q])
+    m, v, pp = A["m"][q], A["v"][q], A["pp"][q]
+    return float((m + (pp - 1) / v) * np.max(s) + tail) * 1.01
+
+
+__all__ = ["build_model", "VarMap", "Ticks", "strategies"]

@@ -1,0 +1,221 @@
+"""A small integer linear model with indicator constraints, emitted to CP-SAT or PuLP.
+
+One model description, two solvers:
+
+- CP-SAT: integer variables (times in picoseconds, memory in bytes), ``OnlyEnforceIf``
+  for indicator rows;
+- MILP (PuLP + HiGHS): binaries stay binary, the other variables become continuous and
+  are rescaled per dimension (times to microseconds, memory to MiB) so that HiGHS sees
+  well-conditioned rows; indicator rows become big-M rows with M taken from the variable
+  bounds (as small as the bounds allow).
+
+A *session* keeps the solver model so that cuts can be added between solves (the top-K
+and proof loop in :mod:`formulations.search`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+Expr = dict[int, int]  # variable index -> integer coefficient
+
+#: Default rescaling of continuous MILP variables per dimension (model units per MILP unit).
+UNIT = {"time": 1e6, "memory": float(2**20), "count": 1.0}
+
+
+@dataclass
+class Var:
+    name: str
+    lb: int
+    ub: int
+    binary: bool = False
+    dim: str = "count"
+
+
+@dataclass
+class Constraint:
+    expr: Expr
+    lb: int | None
+    ub: int | None
+    enforce: int | None = None  # binary variable that activates the row (None = always)
+    dim: str = "count"
+
+
+@dataclass
+class LinearModel:
+    vars: list[Var] = field(default_factory=list)
+    cons: list[Constraint] = field(default_factory=list)
+    objective: Expr = field(default_factory=dict)
+    objective_dim: str = "time"
+    units: dict[str, float] = field(default_factory=lambda: dict(UNIT))
+
+    def var(self, name: str, lb: int, ub: int, dim: str = "count") -> int:
+        assert lb <= ub, (name, lb, ub)
+        self.vars.append(Var(name, int(lb), int(ub), dim=dim))
+        return len(self.vars) - 1
+
+    def binary(self, name: str) -> int:
+        self.vars.append(Var(name, 0, 1, binary=True))
+        return len(self.vars) - 1
+
+    def add(self, expr: Expr, lb: int | None = None, ub: int | None = None,
+            enforce: int | None = None, dim: str = "count") -> Constraint:
+        e = {k: int(v) for k, v in expr.items() if v}
+        c = Constraint(e, None if lb is None else int(lb), None if ub is None else int(ub),
+                       enforce, dim)
+        self.cons.append(c)
+        return c
+
+    def bounds(self, expr: Expr) -> tuple[int, int]:
+        lo = hi = 0
+        for i, c in expr.items():
+            v = self.vars[i]
+            lo += min(c * v.lb, c * v.ub)
+            hi += max(c * v.lb, c * v.ub)
+        return lo, hi
+
+
+@dataclass
+class SolveResult:
+    status: str  # "optimal", "feasible", "infeasible", "unknown"
+    values: list[int] | None
+    objective: float | None
+    wall_s: float
+
+
+def add(a: Expr, b: Expr, scale: int = 1) -> Expr:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + scale * v
+    return out
+
+
+# ---- CP-SAT ------------------------------------------------------------------------------
+class CpsatSession:
+    def __init__(self, lm: LinearModel, workers: int = 2,
+                 log: Callable[[str], None] | None = None):
+        from ortools.sat.python import cp_model
+
+        self._cp = cp_model
+        self.lm = lm
+        self.model = cp_model.CpModel()
+        m = self.model
+        self.xs = [m.new_bool_var(v.name) if v.binary else m.new_int_var(v.lb, v.ub, v.name)
+                   for v in lm.vars]
+        for c in lm.cons:
+            self.add_constraint(c)
+        m.minimize(cp_model.LinearExpr.weighted_sum(
+            [self.xs[i] for i in lm.objective], list(lm.objective.values())))
+        self.workers = workers
+        self.log = log
+
+    def add_constraint(self, c: Constraint) -> None:
+        cp = self._cp
+        expr = cp.LinearExpr.weighted_sum([self.xs[i] for i in c.expr], list(c.expr.values()))
+        lo = c.lb if c.lb is not None else cp.INT_MIN
+        hi = c.ub if c.ub is not None else cp.INT_MAX
+        ct = self.model.add_linear_constraint(expr, lo, hi)
+        if c.enforce is not None:
+            ct.only_enforce_if(self.xs[c.enforce])
+
+    def solve(self, time_limit_s: float) -> SolveResult:
+        cp = self._cp
+        solver = cp.CpSolver()
+        solver.parameters.max_time_in_seconds = max(time_limit_s, 0.01)
+        solver.parameters.num_workers = self.workers
+        # CP-SAT's own presolve is off: on these models (one-hot blocks, coefficients up to
+        # ~1e13) ortools 9.15's presolve removed a feasible better solution ("presolve broke
+        # a feasible hint"), and without it the search is also twice as fast.
+        solver.parameters.cp_model_presolve = False
+        if self.log:
+            solver.parameters.log_search_progress = True
+            solver.log_callback = self.log
+        t0 = time.perf_counter()
+        status = solver.solve(self.model)
+        wall = time.perf_counter() - t0
+        name = {cp.OPTIMAL: "optimal", cp.FEASIBLE: "feasible",
+                cp.INFEASIBLE: "infeasible"}.get(status, "unknown")
+        if name in ("optimal", "feasible"):
+            return SolveResult(name, [int(solver.value(x)) for x in self.xs],
+                               solver.objective_value, wall)
+        return SolveResult(name, None, None, wall)
+
+
+# ---- MILP (PuLP + HiGHS) -----------------------------------------------------------------
+class MilpSession:
+    def __init__(self, lm: LinearModel, log: Callable[[str], None] | None = None):
+        import pulp
+
+        self._pulp = pulp
+        self.lm = lm
+        self.prob = pulp.LpProblem("planner", pulp.LpMinimize)
+        self.xs = []
+        for i, v in enumerate(lm.vars):
+            if v.binary:
+                self.xs.append(pulp.LpVariable(f"b{i}", cat="Binary"))
+            else:
+                u = lm.units[v.dim]
+                self.xs.append(pulp.LpVariable(f"x{i}", lowBound=v.lb / u, upBound=v.ub / u))
+        ou = lm.units[lm.objective_dim]
+        self.prob += pulp.lpSum(self._coef(i, coef, ou) * self.xs[i]
+                                for i, coef in lm.objective.items())
+        self.ncons = 0
+        for c in lm.cons:
+            self.add_constraint(c)
+        self.log = log
+
+    def _coef(self, i: int, coef: float, row_unit: float) -> float:
+        v = self.lm.vars[i]
+        return coef * (1.0 if v.binary else self.lm.units[v.dim]) / row_unit
+
+    def add_constraint(self, c: Constraint) -> None:
+        pulp = self._pulp
+        u = self.lm.units[c.dim]
+        expr = pulp.LpAffineExpression([(self.xs[i], self._coef(i, coef, u))
+                                        for i, coef in c.expr.items()])
+        lo_b, hi_b = self.lm.bounds(c.expr)
+        self.ncons += 1
+        k = self.ncons
+        if c.ub is not None:
+            if c.enforce is None:
+                self.prob += expr <= c.ub / u, f"u{k}"
+            elif hi_b > c.ub:
+                self.prob += expr <= (c.ub + (hi_b - c.ub) * (1 - self.xs[c.enforce])) / u, f"u{k}"
+        if c.lb is not None:
+            if c.enforce is None:
+                self.prob += expr >= c.lb / u, f"l{k}"
+            elif lo_b < c.lb:
+                self.prob += expr >= (c.lb - (c.lb - lo_b) * (1 - self.xs[c.enforce])) / u, f"l{k}"
+
+    def solve(self, time_limit_s: float) -> SolveResult:
+        pulp = self._pulp
+        solver = _highs(max(time_limit_s, 0.01), self.log is not None)
+        t0 = time.perf_counter()
+        self.prob.solve(solver)
+        wall = time.perf_counter() - t0
+        status = pulp.LpStatus[self.prob.status]
+        if status == "Optimal":
+            vals = []
+            for x, v in zip(self.xs, self.lm.vars):
+                val = x.value() or 0.0
+                vals.append(int(round(val)) if v.binary else int(round(val * self.lm.units[v.dim])))
+            obj = pulp.value(self.prob.objective) * self.lm.units[self.lm.objective_dim]
+            return SolveResult("optimal", vals, obj, wall)
+        if status == "Infeasible":
+            return SolveResult("infeasible", None, None, wall)
+        return SolveResult("unknown", None, None, wall)
+
+
+def _highs(time_limit_s: float, verbose: bool):
+    import pulp
+
+    cls = getattr(pulp, "HiGHS", None)
+    if cls is not None and cls().available():
+        return cls(msg=verbose, timeLimit=time_limit_s, gapRel=1e-9, gapAbs=0.0, threads=1,
+                   primal_feasibility_tolerance=1e-9, mip_feasibility_tolerance=1e-9)
+    cbc = pulp.PULP_CBC_CMD(msg=verbose, timeLimit=time_limit_s, gapRel=1e-9)
+    if cbc.available():
+        return cbc
+    raise RuntimeError("no MILP solver available: install highspy (pip install highspy)")

@@ -1,0 +1,327 @@
+"""Solve, re-rank with the exact evaluator, and prove.
+
+1. **Presolve** (optional, on by default): a separable lower bound of the objective for
+   every point q (each term at its smallest value over the inner choices that can fit in
+   memory), and an upper bound from exactly evaluating the inner choices of the few most
+   promising points. Points whose lower bound exceeds the upper bound cannot be optimal
+   and are dropped. Nothing here approximates: the bound is a bound.
+2. **Model**: :func:`formulations.build.build_model` over the remaining points, solved by
+   CP-SAT or by HiGHS through PuLP.
+3. **Loop**: each answer is evaluated exactly; a no-good cut removes it, and a bound cut
+   keeps only plans whose model objective could still beat the K-th best exact value. The
+   loop ends when the solver's optimum cannot beat it (the answer is then *proven*), when
+   the model becomes infeasible, or at the time limit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from formulations.build import VarMap, build_model
+from formulations.linear import Constraint, CpsatSession, MilpSession
+from formulations.space import RECOMPUTE, Inner
+from formulations.tables import Tables, objective_weights
+from planner.costmodel.evaluator import Estimate, evaluate
+from planner.costmodel.stage import overlapped_s
+from planner.specs.plan import Plan
+
+Key = tuple[int, tuple[int, ...], int, int]  # (q, recompute per type, sp, zero)
+
+
+@dataclass
+class Candidate:
+    key: Key
+    plan: Plan
+    estimate: Estimate
+    objective: float  # exact, from the evaluator
+    bound: float | None = None  # the model's objective for this plan (a lower bound)
+
+
+@dataclass
+class SearchStats:
+    points_total: int = 0
+    points_model: int = 0
+    space_size: int = 0
+    solver_calls: int = 0
+    evaluations: int = 0
+    build_s: float = 0.0
+    solve_s: float = 0.0
+
+
+@dataclass
+class SearchResult:
+    backend: str
+    status: str  # optimal | feasible | infeasible | time_limit
+    candidates: list[Candidate] = field(default_factory=list)  # feasible, best first
+    bound: float | None = None  # proven lower bound of the objective over the space
+    stats: SearchStats = field(default_factory=SearchStats)
+    wall_s: float = 0.0
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+
+def exact_objective(tb: Tables, est: Estimate, world: int) -> float:
+    a, b = objective_weights(tb.objective, tb.space.cluster, world, 0.0)
+    assert est.iteration_time_s is not None and est.gpu_busy_s is not None
+    return a * est.iteration_time_s + b * est.gpu_busy_s
+
+
+def evaluate_key(tb: Tables, key: Key) -> Candidate:
+    q, rc, sp, z = key
+    plan = tb.plan(q, rc, sp, z)
+    est = evaluate(tb.space.model, tb.space.cluster, plan, tb.space.options.allow_idle_gpus)
+    obj = exact_objective(tb, est, plan.world_size) if est.iteration_time_s is not None else math.inf
+    return Candidate(key, plan, est, obj if est.feasible else math.inf)
+
+
+# ---- presolve ----------------------------------------------------------------------------
+def lower_bounds(tb: Tables) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # inf x 0 for infeasible ZeRO stages, masked below
+        return _lower_bounds(tb)
+
+
+def _lower_bounds(tb: Tables) -> np.ndarray:
+    """A lower bound of the objective at every point (``inf`` where nothing fits).
+
+    Exact over the ZeRO stage; for each stage, each layer type takes its fastest
+    recomputation/SP option that fits in memory next to that stage's states (separately
+    per type, so a bound), and every overlapped collective is charged its exposure behind
+    the *longest* window any fitting option offers (exposure falls with the window).
+    """
+    A = tb.arrays
+    cluster = tb.space.cluster
+    base_plan = tb.plan(0, tuple(0 for _ in tb.layer_types), 0, 0) if tb.num_points else None
+    kappa = cluster.gpu.efficiency.overlap_slowdown
+    ovl_param = base_plan.overlap_param_gather if base_plan else True
+    ovl_grad = base_plan.overlap_dp_grad_reduce if base_plan else True
+    cap = cluster.gpu.hbm_bytes
+    reserve = cluster.memory_reserve_gib * 2**30
+    inf = np.inf
+    Q, G = A["g_valid"].shape
+    ok = A["rc_ok"][None, :, :, None] & A["ok_sp"][:, None, None, :]  # (Q, T, 3, 2)
+    valid = A["g_valid"]
+    spmask = np.where(A["ok_sp"], 0.0, inf)
+    head_act = np.min(A["head_act"] + spmask, axis=1)
+    # memory without layer activations, per ZeRO stage: (Q, G, Z)
+    base = (A["g_states"] + A["buffers"][:, None, :] + reserve
+            + (A["g_head"] * head_act[:, None])[:, :, None])
+    base = np.where(A["ok_z"][:, None, :], base, inf)
+    infl_v = A["g_infl"] / A["v"][:, None]
+    act = infl_v[:, :, None, None, None] * A["g_n"][:, :, :, None, None] * A["layer_act"][:, None]
+    act = np.where(ok[:, None], act, inf)  # (Q, G, T, 3, 2)
+    act_min = np.min(act.reshape(Q, G, act.shape[2], -1), axis=3)
+    others = act_min.sum(axis=2, keepdims=True) - act_min
+    # fits[q, z, t, k, b]: option (k, b) of type t fits in every group with ZeRO stage z
+    need = act + others[..., None, None]  # (Q, G, T, 3, 2)
+    fits = (base[:, :, :, None, None, None] + need[:, :, None] <= cap) | ~valid[
+        :, :, None, None, None, None]
+    feasible = ok[:, None] & np.all(fits, axis=1)  # (Q, Z, T, 3, 2)
+
+    def best(name: str, fn, fill: float) -> np.ndarray:
+        vals = np.where(feasible, A[f"layer_{name}"][:, None], fill)
+        return fn(vals.reshape(Q, 4, vals.shape[2], -1), axis=3)  # (Q, Z, T)
+
+    lmin = best("total", np.min, inf)
+    fmax = best("fwd", np.max, 0.0)
+    bmax = best("bwdrec", np.max, 0.0)
+    n = A["g_n"]  # (Q, G, T)
+
+    def per_group(x: np.ndarray) -> np.ndarray:  # (Q, Z, T) -> (Q, Z, G)
+        with np.errstate(invalid="ignore"):
+            return np.where(n[:, None] > 0, n[:, None] * x[:, :, None, :], 0.0).sum(axis=3)
+
+    emb = np.min(A["emb_total"] + spmask, axis=1)[:, None, None]
+    head = np.min(A["head_total"] + spmask, axis=1)[:, None, None]
+    e_emb, e_head = A["g_emb"][:, None, :], A["g_head"][:, None, :]
+    s_lb = (per_group(lmin) + e_emb * emb + e_head * head + A["p2p"][:, None, None])
+    wf = per_group(fmax) + e_emb * np.max(A["emb_fwd"], axis=1)[:, None, None] \
+        + e_head * np.max(A["head_fwd"], axis=1)[:, None, None]
+    wb = per_group(bmax) + e_emb * np.max(A["emb_bwd"], axis=1)[:, None, None] \
+        + e_head * np.max(A["head_bwd"], axis=1)[:, None, None]
+    layers = A["g_layers"][:, None, :]
+
+    def zg(name: str) -> np.ndarray:  # (Q, G, Z) -> (Q, Z, G)
+        return np.transpose(A[name], (0, 2, 1))
+
+    s_lb = s_lb + overlapped_s(zg("g_mbf"), wf, layers, ovl_param, kappa) \
+        + overlapped_s(zg("g_mbb"), wb, layers, ovl_grad, kappa)
+    tail = (zg("g_opt") + A["g_tied"][:, None, :]
+            + overlapped_s(zg("g_grad"), wb, layers, ovl_grad, kappa)
+            + overlapped_s(zg("g_param"), wf, layers, ovl_param, kappa))
+    gmask = valid[:, None, :]
+    s_lb = np.where(gmask, s_lb, 0.0)
+    m, v, pp = A["m"][:, None], A["v"][:, None], A["pp"][:, None]
+    cnt = A["g_cnt"][:, None, :]
+    t_lb = (m * s_lb.max(axis=2) + (pp - 1) / (v * pp) * (cnt * s_lb).sum(axis=2)
+            + np.where(gmask, tail, 0.0).max(axis=2))
+    out = A["w_time"][:, None] * t_lb
+    if np.any(A["w_busy"] > 0):
+        fb = np.where(feasible, (A["layer_fwd"] + A["layer_bwdrec"])[:, None], inf)
+        fb_min = np.min(fb.reshape(Q, 4, fb.shape[2], -1), axis=3)
+        ends = (np.min(A["emb_fwd"] + A["emb_bwd"] + spmask, axis=1)[:, None, None] * e_emb
+                + np.min(A["head_fwd"] + A["head_bwd"] + spmask, axis=1)[:, None, None] * e_head)
+        work = np.where(gmask, per_group(fb_min) + ends, 0.0)
+        busy = (m * (cnt * work).sum(axis=2) + (cnt * np.where(gmask, zg("g_opt"), 0.0)).sum(axis=2)) / pp
+        out = out + A["w_busy"][:, None] * busy
+    out = np.where(np.isfinite(lmin).all(axis=2) & A["ok_z"], out, inf)
+    return np.min(out, axis=1)
+
+
+def inner_keys(tb: Tables, q: int) -> list[Key]:
+    o, _ = tb.points[q]
+    keys = []
+    for inner in tb.space.inners(o):
+        rc = tuple(RECOMPUTE.index(r) for r in inner.recompute)
+        keys.append((q, rc, int(inner.sp), inner.zero))
+    return keys
+
+
+def presolve(tb: Tables, probe: int = 4) -> tuple[list[int], list[Candidate], np.ndarray]:
+    """Points that may hold the optimum, and the exactly evaluated incumbents."""
+    lb = lower_bounds(tb)
+    order = [int(q) for q in np.argsort(lb, kind="stable") if np.isfinite(lb[q])]
+    incumbents: list[Candidate] = []
+    feasible_points = 0
+    for q in order:
+        cands = [evaluate_key(tb, k) for k in inner_keys(tb, q)]
+        incumbents += cands
+        if any(c.estimate.feasible for c in cands):
+            feasible_points += 1
+        if feasible_points >= probe:
+            break
+    best = min((c.objective for c in incumbents), default=math.inf)
+    keep = [q for q in order if lb[q] <= best * (1 + 1e-9)] if math.isfinite(best) else order
+    return keep, incumbents, lb
+
+
+# ---- the loop -------------------------------------------------------------------------------
+def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s: float = 60.0,
+               use_presolve: bool = True, workers: int = 2,
+               progress: Callable[[str], None] | None = None,
+               log: Callable[[str], None] | None = None) -> SearchResult:
+    t0 = time.perf_counter()
+    stats = SearchStats(points_total=tb.num_points)
+    pool: dict[Key, Candidate] = {}
+    if use_presolve:
+        points, incumbents, _ = presolve(tb)
+        for c in incumbents:
+            pool[c.key] = c
+        stats.evaluations += len(incumbents)
+    else:
+        points = [q for q in range(tb.num_points)]
+    stats.points_model = len(points)
+    if not points:
+        return _result(backend, "infeasible", pool, top_k, None, stats, t0)
+
+    tb_build = time.perf_counter()
+    lm, vm = build_model(tb, points)
+    session = CpsatSession(lm, workers, log) if backend == "cpsat" else MilpSession(lm, log)
+    for key in pool:
+        if key[0] in vm.y:
+            session.add_constraint(_nogood(vm, key))
+    stats.build_s = time.perf_counter() - tb_build
+    per_unit = vm.obj_scale * vm.ticks.per_s
+    slack = 2 * sum(abs(c) for c in lm.objective.values())
+    status, bound = "time_limit", None
+    last_cut = math.inf
+    while True:
+        kth = _kth(pool, top_k)
+        if math.isfinite(kth) and kth < last_cut:
+            session.add_constraint(Constraint(dict(lm.objective), None,
+                                              int(math.ceil(kth * per_unit)) + slack, None, "time"))
+            last_cut = kth
+        left = time_limit_s - (time.perf_counter() - t0)
+        if left <= 0:
+            break
+        res = session.solve(left)
+        stats.solver_calls += 1
+        stats.solve_s += res.wall_s
+        if res.status == "infeasible":
+            status = "optimal" if pool else "infeasible"
+            bound = kth if math.isfinite(kth) else None
+            break
+        if res.status not in ("optimal", "feasible"):
+            break
+        key = vm.decode(res.values)
+        lb_units = res.objective
+        if res.status == "optimal" and lb_units - slack >= kth * per_unit:
+            status, bound = "optimal", (lb_units - slack) / per_unit
+            break
+        cand = pool.get(key) or evaluate_key(tb, key)
+        cand.bound = lb_units / per_unit
+        pool[key] = cand
+        stats.evaluations += 1
+        if progress:
+            best = _kth(pool, 1)
+            progress(f"{stats.solver_calls} solves, {stats.evaluations} exact evaluations, "
+                     f"best {best:.6g}")
+        session.add_constraint(_nogood(vm, key))
+    return _result(backend, status, pool, top_k, bound, stats, t0)
+
+
+def _nogood(vm: VarMap, key: Key) -> Constraint:
+    lits = vm.literals(key)
+    return Constraint({i: 1 for i in lits}, None, len(lits) - 1, None, "count")
+
+
+def _kth(pool: dict[Key, Candidate], k: int) -> float:
+    vals = sorted(c.objective for c in pool.values() if c.estimate.feasible)
+    return vals[k - 1] if len(vals) >= k else math.inf
+
+
+def _result(backend: str, status: str, pool: dict[Key, Candidate], top_k: int,
+            bound: float | None, stats: SearchStats, t0: float) -> SearchResult:
+    feas = sorted((c for c in pool.values() if c.estimate.feasible),
+                  key=lambda c: (c.objective, str(c.key)))
+    if not feas and status == "optimal":
+        status = "infeasible"
+    return SearchResult(backend, status, feas[:top_k], bound, stats, time.perf_counter() - t0)
+
+
+def run_exhaustive(tb_space, objective: str = "time", top_k: int = 1,
+                   time_limit_s: float = 1e9,
+                   progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    """Brute force: evaluate every plan of the space with the evaluator (the reference)."""
+    from formulations.tables import objective_weights as ow
+
+    space = tb_space
+    t0 = time.perf_counter()
+    stats = SearchStats(space_size=space.size())
+    best: list[tuple[float, str, Plan, Estimate]] = []
+    status = "optimal"
+    done = 0
+    for o, dom, inner in space:
+        if time.perf_counter() - t0 > time_limit_s:
+            status = "time_limit"
+            break
+        plan = space.plan(o, dom, inner)
+        est = evaluate(space.model, space.cluster, plan, space.options.allow_idle_gpus)
+        done += 1
+        if progress and done % 2000 == 0:
+            progress(done, stats.space_size)
+        if not est.feasible:
+            continue
+        a, b = ow(objective, space.cluster, plan.world_size, 0.0)
+        obj = a * est.iteration_time_s + b * est.gpu_busy_s
+        best.append((obj, repr((o, dom, inner)), plan, est))
+        if len(best) > 4 * top_k:
+            best.sort(key=lambda r: (r[0], r[1]))
+            del best[top_k:]
+    stats.evaluations = done
+    best.sort(key=lambda r: (r[0], r[1]))
+    cands = [Candidate((0, (), 0, 0), p, e, obj) for obj, _, p, e in best[:top_k]]
+    if not cands and status == "optimal":
+        status = "infeasible"
+    return SearchResult("exhaustive", status, cands, cands[0].objective if cands else None,
+                        stats, time.perf_counter() - t0)
+
+
+__all__ = ["run_search", "run_exhaustive", "presolve", "lower_bounds", "SearchResult", "Candidate",
+           "Inner"]

@@ -1,0 +1,226 @@
+"""The search space shared by every backend (CP-SAT, MILP, exhaustive).
+
+A point of the space is ``(outer, domain, inner)``:
+
+- ``Outer``: the parallel degrees, microbatch size and interleaving (tp, cp, pp, dp, mbs, v);
+- ``domain``: GPUs of each group inside one NVSwitch domain (a_tp, a_cp, a_dp, a_pp);
+- ``Inner``: recomputation per layer type, sequence parallelism and the ZeRO stage.
+
+Structural validity (divisibility, GPU count) is decided by the evaluator's own
+``check_structure``, so the space holds exactly the plans the evaluator accepts short of
+memory. Equivalent plans appear once: sequence parallelism only with tp > 1, ZeRO only
+with dp x cp > 1, a single placement when the job fits in one domain, interleaving only
+with pp > 1. Fixed knobs (``--fix``) restrict the corresponding domains.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from planner.costmodel.evaluator import check_structure
+from planner.costmodel.network import PlacementError, spans_for
+from planner.errors import InputError
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import DEFAULT_ORDER, WORLD_DIMS, Plan
+
+RECOMPUTE = ("none", "selective", "full")
+#: Plan fields that are decisions of the search; everything else is a base setting.
+DECISIONS = ("tp", "cp", "pp", "dp", "microbatch_size", "virtual_stages", "sequence_parallel",
+             "recompute", "zero_stage", "placement", "uneven_pipeline", "tp_comm")
+
+
+@dataclass(frozen=True)
+class Outer:
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    mbs: int
+    v: int
+    uneven: bool
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
+class Inner:
+    recompute: tuple[str, ...]  # per layer type, in model.layer_types order
+    sp: bool
+    zero: int
+
+
+@dataclass(frozen=True)
+class SpaceOptions:
+    """Bounds of the search space (documented defaults; the CLI exposes them)."""
+
+    max_microbatch: int = 16
+    max_virtual_stages: int = 8
+    #: context parallelism only while each rank keeps at least this many tokens
+    min_cp_tokens: int = 4096
+    allow_idle_gpus: bool = False
+    #: allow layer splits that do not divide pp x v (end stages get fewer layers)
+    allow_uneven: bool = True
+    search_placement: bool = True
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass
+class SearchSpace:
+    model: ModelSpec
+    cluster: ClusterSpec
+    base: dict[str, Any]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    options: SpaceOptions = field(default_factory=SpaceOptions)
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.fixed if k not in Plan.model_fields]
+        if unknown:
+            raise InputError(f"--fix: {unknown} are not plan fields")
+        self.order = tuple(
+            (self.fixed.get("placement") or {}).get("order") or self.base.get("placement", {}).get(
+                "order") or DEFAULT_ORDER)
+        self.layer_types = self.model.layer_types
+        self.outers = self._outers()
+        self._placements: dict[Outer, list[tuple[int, ...]]] = {}
+
+    # ---- the outer configurations -------------------------------------------------------
+    def _allowed(self, key: str, values: list[int]) -> list[int]:
+        if key in self.fixed:
+            v = self.fixed[key]
+            return [v] if v in values else []
+        return values
+
+    def _outers(self) -> list[Outer]:
+        n = self.cluster.num_gpus
+        gb = self.base["global_batch_size"]
+        seq = self.base["seq_len"]
+        opt = self.options
+        layers = self.model.num_layers
+        out: list[Outer] = []
+        tps = self._allowed("tp", divisors(n))
+        for tp in tps:
+            cps = [c for c in divisors(n // tp) if c == 1 or seq // c >= opt.min_cp_tokens]
+            for cp in self._allowed("cp", cps):
+                pps = [p for p in divisors(n // (tp * cp)) if p <= layers]
+                for pp in self._allowed("pp", pps):
+                    rest = n // (tp * cp * pp)
+                    dps = [d for d in divisors(gb) if d <= rest] if opt.allow_idle_gpus else [rest]
+                    for dp in self._allowed("dp", dps):
+                        if gb % dp:
+                            continue
+                        mbss = [b for b in divisors(gb // dp) if b <= opt.max_microbatch]
+                        for mbs in self._allowed("microbatch_size", mbss):
+                            m = gb // (dp * mbs)
+                            vs = [1] if pp == 1 else [
+                                v for v in range(1, opt.max_virtual_stages + 1)
+                                if pp * v <= layers and (v == 1 or m % pp == 0)]
+                            for v in self._allowed("virtual_stages", vs):
+                                uneven = layers % (pp * v) != 0
+                                fixed_uneven = self.fixed.get("uneven_pipeline")
+                                if uneven and not (opt.allow_uneven if fixed_uneven is None
+                                                   else fixed_uneven):
+                                    continue
+                                o = Outer(tp, cp, pp, dp, mbs, v, uneven)
+                                if self._structurally_valid(o):
+                                    out.append(o)
+        return out
+
+    def _structurally_valid(self, o: Outer) -> bool:
+        plan = self.plan(o, None, Inner(("none",) * len(self.layer_types), False, 0))
+        return not check_structure(self.model, self.cluster, plan, self.options.allow_idle_gpus)
+
+    # ---- placements and inner options -------------------------------------------------
+    def placements(self, o: Outer) -> list[tuple[int, ...] | None]:
+        """Domain factors (a_tp, a_cp, a_dp, a_pp) to search; ``None`` = follow the order."""
+        if o in self._placements:
+            return self._placements[o]
+        degrees = (o.tp, o.cp, o.dp, o.pp)
+        levels = tuple(self.cluster.topology)
+        fixed = (self.fixed.get("placement") or {}).get("domain")
+        if fixed is not None:
+            cands: list[tuple[int, ...] | None] = [tuple(int(fixed.get(d, 1)) for d in WORLD_DIMS)]
+        elif not self.options.search_placement or o.world <= self.cluster.domain_size:
+            cands = [None]
+        else:
+            target = self.cluster.domain_size
+            cands = []
+            for a in itertools.product(*[divisors(math.gcd(g, target)) for g in degrees]):
+                if math.prod(a) == target:
+                    cands.append(tuple(a))
+        ok = []
+        for c in cands:
+            try:
+                spans_for(degrees, c, self.order, levels)
+            except PlacementError:
+                continue
+            ok.append(c)
+        self._placements[o] = ok
+        return ok
+
+    def recompute_options(self) -> list[tuple[str, ...]]:
+        fixed = self.fixed.get("recompute")
+        per_type: list[list[str]] = []
+        for t in self.layer_types:
+            if isinstance(fixed, str):
+                per_type.append([fixed])
+            elif isinstance(fixed, dict) and t in fixed:
+                per_type.append([fixed[t]])
+            else:
+                per_type.append(list(RECOMPUTE))
+        return list(itertools.product(*per_type))
+
+    def sp_options(self, o: Outer) -> list[bool]:
+        if "sequence_parallel" in self.fixed:
+            sp = bool(self.fixed["sequence_parallel"])
+            return [sp] if (o.tp > 1 or not sp) else []
+        if self.fixed.get("tp_comm") == "allreduce":
+            return [False]
+        return [False, True] if o.tp > 1 else [False]
+
+    def zero_options(self, o: Outer) -> list[int]:
+        if "zero_stage" in self.fixed:
+            return [int(self.fixed["zero_stage"])]
+        return [0, 1, 2, 3] if o.dp * o.cp > 1 else [0]
+
+    def inners(self, o: Outer) -> Iterator[Inner]:
+        for rc in self.recompute_options():
+            for sp in self.sp_options(o):
+                for z in self.zero_options(o):
+                    yield Inner(rc, sp, z)
+
+    # ---- points and plans ----------------------------------------------------------------
+    def __iter__(self) -> Iterator[tuple[Outer, tuple[int, ...] | None, Inner]]:
+        for o in self.outers:
+            for dom in self.placements(o):
+                for inner in self.inners(o):
+                    yield o, dom, inner
+
+    def size(self) -> int:
+        return sum(len(self.placements(o)) * len(self.recompute_options())
+                   * len(self.sp_options(o)) * len(self.zero_options(o)) for o in self.outers)
+
+    def plan(self, o: Outer, domain: tuple[int, ...] | None, inner: Inner) -> Plan:
+        data = dict(self.base)
+        data.update({k: v for k, v in self.fixed.items() if k not in DECISIONS})
+        rc: Any = inner.recompute[0] if len(inner.recompute) == 1 else dict(
+            zip(self.layer_types, inner.recompute))
+        placement: dict[str, Any] = {"order": list(self.order)}
+        if domain is not None:
+            placement["domain"] = dict(zip(WORLD_DIMS, domain))
+        data.update(
+            tp=o.tp, cp=o.cp, pp=o.pp, dp=o.dp, microbatch_size=o.mbs, virtual_stages=o.v,
+            uneven_pipeline=o.uneven, sequence_parallel=inner.sp,
+            tp_comm=self.fixed.get("tp_comm") or ("rs_ag" if inner.sp else "allreduce"),
+            recompute=rc, zero_stage=inner.zero, placement=placement,
+        )
+        return Plan.model_validate(data)

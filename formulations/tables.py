@@ -1,0 +1,272 @@
+"""Coefficient tables of the formulations, computed by the evaluator's own functions.
+
+For every point ``q = (outer, domain)`` of the search space and every inner choice
+(recomputation per layer type, sequence parallelism, ZeRO stage) the tables hold the
+terms that the evaluator composes; the formulations only re-express the composition
+(sums, products with per-``q`` constants, maxima, overlap exposure) as constraints.
+Nothing in this module computes physics of its own.
+
+Stage *groups*: pipeline ranks that hold the same layers, embedding and head have the
+same time; memory grows with the in-flight microbatches, so a group keeps its maximum.
+At most ``MAX_GROUPS`` groups exist per point (first, middle(s), last).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from formulations.space import RECOMPUTE, Outer, SearchSpace
+from planner.costmodel.energy import energy_coefficients
+from planner.costmodel.evaluator import strategy_from
+from planner.costmodel.layer import LayerShape, Net, layer_cost
+from planner.costmodel.network import combine, spans_for
+from planner.costmodel.pipeline import Stage, stage_layout
+from planner.costmodel.stage import (
+    comm_buffer_bytes,
+    dp_comm,
+    embedding_cost,
+    head_cost,
+    optimizer_step_s,
+    p2p_time_per_microbatch_s,
+    stage_params,
+    state_bytes,
+    tied_embedding_sync_s,
+)
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Plan
+
+MAX_GROUPS = 4
+OBJECTIVES = ("time", "tokens", "gpu_hours", "energy", "cost")
+
+
+@dataclass(frozen=True)
+class Group:
+    layers: tuple[tuple[str, int], ...]
+    embedding: bool
+    head: bool
+    count: int
+    inflight: int
+
+
+@lru_cache(maxsize=4096)
+def stage_groups(model: ModelSpec, pp: int, v: int, m: int, uneven: bool) -> tuple[Group, ...]:
+    stages = stage_layout(model, pp, v, m, uneven)
+    assert stages is not None
+    by_key: dict[tuple, list[Stage]] = {}
+    for st in stages:
+        key = (tuple(sorted(st.layers.items())), st.embedding, st.head)
+        by_key.setdefault(key, []).append(st)
+    return tuple(Group(k[0], k[1], k[2], len(v_), max(s.inflight_chunks for s in v_))
+                 for k, v_ in by_key.items())
+
+
+@dataclass
+class Tables:
+    """Arrays indexed by point q (axis 0); layer options by (type, recompute, sp); ZeRO by z."""
+
+    space: SearchSpace
+    points: list[tuple[Outer, tuple[int, ...] | None]]
+    objective: str
+    layer_types: tuple[str, ...]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.arrays[key]
+
+    @property
+    def num_points(self) -> int:
+        return len(self.points)
+
+    def plan(self, q: int, rc: tuple[int, ...], sp: int, z: int) -> Plan:
+        from formulations.space import Inner
+
+        outer, dom = self.points[q]
+        inner = Inner(tuple(RECOMPUTE[i] for i in rc), bool(sp), int(z))
+        return self.space.plan(outer, dom, inner)
+
+
+def objective_weights(objective: str, cluster, world: int, tokens_per_iter: float
+                      ) -> tuple[float, float]:
+    """Objective = ``a x T + b x busy`` per iteration (before a common positive scale)."""
+    if objective in ("time", "tokens"):
+        return 1.0, 0.0
+    if objective == "gpu_hours":
+        return world / 3600.0, 0.0
+    if objective == "cost":
+        from planner.costmodel.energy import price_per_gpu_hour
+
+        price = price_per_gpu_hour(cluster) or 1.0
+        return world * price / 3600.0, 0.0
+    if objective == "energy":
+        return energy_coefficients(cluster, world)
+    raise ValueError(f"unknown objective '{objective}'; expected one of {OBJECTIVES}")
+
+
+def _affine(fn, *args) -> tuple[np.ndarray, np.ndarray]:
+    """Slope and intercept of ``fn(params, *args)``, a tuple of fields each affine in
+    ``params`` for params > 0 (true of the DP traffic, optimizer step and states)."""
+    lo, hi = np.array(fn(1e9, *args), float), np.array(fn(2e9, *args), float)
+    slope = (hi - lo) / 1e9
+    return slope, lo - slope * 1e9
+
+
+def _dp_fields(params: float, z: int, spans, levels, chunks) -> tuple[float, ...]:
+    c = dp_comm(params, z, spans, levels, chunks)
+    return (c.mb_fwd_s, c.mb_bwd_s, c.grad_s, c.param_s)
+
+
+def _sp_options(space: SearchSpace, tp: int) -> list[bool]:
+    return space.sp_options(Outer(tp, 1, 1, 1, 1, 1, False))
+
+
+def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
+    model, cluster = space.model, space.cluster
+    gpu, levels = cluster.gpu, tuple(cluster.topology)
+    chunks = cluster.collective_chunks
+    types = space.layer_types
+    nt = len(types)
+    outers = space.outers
+    base = space.plan(outers[0], None, next(space.inners(outers[0]))) if outers else None
+    seq = space.base["seq_len"]
+    gb = space.base["global_batch_size"]
+    dtype = space.base.get("dtype", "bf16")
+    O, G = len(outers), MAX_GROUPS
+    rc_opts = space.recompute_options()
+    rc_ok = np.array([[mode in opts for mode in RECOMPUTE] for opts in zip(*rc_opts)]) \
+        if rc_opts else np.zeros((nt, 3), bool)
+
+    # ---- per outer configuration --------------------------------------------------------
+    o_m = np.array([gb // (o.dp * o.mbs) for o in outers], dtype=np.int64)
+    o_sp = np.zeros((O, 2), bool)
+    o_z = np.zeros((O, 4), bool)
+    o_buf = np.zeros((O, 4))
+    g_valid = np.zeros((O, G), bool)
+    g_n = np.zeros((O, G, nt), np.int64)
+    g_emb, g_head, g_cnt, g_infl, g_layers = (np.zeros((O, G), np.int64) for _ in range(5))
+    g_params = np.zeros((O, G))
+    opt_slope = np.zeros((O, G, 4))
+    st_slope = np.zeros((O, G, 4))
+    for oi, o in enumerate(outers):
+        shape = LayerShape(o.tp, o.cp, o.mbs, seq)
+        for sp in space.sp_options(o):
+            o_sp[oi, int(sp)] = True
+        for z in space.zero_options(o):
+            o_z[oi, z] = True
+            o_buf[oi, z] = comm_buffer_bytes(model, shape, z, types)
+        groups = stage_groups(model, o.pp, o.v, int(o_m[oi]), o.uneven)
+        assert len(groups) <= G, f"{len(groups)} stage groups"
+        for gi, grp in enumerate(groups):
+            layers = dict(grp.layers)
+            g_valid[oi, gi] = True
+            g_emb[oi, gi], g_head[oi, gi] = grp.embedding, grp.head
+            g_cnt[oi, gi], g_infl[oi, gi] = grp.count, grp.inflight
+            g_layers[oi, gi] = max(sum(layers.values()), 1)
+            for ti, t in enumerate(types):
+                g_n[oi, gi, ti] = layers.get(t, 0)
+            g_params[oi, gi] = stage_params(model, o.tp, o.pp, layers, grp.embedding, grp.head)
+        dpcp = o.dp * o.cp
+        for z in range(4):
+            opt_slope[oi, :, z] = optimizer_step_s(gpu, 1.0, z, dpcp)
+            st = state_bytes(1.0, z, dpcp, dtype)
+            st_slope[oi, :, z] = st.weights + st.gradients + st.optimizer
+
+    # ---- per point: keys into tables of unique terms ------------------------------------
+    points: list[tuple[Outer, tuple[int, ...] | None]] = []
+    q_outer: list[int] = []
+    keys: dict[str, dict] = {"layer": {}, "end": {}, "p2p": {}, "dp": {}, "tied": {}}
+    q_keys: dict[str, list[int]] = {k: [] for k in keys}
+
+    def key_index(kind: str, key) -> int:
+        table = keys[kind]
+        if key not in table:
+            table[key] = len(table)
+        return table[key]
+
+    for oi, o in enumerate(outers):
+        for dom in space.placements(o):
+            tp_s, cp_s, dp_s, pp_s = spans_for((o.tp, o.cp, o.dp, o.pp), dom, space.order, levels)
+            points.append((o, dom))
+            q_outer.append(oi)
+            q_keys["layer"].append(key_index("layer", (o.tp, o.cp, o.mbs, tp_s, cp_s)))
+            q_keys["end"].append(key_index("end", (o.tp, o.cp, o.mbs, tp_s)))
+            q_keys["p2p"].append(key_index("p2p", (o.tp, o.cp, o.mbs, o.v, o.pp, pp_s)))
+            q_keys["dp"].append(key_index("dp", combine(dp_s, cp_s)))
+            q_keys["tied"].append(key_index("tied", (o.tp, o.pp, pp_s)))
+
+    # ---- unique terms, from the evaluator's functions -----------------------------------
+    lnames = ("total", "fwd", "bwdrec", "act", "ws", "recflops")
+    LT = np.zeros((len(keys["layer"]), len(lnames), nt, 3, 2))
+    for (tp, cp, mbs, tp_s, cp_s), k in keys["layer"].items():
+        net = Net(levels, tp_s, cp_s, chunks)
+        shape = LayerShape(tp, cp, mbs, seq)
+        for sp in _sp_options(space, tp):
+            tp_comm = space.fixed.get("tp_comm") or ("rs_ag" if sp else "allreduce")
+            for ti, t in enumerate(types):
+                for ri, mode in enumerate(RECOMPUTE):
+                    if rc_ok[ti, ri]:
+                        c = layer_cost(model, gpu, net, shape, strategy_from(base, mode, sp, tp_comm))
+                        LT[k, :, ti, ri, int(sp)] = (c.total_s, c.fwd_s, c.bwd_s + c.recompute_s,
+                                                     c.act_bytes, c.workspace_bytes,
+                                                     c.recompute_flops)
+    enames = ("emb_total", "emb_fwd", "emb_bwd", "head_total", "head_fwd", "head_bwd",
+              "head_act", "head_ws")
+    ET = np.zeros((len(keys["end"]), len(enames), 2))
+    for (tp, cp, mbs, tp_s), k in keys["end"].items():
+        net = Net(levels, tp_s, (1,) * len(levels), chunks)
+        shape = LayerShape(tp, cp, mbs, seq)
+        for sp in _sp_options(space, tp):
+            tp_comm = space.fixed.get("tp_comm") or ("rs_ag" if sp else "allreduce")
+            strat = strategy_from(base, "none", sp, tp_comm)
+            e = embedding_cost(model, gpu, net, shape, strat)
+            h = head_cost(model, gpu, net, shape, strat)
+            ET[k, :, int(sp)] = (e.fwd_s + e.bwd_s + e.tp_comm_s, e.fwd_s, e.bwd_s,
+                                 h.fwd_s + h.bwd_s + h.tp_comm_s, h.fwd_s, h.bwd_s,
+                                 h.act_bytes, h.workspace_bytes)
+    PT = np.array([p2p_time_per_microbatch_s(model, LayerShape(tp, cp, mbs, seq), v, pp, pp_s,
+                                             levels)
+                   for (tp, cp, mbs, v, pp, pp_s) in keys["p2p"]])
+    TT = np.array([tied_embedding_sync_s(model, tp, pp, pp_s, levels)
+                   for (tp, pp, pp_s) in keys["tied"]])
+    DS = np.zeros((len(keys["dp"]), 4, 4))  # [spans, z, field] slope
+    DI = np.zeros((len(keys["dp"]), 4, 4))  # intercept
+    for spans, k in keys["dp"].items():
+        for z in range(4):
+            DS[k, z], DI[k, z] = _affine(_dp_fields, z, spans, levels, chunks)
+
+    # ---- assemble per-point arrays -------------------------------------------------------
+    qo = np.array(q_outer, dtype=np.int64)
+    A: dict[str, np.ndarray] = {}
+    kl = np.array(q_keys["layer"])
+    for i, name in enumerate(lnames):
+        A[f"layer_{name}"] = LT[kl, i]
+    ke = np.array(q_keys["end"])
+    for i, name in enumerate(enames):
+        A[name] = ET[ke, i]
+    A["p2p"] = PT[np.array(q_keys["p2p"])] if len(PT) else np.zeros(0)
+    A["g_tied"] = TT[np.array(q_keys["tied"])][:, None] * (g_emb[qo] | g_head[qo])
+    kd = np.array(q_keys["dp"])
+    params = g_params[qo][:, :, None]  # (Q, G, 1)
+    dp_val = DS[kd][:, None, :, :] * params[..., None] + DI[kd][:, None, :, :]  # (Q, G, 4z, 4f)
+    valid_z = o_z[qo][:, None, :]
+    for i, name in enumerate(("mbf", "mbb", "grad", "param")):
+        A[f"g_{name}"] = np.where(valid_z & g_valid[qo][:, :, None], dp_val[..., i], 0.0)
+    A["g_opt"] = opt_slope[qo] * params
+    A["g_states"] = st_slope[qo] * params
+    for name, arr_ in (("m", o_m), ("g_valid", g_valid), ("g_n", g_n), ("g_emb", g_emb),
+                       ("g_head", g_head), ("g_cnt", g_cnt), ("g_infl", g_infl),
+                       ("g_layers", g_layers), ("ok_sp", o_sp), ("ok_z", o_z),
+                       ("buffers", o_buf)):
+        A[name] = arr_[qo]
+    A["g_has"] = A["g_n"] > 0
+    A["v"] = np.array([o.v for o in outers], np.int64)[qo]
+    A["pp"] = np.array([o.pp for o in outers], np.int64)[qo]
+    A["world"] = np.array([o.world for o in outers], np.int64)[qo]
+    A["hw_scale"] = np.array([o.tp * o.cp * o.dp for o in outers], float)[qo] * A["m"]
+    w = np.array([objective_weights(objective, cluster, o.world, gb * seq) for o in outers])
+    A["w_time"], A["w_busy"] = w[qo, 0], w[qo, 1]
+    A["rc_ok"] = rc_ok
+    return Tables(space, points, objective, types, A)
