@@ -128,7 +128,10 @@ def build_model(tb: Tables, points: list[int] | None = None) -> tuple[LinearMode
     need_busy = bool(np.any(w_busy > 0))
     time_only = not need_busy and np.allclose(w_time, w_time[0])
     t_ub_s = max(_time_bound_s(tb, q) for q in pts)
-    mult = max(int(A["v"][q] * A["pp"][q] * (A["m"][q] + 1)) for q in pts)
+    # the largest factor a time is multiplied by: v pp (m + 1) in the iteration row, and
+    # KAPPA_DEN x layers x 2 in the overlap-exposure rows
+    mult = max(max(int(A["v"][q] * A["pp"][q] * (A["m"][q] + 1)),
+                   2 * KAPPA_DEN * int(np.max(A["g_layers"][q]))) for q in pts)
     ticks = choose_ticks(t_ub_s, max(mult, 1 if time_only else 10**OBJ_DIGITS))
     vm.ticks = ticks
     lm.units["time"] = ticks.per_s / 1e6  # the MILP sees microseconds

@@ -104,6 +104,9 @@ class CpsatSession:
         m = self.model
         self.xs = [m.new_bool_var(v.name) if v.binary else m.new_int_var(v.lb, v.ub, v.name)
                    for v in lm.vars]
+        for x, v in zip(self.xs, lm.vars):
+            if v.binary and v.lb == v.ub:
+                m.add(x == v.lb)
         for c in lm.cons:
             self.add_constraint(c)
         m.minimize(cp_model.LinearExpr.weighted_sum(
@@ -152,12 +155,12 @@ class MilpSession:
         self.lm = lm
         self.prob = pulp.LpProblem("planner", pulp.LpMinimize)
         self.xs = []
+        new_var = getattr(self.prob, "add_variable", None)  # PuLP >= 3.3; LpVariable before
         for i, v in enumerate(lm.vars):
-            if v.binary:
-                self.xs.append(pulp.LpVariable(f"b{i}", cat="Binary"))
-            else:
-                u = lm.units[v.dim]
-                self.xs.append(pulp.LpVariable(f"x{i}", lowBound=v.lb / u, upBound=v.ub / u))
+            name, u = (f"b{i}", 1.0) if v.binary else (f"x{i}", lm.units[v.dim])
+            kw = dict(lowBound=v.lb / u, upBound=v.ub / u,
+                      cat="Binary" if v.binary else "Continuous")
+            self.xs.append(new_var(name, **kw) if new_var else pulp.LpVariable(name, **kw))
         ou = lm.units[lm.objective_dim]
         self.prob += pulp.lpSum(self._coef(i, coef, ou) * self.xs[i]
                                 for i, coef in lm.objective.items())

@@ -192,6 +192,119 @@ def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     out.print(tm)
 
 
+# ---- solve ---------------------------------------------------------------------------
+class LazyStatus:
+    """A spinner on stderr that appears only once a search has run for a second."""
+
+    def __init__(self, console: Console, enabled: bool):
+        import time
+
+        self.console, self.enabled = console, enabled and console.is_terminal
+        self.t0 = time.perf_counter()
+        self.status = None
+        self.last = "starting"
+
+    def __call__(self, message: str) -> None:
+        import time
+
+        self.last = message
+        if not self.enabled:
+            return
+        if self.status is None and time.perf_counter() - self.t0 > 1.0:
+            self.status = self.console.status(escape(message))
+            self.status.start()
+        elif self.status is not None:
+            self.status.update(escape(message))
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+class Objective(str, Enum):
+    time = "time"
+    tokens = "tokens"
+    gpu_hours = "gpu-hours"
+    energy = "energy"
+    cost = "cost"
+
+
+class BackendName(str, Enum):
+    cpsat = "cpsat"
+    milp = "milp"
+    exhaustive = "exhaustive"
+
+
+@app.command()
+def solve(
+    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
+    cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Resize the cluster's outermost level."),
+    objective: Objective = typer.Option(Objective.time, "--objective", help="What to minimize."),
+    backend: BackendName = typer.Option(BackendName.cpsat, "--backend",
+                                        help="cpsat (default), milp, or exhaustive (brute force)."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds before giving up the proof."),
+    top: int = typer.Option(1, "--top", help="Return the K best distinct plans."),
+    fix: list[str] = typer.Option([], "--fix", help="Fix a plan field: FIELD=VALUE (repeatable), "
+                                  "e.g. --fix tp=8 --fix recompute=full --fix placement.domain.tp=8."),
+    plan: Optional[str] = typer.Option(None, "--plan", "-p", help="Partial plan YAML: its fields are fixed."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch (sequences); default from the model."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length; default from the model."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp8; default from the model."),
+    tokens: Optional[float] = typer.Option(None, "--tokens", help="Token budget: report totals (days, GPU-hours, MWh, USD)."),
+    out_path: Optional[str] = typer.Option(None, "--out", help="Write the best plan as a plan YAML."),
+    json_: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show the solver log."),
+    no_presolve: bool = typer.Option(False, "--no-presolve", help="Skip the bound presolve (slower)."),
+    allow_idle_gpus: bool = typer.Option(False, "--allow-idle-gpus", help="Plans may leave GPUs idle."),
+    even_pipeline: bool = typer.Option(False, "--even-pipeline", help="Layers must divide pp x virtual stages."),
+    max_microbatch: int = typer.Option(16, "--max-microbatch", help="Largest microbatch to consider."),
+    max_virtual_stages: int = typer.Option(8, "--max-virtual-stages", help="Most interleaved chunks per GPU."),
+) -> None:
+    """Find the best parallelization plan, proven optimal over the search space."""
+    import yaml
+
+    from formulations.space import SpaceOptions
+    from planner.costmodel.network import PlacementError, domain_factors
+    from planner.report.text import print_estimate, solve_tables
+    from planner.solve import solve as run_solve
+    from planner.specs.loaders import apply_overrides, load_cluster, load_model, load_plan_dict, parse_override
+
+    m = load_model(model)
+    c = load_cluster(cluster, gpus)
+    fixed: dict[str, Any] = load_plan_dict(plan) if plan else {}
+    fixed = apply_overrides(fixed, [parse_override(f) for f in fix])
+    base = {k: v for k, v in dict(global_batch_size=global_batch, seq_len=seq_len,
+                                  dtype=dtype).items() if v is not None}
+    opts = SpaceOptions(max_microbatch=max_microbatch, max_virtual_stages=max_virtual_stages,
+                        allow_idle_gpus=allow_idle_gpus, allow_uneven=not even_pipeline)
+    status = LazyStatus(err, not json_)
+    log = (lambda line: err.print(escape(line), highlight=False)) if verbose else None
+    try:
+        res = run_solve(m, c, fixed=fixed, base=base, objective=objective.value.replace("-", "_"),
+                        backend=backend.value, top_k=top, time_limit_s=time_limit,
+                        presolve=not no_presolve, options=opts, tokens=tokens,
+                        progress=status, log=log)
+    finally:
+        status.stop()
+    best = res.best
+    if out_path:
+        with open(out_path, "w") as fh:
+            yaml.safe_dump(best.plan.to_dict(), fh, sort_keys=False)
+    if json_:
+        _emit_json(res.to_json())
+        return
+    try:
+        domain = domain_factors(best.plan, c.domain_size)
+    except PlacementError:
+        domain = None
+    print_estimate(out, f"best plan: {m.name} on {c.name} ({c.num_gpus}x {c.gpu.name})",
+                   best.plan, best.estimate, domain)
+    solve_tables(out, res)
+    if out_path:
+        out.print(f"wrote {out_path}")
+
+
 def main() -> None:
     try:
         app()

@@ -93,3 +93,32 @@ def print_estimate(console: Console, title: str, plan: Plan, est: Estimate,
     body = Group(Text(plan_line(plan)), Text(placement_line(plan, domain), style="dim"),
                  Text(""), estimate_tables(est))
     console.print(Panel(body, title=title, expand=False))
+
+
+def solve_tables(console: Console, res) -> None:
+    """Solver summary and the alternatives of ``planner solve``."""
+    from planner.solve.solver import OBJECTIVE_UNITS
+
+    units = OBJECTIVE_UNITS[res.objective]
+    gap = res.gap
+    line = (f"{res.backend}: {res.status} in {res.solve_time_s:.2f} s over {res.space_size:,} "
+            f"plans; {res.objective} = {res.best.objective:.6g} {units}")
+    if res.best.solver_objective is not None:
+        line += f" (solver bound {res.best.solver_objective:.6g}, gap {gap:.1e})"
+    stats = res.stats
+    if "points_in_model" in stats:
+        line += (f"; {stats['points_in_model']} of {stats['points']} configurations after "
+                 f"presolve, {stats['solver_calls']} solves, {stats['evaluations']} exact evaluations")
+    console.print(line)
+    if len(res.plans) > 1:
+        t = Table(title=f"top {len(res.plans)} plans", header_style="bold")
+        for col in ("#", "plan", "placement", units, "iteration", "MFU", "memory GiB"):
+            t.add_column(col, justify="right" if col not in ("plan", "placement") else "left")
+        for i, p in enumerate(res.plans, 1):
+            dom = p.plan.placement.domain or {}
+            inside = " x ".join(f"{d}{v}" for d, v in dom.items() if v > 1) or "order"
+            e = p.estimate
+            t.add_row(str(i), plan_line(p.plan), inside, f"{p.objective:.6g}",
+                      _fmt_s(e.iteration_time_s), f"{e.mfu:.1%}",
+                      f"{e.memory_per_gpu_bytes / GiB:.1f}")
+        console.print(t)

@@ -1,0 +1,244 @@
+"""``planner.solve``: the best training plans for a model on a cluster, proven optimal.
+
+Orchestration only: build the search space, tabulate the evaluator's terms, run the
+CP-SAT or MILP formulation (or brute force), and read the answer back as typed results.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from formulations.search import Candidate, SearchResult, run_exhaustive, run_search
+from formulations.space import DECISIONS, SearchSpace, SpaceOptions
+from formulations.tables import OBJECTIVES, build_tables
+from planner.costmodel.constants import GiB
+from planner.costmodel.energy import price_per_gpu_hour
+from planner.costmodel.evaluator import Estimate, check_structure, evaluate
+from planner.errors import InfeasibleError, InputError
+from planner.plans import model_defaults
+from planner.specs.cluster import ClusterSpec
+from planner.specs.loaders import apply_overrides, plan_from_dict
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Plan
+
+Backend = Literal["cpsat", "milp", "exhaustive"]
+BACKENDS = ("cpsat", "milp", "exhaustive")
+
+#: Units in which each objective is reported.
+OBJECTIVE_UNITS = {"time": "s/iteration", "tokens": "days", "gpu_hours": "GPU-hours",
+                   "energy": "MWh", "cost": "USD"}
+
+
+@dataclass
+class SolvedPlan:
+    plan: Plan
+    estimate: Estimate
+    objective: float  # in OBJECTIVE_UNITS[objective]
+    solver_objective: float | None  # the formulation's value for this plan (a lower bound)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_dict(), "estimate": self.estimate.to_json(),
+                "objective": self.objective}
+
+
+@dataclass
+class SolveResult:
+    backend: str
+    status: str  # optimal | feasible | time_limit
+    objective: str
+    plans: list[SolvedPlan]
+    solve_time_s: float
+    space_size: int
+    stats: dict[str, Any] = field(default_factory=dict)
+    tokens: float | None = None
+
+    @property
+    def best(self) -> SolvedPlan:
+        return self.plans[0]
+
+    @property
+    def gap(self) -> float | None:
+        b = self.best
+        if b.solver_objective is None or b.objective == 0:
+            return None
+        return (b.objective - b.solver_objective) / b.objective
+
+    def to_json(self) -> dict[str, Any]:
+        b = self.best
+        return {
+            "plan": b.plan.to_dict(),
+            "estimate": b.estimate.to_json(),
+            "solver": {
+                "backend": self.backend,
+                "status": self.status,
+                "solve_time_s": self.solve_time_s,
+                "objective": self.objective,
+                "objective_units": OBJECTIVE_UNITS[self.objective],
+                "solver_objective": b.solver_objective,
+                "evaluator_objective": b.objective,
+                "gap": self.gap,
+                "space_size": self.space_size,
+                **self.stats,
+            },
+            "alternatives": [p.to_json() for p in self.plans[1:]],
+        }
+
+
+def objective_scale(objective: str, plan: Plan, tokens: float | None) -> float:
+    """Factor from the per-iteration objective (seconds, GPU-seconds, joules, GPU-seconds x
+    price) to the reported units; over ``tokens`` when given."""
+    iters = tokens / (plan.global_batch_size * plan.seq_len) if tokens else 1.0
+    if objective == "time":
+        return 1.0 if not tokens else iters
+    if objective == "tokens":
+        return iters / 86400.0
+    if objective in ("gpu_hours", "cost"):
+        return iters  # weights already in hours (and USD)
+    return iters / 3.6e9  # J -> MWh
+
+
+def build_space(model: ModelSpec, cluster: ClusterSpec, fixed: dict[str, Any] | None = None,
+                base: dict[str, Any] | None = None, options: SpaceOptions | None = None
+                ) -> SearchSpace:
+    fixed = dict(fixed or {})
+    base_data = model_defaults(model)
+    base_data.update(base or {})
+    for k in ("global_batch_size", "seq_len", "dtype"):
+        if k in fixed:
+            base_data[k] = fixed.pop(k)
+    if "global_batch_size" not in base_data:
+        raise InputError(f"model '{model.name}' has no default global_batch_size; pass "
+                         "--global-batch N")
+    # validate the fixed knobs as plan fields (types, ranges)
+    plan_from_dict({**base_data, **fixed}, "--fix")
+    return SearchSpace(model, cluster, base_data, fixed, options or SpaceOptions())
+
+
+def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | None = None,
+          base: dict[str, Any] | None = None, objective: str = "time",
+          backend: Backend = "cpsat", top_k: int = 1, time_limit_s: float = 60.0,
+          presolve: bool = True, options: SpaceOptions | None = None,
+          tokens: float | None = None,
+          progress: Callable[[str], None] | None = None,
+          log: Callable[[str], None] | None = None) -> SolveResult:
+    """The ``top_k`` best plans. Raises :class:`InfeasibleError` with reasons and hints."""
+    if objective not in OBJECTIVES:
+        raise InputError(f"--objective '{objective}': expected one of {', '.join(OBJECTIVES)}")
+    if backend not in BACKENDS:
+        raise InputError(f"--backend '{backend}': expected one of {', '.join(BACKENDS)}")
+    if top_k < 1:
+        raise InputError(f"--top {top_k}: expected a positive integer")
+    if objective == "cost" and price_per_gpu_hour(cluster) is None:
+        raise InputError(f"--objective cost: neither cluster '{cluster.name}' nor GPU "
+                         f"'{cluster.gpu.name}' has a price_per_gpu_hour")
+    t0 = time.perf_counter()
+    say = progress or (lambda _m: None)
+    say("enumerating the search space")
+    space = build_space(model, cluster, fixed, base, options)
+    if not space.outers:
+        raise explain_empty(space)
+    size = space.size()
+    if backend == "exhaustive":
+        res: SearchResult = run_exhaustive(
+            space, objective, top_k, time_limit_s,
+            progress=lambda done, total: say(f"exhaustive: {done:,} of {total:,} plans evaluated"))
+        stats = {"evaluations": res.stats.evaluations}
+    else:
+        say(f"tabulating the cost model over {size:,} plans")
+        tb = build_tables(space, objective)
+        say("solving")
+        res = run_search(tb, backend, top_k, max(time_limit_s - (time.perf_counter() - t0), 1.0),
+                         presolve, progress=say, log=log)
+        stats = {"points": res.stats.points_total, "points_in_model": res.stats.points_model,
+                 "solver_calls": res.stats.solver_calls, "evaluations": res.stats.evaluations}
+        if not res.candidates:
+            raise explain_infeasible(space, tb)
+    if not res.candidates:
+        raise explain_infeasible(space, None)
+    wall = time.perf_counter() - t0
+    plans = [_solved(c, objective, tokens, backend) for c in res.candidates]
+    status = res.status if res.status != "infeasible" else "optimal"
+    return SolveResult(backend, status, objective, plans, wall, size, stats, tokens)
+
+
+def _solved(c: Candidate, objective: str, tokens: float | None, backend: str) -> SolvedPlan:
+    scale = objective_scale(objective, c.plan, tokens)
+    bound = c.bound if backend != "exhaustive" else c.objective
+    return SolvedPlan(c.plan, c.estimate, c.objective * scale,
+                      None if bound is None else bound * scale)
+
+
+# ---- why nothing fits ---------------------------------------------------------------------
+def explain_empty(space: SearchSpace) -> InfeasibleError:
+    """No plan passes the structural rules: name the rules, from a representative plan."""
+    model, cluster = space.model, space.cluster
+    fixed = {k: v for k, v in space.fixed.items() if k in DECISIONS}
+    data = apply_overrides({**space.base, "tp": 1, "pp": 1, "cp": 1}, list(fixed.items()))
+    used = data.get("tp", 1) * data.get("pp", 1) * data.get("cp", 1)
+    data.setdefault("dp", max(cluster.num_gpus // used, 1))
+    if "dp" not in fixed:
+        data["dp"] = max(cluster.num_gpus // used, 1)
+    reasons: list[str] = []
+    try:
+        plan = Plan.model_validate(data)
+        reasons = check_structure(model, cluster, plan, space.options.allow_idle_gpus)
+    except Exception as err:  # noqa: BLE001 - report, whatever it is
+        reasons = [str(err)]
+    if not reasons:
+        reasons = ["no combination of tp, cp, pp, dp, microbatch and interleaving satisfies the "
+                   f"divisibility rules for {model.num_attention_heads} heads, "
+                   f"{model.num_layers} layers, batch {space.base['global_batch_size']} on "
+                   f"{cluster.num_gpus} GPUs"]
+    hints = []
+    if fixed:
+        hints.append(f"relax the fixed knobs {', '.join(f'{k}={v}' for k, v in fixed.items())}")
+    hints.append(f"try --gpus with a power of two, or a global batch divisible by the data "
+                 f"parallel degree (now {space.base['global_batch_size']})")
+    return InfeasibleError("no plan in the search space satisfies the structural rules",
+                           reasons, hints)
+
+
+def explain_infeasible(space: SearchSpace, tb) -> InfeasibleError:
+    """Every plan is out of memory: report the least memory any plan needs."""
+    model, cluster = space.model, space.cluster
+    best: tuple[float, Plan, Estimate] | None = None
+    del tb
+    # Least-memory plan: maximum sharding within the space (exact evaluation of a few).
+    cands = []
+    for o in sorted(space.outers, key=lambda o: (-(o.tp * o.pp * o.cp), o.mbs))[:40]:
+        for dom in space.placements(o)[:1]:
+            for inner in space.inners(o):
+                cands.append(space.plan(o, dom, inner))
+    for plan in cands:
+        est = evaluate(model, cluster, plan, space.options.allow_idle_gpus)
+        if est.memory_per_gpu_bytes is None:
+            continue
+        if best is None or est.memory_per_gpu_bytes < best[0]:
+            best = (est.memory_per_gpu_bytes, plan, est)
+    hbm = cluster.gpu.hbm_gib
+    if best is None:
+        return InfeasibleError("no plan fits", ["no plan could be evaluated"], [])
+    need = best[0] / GiB
+    p = best[1]
+    top = ", ".join(f"{k} {v / GiB:.1f}" for k, v in sorted(
+        best[2].memory_breakdown_bytes.items(), key=lambda kv: -kv[1])[:3])
+    reasons = [
+        f"needs {need:.1f} GiB per GPU even at maximum sharding (tp={p.tp}, pp={p.pp}, "
+        f"cp={p.cp}, ZeRO-{p.zero_stage}, recompute {p.recompute}, microbatch "
+        f"{p.microbatch_size}: {top}); HBM is {hbm:g} GiB"
+    ]
+    hints = []
+    factor = need / hbm
+    if factor > 1:
+        hints.append(f"about {math.ceil(factor * cluster.num_gpus / 8) * 8} GPUs or more "
+                     f"(--gpus), if the states dominate")
+    hints.append("a GPU with more HBM (h200: 140 GiB, b200: 168 GiB, mi300x: 179 GiB)")
+    if space.base.get("seq_len", 0) > 4096:
+        hints.append(f"a shorter --seq-len than {space.base['seq_len']}, or context parallelism")
+    if space.fixed:
+        hints.append("unfix the knobs that limit sharding or recomputation "
+                     f"({', '.join(space.fixed)})")
+    return InfeasibleError("no plan fits in memory", reasons, hints)
