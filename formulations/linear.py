@@ -15,6 +15,9 @@ and proof loop in :mod:`formulations.search`).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -174,50 +177,104 @@ class MilpSession:
         return coef * (1.0 if v.binary else self.lm.units[v.dim]) / row_unit
 
     def add_constraint(self, c: Constraint) -> None:
+        """Add a row, scaled so that its largest coefficient is 1.
+
+        The hull model mixes microsecond terms with rows multiplied by ``KAPPA_DEN x layers``
+        (coefficients up to ~1e10); unscaled, HiGHS then rejects its own incumbents for
+        1e-8 violations. Scaling a row leaves its feasible set unchanged.
+        """
         pulp = self._pulp
         u = self.lm.units[c.dim]
-        expr = pulp.LpAffineExpression([(self.xs[i], self._coef(i, coef, u))
-                                        for i, coef in c.expr.items()])
+        coefs = {i: self._coef(i, coef, u) for i, coef in c.expr.items()}
         lo_b, hi_b = self.lm.bounds(c.expr)
-        self.ncons += 1
-        k = self.ncons
+        rows = []  # (coefficients, sense, rhs) in row units
         if c.ub is not None:
             if c.enforce is None:
-                self.prob += expr <= c.ub / u, f"u{k}"
-            elif hi_b > c.ub:
-                self.prob += expr <= (c.ub + (hi_b - c.ub) * (1 - self.xs[c.enforce])) / u, f"u{k}"
+                rows.append((coefs, "<=", c.ub / u))
+            elif hi_b > c.ub:  # x <= ub + (hi - ub)(1 - e)
+                m = (hi_b - c.ub) / u
+                rows.append(({**coefs, c.enforce: coefs.get(c.enforce, 0.0) + m}, "<=",
+                             c.ub / u + m))
         if c.lb is not None:
             if c.enforce is None:
-                self.prob += expr >= c.lb / u, f"l{k}"
-            elif lo_b < c.lb:
-                self.prob += expr >= (c.lb - (c.lb - lo_b) * (1 - self.xs[c.enforce])) / u, f"l{k}"
+                rows.append((coefs, ">=", c.lb / u))
+            elif lo_b < c.lb:  # x >= lb - (lb - lo)(1 - e)
+                m = (c.lb - lo_b) / u
+                rows.append(({**coefs, c.enforce: coefs.get(c.enforce, 0.0) - m}, ">=",
+                             c.lb / u - m))
+        for row, sense, rhs in rows:
+            top = max((abs(a) for a in row.values() if a), default=1.0)
+            expr = pulp.LpAffineExpression([(self.xs[i], a / top) for i, a in row.items() if a])
+            self.ncons += 1
+            name = f"r{self.ncons}"
+            self.prob += (expr <= rhs / top, name) if sense == "<=" else (expr >= rhs / top, name)
 
     def solve(self, time_limit_s: float) -> SolveResult:
+        """Solve with HiGHS; on a numerical "solve error" retry with safer settings.
+
+        HiGHS may reject its own incumbent when a big-M row is violated by ~1e-8 (a
+        "Solve error" status). The retries turn off HiGHS's presolve and then loosen the
+        feasibility tolerance; every answer is re-checked by the exact evaluator anyway.
+        """
         pulp = self._pulp
-        solver = _highs(max(time_limit_s, 0.01), self.log is not None)
         t0 = time.perf_counter()
-        self.prob.solve(solver)
+        for attempt in _HIGHS_ATTEMPTS:
+            left = max(time_limit_s - (time.perf_counter() - t0), 0.01)
+            with _quiet_stdout(self.log is None):
+                self.prob.solve(_highs(left, self.log is not None, **attempt))
+            status = pulp.LpStatus[self.prob.status]
+            if status in ("Optimal", "Infeasible") or time.perf_counter() - t0 >= time_limit_s:
+                break
         wall = time.perf_counter() - t0
-        status = pulp.LpStatus[self.prob.status]
         if status == "Optimal":
+            # PuLP reports a time-limited incumbent as "Optimal"; sol_status tells them apart.
+            proven = self.prob.sol_status == pulp.constants.LpSolutionOptimal
             vals = []
             for x, v in zip(self.xs, self.lm.vars):
                 val = x.value() or 0.0
                 vals.append(int(round(val)) if v.binary else int(round(val * self.lm.units[v.dim])))
             obj = pulp.value(self.prob.objective) * self.lm.units[self.lm.objective_dim]
-            return SolveResult("optimal", vals, obj, wall)
+            return SolveResult("optimal" if proven else "feasible", vals, obj, wall)
         if status == "Infeasible":
             return SolveResult("infeasible", None, None, wall)
         return SolveResult("unknown", None, None, wall)
 
 
-def _highs(time_limit_s: float, verbose: bool):
+# Tried in order until HiGHS returns Optimal or Infeasible (see MilpSession.solve).
+_HIGHS_ATTEMPTS = (
+    {"tol": 1e-7, "presolve": "on"},
+    {"tol": 1e-7, "presolve": "off"},
+    {"tol": 1e-6, "presolve": "off"},
+)
+
+
+@contextlib.contextmanager
+def _quiet_stdout(quiet: bool):
+    """Silence C-level stdout: HiGHS 1.12 prints debug lines even with output off, and they
+    would corrupt ``--json`` output."""
+    if not quiet:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _highs(time_limit_s: float, verbose: bool, tol: float = 1e-7, presolve: str = "on"):
     import pulp
 
     cls = getattr(pulp, "HiGHS", None)
     if cls is not None and cls().available():
         return cls(msg=verbose, timeLimit=time_limit_s, gapRel=1e-9, gapAbs=0.0, threads=1,
-                   primal_feasibility_tolerance=1e-9, mip_feasibility_tolerance=1e-9)
+                   primal_feasibility_tolerance=tol, mip_feasibility_tolerance=tol,
+                   presolve=presolve)
     cbc = pulp.PULP_CBC_CMD(msg=verbose, timeLimit=time_limit_s, gapRel=1e-9)
     if cbc.available():
         return cbc

@@ -191,6 +191,8 @@ def presolve(tb: Tables, probe: int = 4) -> tuple[list[int], list[Candidate], np
     feasible_points = 0
     for q in order:
         cands = [evaluate_key(tb, k) for k in inner_keys(tb, q)]
+        for c in cands:
+            c.bound = float(lb[q])
         incumbents += cands
         if any(c.estimate.feasible for c in cands):
             feasible_points += 1
@@ -199,6 +201,10 @@ def presolve(tb: Tables, probe: int = 4) -> tuple[list[int], list[Candidate], np
     best = min((c.objective for c in incumbents), default=math.inf)
     keep = [q for q in order if lb[q] <= best * (1 + 1e-9)] if math.isfinite(best) else order
     return keep, incumbents, lb
+
+
+#: Relative margin on a MILP objective before it proves a bound (see run_search).
+MILP_REL_MARGIN = 1e-6
 
 
 # ---- the loop -------------------------------------------------------------------------------
@@ -229,13 +235,16 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     stats.build_s = time.perf_counter() - tb_build
     per_unit = vm.obj_scale * vm.ticks.per_s
     slack = 2 * sum(abs(c) for c in lm.objective.values())
+    # CP-SAT is exact in integers; HiGHS works in doubles with 1e-7 feasibility tolerance,
+    # so its objective is trusted as a bound only up to a relative margin.
+    rel = 0.0 if backend == "cpsat" else MILP_REL_MARGIN
     status, bound = "time_limit", None
     last_cut = math.inf
     while True:
         kth = _kth(pool, top_k)
         if math.isfinite(kth) and kth < last_cut:
             session.add_constraint(Constraint(dict(lm.objective), None,
-                                              int(math.ceil(kth * per_unit)) + slack, None, "time"))
+                                              int(math.ceil(kth * per_unit * (1 + rel))) + slack, None, "time"))
             last_cut = kth
         left = time_limit_s - (time.perf_counter() - t0)
         if left <= 0:
@@ -251,11 +260,13 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
             break
         key = vm.decode(res.values)
         lb_units = res.objective
-        if res.status == "optimal" and lb_units - slack >= kth * per_unit:
-            status, bound = "optimal", (lb_units - slack) / per_unit
+        proof = lb_units * (1 - rel) - slack
+        if res.status == "optimal" and proof >= kth * per_unit:
+            status, bound = "optimal", proof / per_unit
             break
         cand = pool.get(key) or evaluate_key(tb, key)
-        cand.bound = lb_units / per_unit
+        if res.status == "optimal":
+            cand.bound = max(cand.bound or -math.inf, proof / per_unit)
         pool[key] = cand
         stats.evaluations += 1
         if progress:

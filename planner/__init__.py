@@ -6,7 +6,7 @@ Architecture: specs -> cost model (the exact evaluator) -> formulations (CP-SAT,
 
 __version__ = "0.1.0"
 
-from planner.api import evaluate, load_cluster, load_gpu, load_model, load_plan  # noqa: E402
+from planner.api import evaluate, load_cluster, load_gpu, load_model, load_plan, solve  # noqa: E402
 from planner.costmodel.evaluator import Estimate  # noqa: E402
 from planner.specs import ClusterSpec, GPUSpec, ModelSpec, Placement, Plan  # noqa: E402
 
@@ -17,6 +17,7 @@ __all__ = [
     "load_gpu",
     "load_model",
     "load_plan",
+    "solve",
     "Estimate",
     "ClusterSpec",
     "GPUSpec",

@@ -285,6 +285,14 @@ def solve(
                         backend=backend.value, top_k=top, time_limit_s=time_limit,
                         presolve=not no_presolve, options=opts, tokens=tokens,
                         progress=status, log=log)
+    except InfeasibleError as e:
+        if json_:  # scripts still get one object, then the reasons on stderr and exit 1
+            _emit_json({"plan": None, "estimate": None,
+                        "solver": {"backend": backend.value, "status": "infeasible",
+                                   "objective": objective.value.replace("-", "_")},
+                        "alternatives": [], "message": str(e), "reasons": e.reasons,
+                        "hints": e.hints})
+        raise
     finally:
         status.stop()
     best = res.best

@@ -54,6 +54,7 @@ class SolveResult:
     space_size: int
     stats: dict[str, Any] = field(default_factory=dict)
     tokens: float | None = None
+    proven_bound: float | None = None  # lower bound over the whole space, reported units
 
     @property
     def best(self) -> SolvedPlan:
@@ -80,6 +81,7 @@ class SolveResult:
                 "solver_objective": b.solver_objective,
                 "evaluator_objective": b.objective,
                 "gap": self.gap,
+                "proven_bound": self.proven_bound,
                 "space_size": self.space_size,
                 **self.stats,
             },
@@ -154,14 +156,22 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
                          presolve, progress=say, log=log)
         stats = {"points": res.stats.points_total, "points_in_model": res.stats.points_model,
                  "solver_calls": res.stats.solver_calls, "evaluations": res.stats.evaluations}
-        if not res.candidates:
-            raise explain_infeasible(space, tb)
     if not res.candidates:
-        raise explain_infeasible(space, None)
+        if res.status == "time_limit":
+            raise InfeasibleError(
+                f"no plan found within the time limit ({time_limit_s:g} s)",
+                [f"{backend} stopped before finding a feasible plan in a space of {size:,} "
+                 "plans; the request may still be feasible"],
+                ["raise --time-limit", "keep the bound presolve on (drop --no-presolve)",
+                 "fix some knobs with --fix to shrink the space"])
+        raise explain_infeasible(space)
     wall = time.perf_counter() - t0
     plans = [_solved(c, objective, tokens, backend) for c in res.candidates]
     status = res.status if res.status != "infeasible" else "optimal"
-    return SolveResult(backend, status, objective, plans, wall, size, stats, tokens)
+    # no plan in the space is better than this (the best plan's value once proven)
+    pb = None if res.bound is None else min(res.bound * objective_scale(
+        objective, plans[0].plan, tokens), plans[0].objective)
+    return SolveResult(backend, status, objective, plans, wall, size, stats, tokens, pb)
 
 
 def _solved(c: Candidate, objective: str, tokens: float | None, backend: str) -> SolvedPlan:
@@ -176,15 +186,22 @@ def explain_empty(space: SearchSpace) -> InfeasibleError:
     """No plan passes the structural rules: name the rules, from a representative plan."""
     model, cluster = space.model, space.cluster
     fixed = {k: v for k, v in space.fixed.items() if k in DECISIONS}
-    data = apply_overrides({**space.base, "tp": 1, "pp": 1, "cp": 1}, list(fixed.items()))
-    used = data.get("tp", 1) * data.get("pp", 1) * data.get("cp", 1)
-    data.setdefault("dp", max(cluster.num_gpus // used, 1))
-    if "dp" not in fixed:
-        data["dp"] = max(cluster.num_gpus // used, 1)
+    data = apply_overrides({**space.base, "tp": 1, "pp": 1, "cp": 1, "dp": 1},
+                           list(fixed.items()))
+    # a representative plan: the GPUs the fixed degrees leave go to the first free degree
+    used = math.prod(data[k] for k in ("tp", "pp", "cp", "dp"))
+    free = [k for k in ("dp", "pp", "tp") if k not in fixed]
+    if free and cluster.num_gpus % used == 0:
+        data[free[0]] = cluster.num_gpus // used
+    invented = bool(free) and cluster.num_gpus % used != 0
+    if invented:
+        data[free[0]] = max(cluster.num_gpus // used, 1)
     reasons: list[str] = []
     try:
         plan = Plan.model_validate(data)
         reasons = check_structure(model, cluster, plan, space.options.allow_idle_gpus)
+        if invented:  # the batch rule would only be about the degree made up above
+            reasons = [r for r in reasons if not r.startswith("global_batch_size")]
     except Exception as err:  # noqa: BLE001 - report, whatever it is
         reasons = [str(err)]
     if not reasons:
@@ -201,11 +218,10 @@ def explain_empty(space: SearchSpace) -> InfeasibleError:
                            reasons, hints)
 
 
-def explain_infeasible(space: SearchSpace, tb) -> InfeasibleError:
+def explain_infeasible(space: SearchSpace) -> InfeasibleError:
     """Every plan is out of memory: report the least memory any plan needs."""
     model, cluster = space.model, space.cluster
     best: tuple[float, Plan, Estimate] | None = None
-    del tb
     # Least-memory plan: maximum sharding within the space (exact evaluation of a few).
     cands = []
     for o in sorted(space.outers, key=lambda o: (-(o.tp * o.pp * o.cp), o.mbs))[:40]:
@@ -228,7 +244,9 @@ def explain_infeasible(space: SearchSpace, tb) -> InfeasibleError:
     reasons = [
         f"needs {need:.1f} GiB per GPU even at maximum sharding (tp={p.tp}, pp={p.pp}, "
         f"cp={p.cp}, ZeRO-{p.zero_stage}, recompute {p.recompute}, microbatch "
-        f"{p.microbatch_size}: {top}); HBM is {hbm:g} GiB"
+        f"{p.microbatch_size}: {top}); HBM is {hbm:g} GiB, "
+        f"{hbm - cluster.memory_reserve_gib:g} GiB usable after the "
+        f"{cluster.memory_reserve_gib:g} GiB reserve"
     ]
     hints = []
     factor = need / hbm
