@@ -50,12 +50,12 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
 
     ``fix`` pins plan fields (``{"tp": 8, "recompute": "full"}``, dotted keys such as
     ``"placement.domain.tp"`` too); the rest are chosen. Returns a
-    :class:`planner.solve.SolveResult` (``.best.plan``, ``.best.estimate``, ``.plans``,
+    :class:`planner.orchestration.SolveResult` (``.best.plan``, ``.best.estimate``, ``.plans``,
     ``.status``, ``.to_json()``); raises :class:`planner.errors.InfeasibleError` (with
     ``reasons`` and ``hints``) when nothing fits, :class:`planner.errors.InputError` on bad
     input.
     """
-    from planner.solve import solve as _solve
+    from planner.orchestration import solve as _solve
     from planner.specs.loaders import apply_overrides
 
     m = load_model(model) if isinstance(model, str) else model

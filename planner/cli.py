@@ -267,7 +267,7 @@ def solve(
     from formulations.space import SpaceOptions
     from planner.costmodel.network import PlacementError, domain_factors
     from planner.report.text import print_estimate, solve_tables
-    from planner.solve import solve as run_solve
+    from planner.orchestration import solve as run_solve
     from planner.specs.loaders import apply_overrides, load_cluster, load_model, load_plan_dict, parse_override
 
     m = load_model(model)

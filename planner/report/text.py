@@ -97,7 +97,7 @@ def print_estimate(console: Console, title: str, plan: Plan, est: Estimate,
 
 def solve_tables(console: Console, res) -> None:
     """Solver summary and the alternatives of ``planner solve``."""
-    from planner.solve.solver import OBJECTIVE_UNITS
+    from planner.orchestration.solver import OBJECTIVE_UNITS
 
     units = OBJECTIVE_UNITS[res.objective]
     gap = res.gap
