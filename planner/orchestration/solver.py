@@ -166,7 +166,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
                  "fix some knobs with --fix to shrink the space"])
         raise explain_infeasible(space)
     wall = time.perf_counter() - t0
-    plans = [_solved(c, objective, tokens, backend) for c in res.candidates]
+    plans = [_solved(c, objective, tokens, backend, res.status == "optimal")
+             for c in res.candidates]
     status = res.status if res.status != "infeasible" else "optimal"
     # no plan in the space is better than this (the best plan's value once proven)
     pb = None if res.bound is None else min(res.bound * objective_scale(
@@ -174,9 +175,11 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     return SolveResult(backend, status, objective, plans, wall, size, stats, tokens, pb)
 
 
-def _solved(c: Candidate, objective: str, tokens: float | None, backend: str) -> SolvedPlan:
+def _solved(c: Candidate, objective: str, tokens: float | None, backend: str,
+            proven: bool) -> SolvedPlan:
     scale = objective_scale(objective, c.plan, tokens)
-    bound = c.bound if backend != "exhaustive" else c.objective
+    # brute force has no model: its value is the exact one, and a bound only once complete
+    bound = c.bound if backend != "exhaustive" else (c.objective if proven else None)
     return SolvedPlan(c.plan, c.estimate, c.objective * scale,
                       None if bound is None else bound * scale)
 

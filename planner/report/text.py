@@ -103,13 +103,16 @@ def solve_tables(console: Console, res) -> None:
     gap = res.gap
     line = (f"{res.backend}: {res.status} in {res.solve_time_s:.2f} s over {res.space_size:,} "
             f"plans; {res.objective} = {res.best.objective:.6g} {units}")
-    if res.best.solver_objective is not None:
-        line += f" (solver bound {res.best.solver_objective:.6g}, gap {gap:.1e})"
+    if res.best.solver_objective is not None and res.backend != "exhaustive":
+        line += f" (model's lower bound {res.best.solver_objective:.6g}, gap {gap:.1e})"
     stats = res.stats
     if "points_in_model" in stats:
         line += (f"; {stats['points_in_model']} of {stats['points']} configurations after "
                  f"presolve, {stats['solver_calls']} solves, {stats['evaluations']} exact evaluations")
     console.print(line)
+    if res.status != "optimal":
+        console.print("[yellow]not proven optimal[/]: the search stopped at the time limit; "
+                      "raise --time-limit for a proof")
     if len(res.plans) > 1:
         t = Table(title=f"top {len(res.plans)} plans", header_style="bold")
         for col in ("#", "plan", "placement", units, "iteration", "MFU", "memory GiB"):
