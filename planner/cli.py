@@ -313,6 +313,12 @@ def solve(
         out.print(f"wrote {out_path}")
 
 
+# ---- collective (planner/cli_collective.py) -------------------------------------------
+from planner.cli_collective import collective as _collective  # noqa: E402
+
+app.command("collective")(_collective)
+
+
 def main() -> None:
     try:
         app()

@@ -7,8 +7,9 @@ all-gather back down; the data shrinks by the span at each level. Each GPU moves
 share at the level's per-GPU bandwidth, so a group whose members leave a domain together
 uses all their links in parallel (the LBNL model's ``n_NIC`` rings, Sec. 2.10).
 
-Levels are pipelined in chunks: ``T = max_i B_i + (sum_i B_i - max_i B_i)/C + latency``,
-with ``B_i`` a level's bandwidth time and ``C`` the chunk count.
+Levels are pipelined in chunks (``pipelined_time``): about ``max_i B_i`` plus the fill
+and drain of the levels around the busiest one, with ``B_i`` a level's bandwidth time
+and ``C`` the chunk count; plus steps x latency.
 """
 
 from __future__ import annotations
@@ -24,18 +25,59 @@ from planner.specs.plan import WORLD_DIMS, Plan
 Op = Literal["allreduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"]
 
 
-def latency_steps(kind: str, k: int, op: str) -> int:
-    """Algorithm steps of one phase: Ring p-1, FullyConnected (direct) 1, Switch
-    halving-doubling log2 p (ASTRA-sim 2.0, Table "topology-aware collectives")."""
+def algorithm_of(level: TopologyLevel) -> str:
+    """The level's per-dimension algorithm (ASTRA-sim 2.0, Table "topology-aware
+    collectives", notes 001 Sec. 2.1): Ring -> ring, FullyConnected -> direct,
+    Switch -> halving-doubling; a RAMP step is one direct exchange (notes 004 Sec. 1.5)."""
+    if level.algorithm != "auto":
+        return level.algorithm
+    return {"ring": "ring", "fully_connected": "direct", "ramp": "direct"}.get(
+        level.kind, "halving_doubling")
+
+
+def latency_steps(kind: str, k: int, op: str, algorithm: str = "auto") -> int:
+    """Algorithm steps of one phase over ``k`` members: ring k-1, direct 1,
+    halving-doubling ceil(log2 k) (notes 001 Sec. 2.4: s = p-1, 1, log2 p)."""
     if k <= 1:
         return 0
+    if algorithm == "auto":
+        algorithm = {"ring": "ring", "fully_connected": "direct", "ramp": "direct"}.get(
+            kind, "halving_doubling")
     if op == "all_to_all":
-        return k - 1 if kind == "ring" else 1
-    if kind == "ring":
+        return k - 1 if algorithm == "ring" else 1
+    if algorithm == "ring":
         return k - 1
-    if kind == "fully_connected":
+    if algorithm == "direct":
         return 1
     return max(1, math.ceil(math.log2(k)))
+
+
+def ramp_io_fraction(groups: int, k: int, rule: str = "balanced") -> float:
+    """Share of a RAMP node's ``x`` transceiver groups that a step with ``k`` members
+    keeps busy (notes 004, Eq. 3 and Eq. 5: B_IO = B b (1 + #TRX_add)(d - 1)).
+
+    ``balanced`` gives each of the d-1 peers floor(x/(d-1)) groups, so the last step with
+    d = 2 uses all x groups, as the paper states for step-4 formula 1. ``eq3`` is Eq. (3)
+    as printed, #TRX_add = floor((x - floor(x/d)(d-1))/(d-1)). With more peers than
+    groups the groups are time-multiplexed and all stay busy."""
+    peers = k - 1
+    if peers <= 0:
+        return 0.0
+    if peers >= groups:
+        return 1.0
+    if rule == "eq3":
+        per_peer = 1 + (groups - (groups // k) * peers) // peers
+    else:
+        per_peer = groups // peers
+    return min(1.0, per_peer * peers / groups)
+
+
+def level_bandwidth_Bps(level: TopologyLevel, k: int) -> float:
+    """Bytes/s per GPU that a group with ``k`` members at this level moves."""
+    if level.kind == "ramp" and level.transceiver_groups:
+        return level.effective_Bps * ramp_io_fraction(level.transceiver_groups, k,
+                                                      level.trx_rule)
+    return level.effective_Bps
 
 
 @dataclass(frozen=True)
@@ -45,6 +87,8 @@ class LevelTraffic:
     level: str
     bytes: float
     time_s: float
+    steps: int = 0
+    span: int = 1
 
 
 def level_traffic(op: Op, size_bytes: float, spans: Sequence[int],
@@ -52,20 +96,26 @@ def level_traffic(op: Op, size_bytes: float, spans: Sequence[int],
     """(bytes sent per GPU, algorithm steps) at each level for one collective.
 
     ``size_bytes`` is the full buffer: the input of all-reduce, reduce-scatter and
-    all-to-all, the output of all-gather.
+    all-to-all, the output of all-gather. Reduce-scatter runs up the levels and
+    all-gather down; the data shrinks by the span at each level (notes 001 Sec. 2.4).
     """
     out: list[tuple[float, int]] = []
     data = size_bytes
-    for k, level in zip(spans, levels):
+    active = [i for i, k in enumerate(spans) if k > 1]
+    top = active[-1] if active else -1
+    for i, (k, level) in enumerate(zip(spans, levels)):
         if k <= 1:
             out.append((0.0, 0))
             continue
         frac = (k - 1) / k
-        steps = latency_steps(level.kind, k, op)
+        algo = algorithm_of(level)
+        steps = latency_steps(level.kind, k, op, algo)
         if op == "allreduce":
             if level.in_network_reduction and level.kind == "switch":
-                # NVLS / SHARP: each GPU sends its data once and receives the result once.
-                out.append((data, 2))
+                # SHARP/NVLS: the switch reduces and multicasts. At the top level each GPU
+                # sends its data once and receives the result once; below it, the
+                # reduce-scatter sends D and the all-gather D/k (multimem ld_reduce/st).
+                out.append((data if i == top else data * (1 + 1 / k), 2))
             else:
                 out.append((2 * frac * data, 2 * steps))
             data /= k
@@ -73,10 +123,45 @@ def level_traffic(op: Op, size_bytes: float, spans: Sequence[int],
             out.append((frac * data, steps))
             data /= k
         elif op == "all_to_all":
-            out.append((frac * size_bytes, steps))
+            if algo == "ring":
+                # Shortest-path routing on a bidirectional ring: D/k to each member over
+                # min(d, k-d) hops; floor(k^2/4) hop-messages share 2 links per GPU of
+                # B/2 each, i.e. D floor(k^2/4)/k at the GPU's rate [derived].
+                out.append((size_bytes * (k * k // 4) / k, steps))
+            else:
+                out.append((frac * size_bytes, steps))
         else:  # pragma: no cover - guarded by the Op literal
             raise ValueError(op)
     return out
+
+
+def pipelined_time(op: str, level_times: Sequence[float], chunks: int) -> float:
+    """Bandwidth time of a collective whose ``C = chunks`` chunks stream through the
+    levels, each level serving one chunk at a time (ASTRA-sim's per-dimension queues,
+    notes 001 Sec. 2.4 and 6.2.7).
+
+    A single pass (reduce-scatter, all-gather, all-to-all) is a flow shop:
+    ``max_k T_k + (sum_k T_k - max_k T_k)/C``. All-reduce visits level k twice
+    (RS_k going up, AG_k coming down); the levels inside k fill and drain the pipeline
+    (``sum_{j<k} T_j / C``) and those outside it are hidden behind level k's other chunks
+    unless one chunk's trip through them outlasts the half of level k's work left:
+    ``max_k [T_k + sum_{j<k} T_j/C + max(0, sum_{j>k} T_j/C - (C-1)/(2C) T_k)]``.
+    With C = 1 both reduce to the sum of the levels (RAMP's synchronous steps)."""
+    times = list(level_times)
+    if not times:
+        return 0.0
+    total = sum(times)
+    if op != "allreduce":
+        peak = max(times)
+        return peak + (total - peak) / chunks
+    best = 0.0
+    inner = 0.0
+    for k, t_k in enumerate(times):
+        outer = total - inner - t_k
+        est = t_k + inner / chunks + max(0.0, outer / chunks - (chunks - 1) / (2 * chunks) * t_k)
+        best = max(best, est)
+        inner += t_k
+    return best
 
 
 @lru_cache(maxsize=65536)
@@ -89,15 +174,14 @@ def collective_coeffs(op: Op, spans: tuple[int, ...], levels: tuple[TopologyLeve
         return 0.0, 0.0
     per_byte = []
     latency = 0.0
-    for (nbytes, steps), level in zip(level_traffic(op, 1.0, spans, levels), levels):
+    for (nbytes, steps), level, k in zip(level_traffic(op, 1.0, spans, levels), levels, spans):
         if nbytes <= 0:
             continue
-        per_byte.append(nbytes / level.effective_Bps)
+        per_byte.append(nbytes / level_bandwidth_Bps(level, k))
         latency += steps * level.latency_us * 1e-6
     if not per_byte:
         return 0.0, 0.0
-    peak = max(per_byte)
-    return peak + (sum(per_byte) - peak) / chunks, latency
+    return pipelined_time(op, per_byte, chunks), latency
 
 
 def collective_time_s(op: Op, size_bytes: float, spans: Sequence[int],
@@ -113,10 +197,14 @@ def collective_time_s(op: Op, size_bytes: float, spans: Sequence[int],
 
 def collective_breakdown(op: Op, size_bytes: float, spans: Sequence[int],
                          levels: Sequence[TopologyLevel]) -> list[LevelTraffic]:
+    """Per level: bytes each GPU sends, algorithm steps, and the level's busy time
+    (bandwidth time plus steps x latency)."""
     out = []
-    for (nbytes, steps), level in zip(level_traffic(op, size_bytes, spans, levels), levels):
-        t = nbytes / level.effective_Bps + steps * level.latency_us * 1e-6 if nbytes else 0.0
-        out.append(LevelTraffic(level.name, nbytes, t))
+    for (nbytes, steps), level, k in zip(level_traffic(op, size_bytes, spans, levels), levels,
+                                         spans):
+        t = (nbytes / level_bandwidth_Bps(level, k) + steps * level.latency_us * 1e-6
+             if nbytes else 0.0)
+        out.append(LevelTraffic(level.name, nbytes, t, steps, k))
     return out
 
 
@@ -126,7 +214,7 @@ def p2p_time_s(size_bytes: float, spans: Sequence[int], levels: Sequence[Topolog
         return 0.0
     outer = max(i for i, k in enumerate(spans) if k > 1)
     level = levels[outer]
-    return size_bytes / level.effective_Bps + level.latency_us * 1e-6
+    return size_bytes / level_bandwidth_Bps(level, 2) + level.latency_us * 1e-6
 
 
 # ---- placement -----------------------------------------------------------------------

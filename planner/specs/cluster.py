@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.specs.base import Spec
+from planner.errors import InputError
 from planner.specs.gpu import GPUSpec
+from planner.specs.topology import RampSpec, expand_cluster_topology
 
-LevelKind = Literal["switch", "ring", "fully_connected"]
+LevelKind = Literal["switch", "ring", "fully_connected", "ramp"]
+#: Per-dimension collective algorithm (ASTRA-sim 2.0 ``*-implementation`` options); ``auto``
+#: takes the kind's topology-aware one: ring on Ring, direct on FC and RAMP,
+#: halving-doubling on Switch.
+Algorithm = Literal["auto", "ring", "direct", "halving_doubling"]
 
 
 class TopologyLevel(Spec):
@@ -29,10 +35,34 @@ class TopologyLevel(Spec):
     oversubscription: float = Field(1.0, ge=1, description="taper above this level's units")
     in_network_reduction: bool = Field(False, description="switch reduces (NVLS/SHARP)")
     power_w_per_gpu: float = Field(0.0, ge=0, description="network power attributed per GPU")
+    algorithm: Algorithm = "auto"
+    energy_pj_per_bit: float = Field(
+        0.0, ge=0, description="network energy per bit of this level's capacity (RAMP Table 4)")
+    cost_usd_per_Gbps: float = Field(
+        0.0, ge=0, description="network capital cost per Gb/s of capacity (RAMP Table 3)")
+    transceiver_groups: PositiveInt | None = Field(
+        None, description="RAMP x: transceiver groups per node (kind ramp)")
+    trx_rule: Literal["balanced", "eq3"] = Field(
+        "balanced", description="RAMP groups per peer: floor(x/(d-1)), or Eq. (3) as printed")
 
     @property
     def effective_Bps(self) -> float:
         return self.bandwidth_GBps * 1e9 * self.efficiency / self.oversubscription
+
+    @property
+    def capacity_Gbps(self) -> float:
+        """This level's capacity per GPU per direction, in gigabits per second."""
+        return self.bandwidth_GBps * 8
+
+    @property
+    def network_power_w(self) -> float:
+        """Power per GPU: the fixed ``power_w_per_gpu`` plus energy per bit x capacity
+        (RAMP Table 4 computes total power as pJ/bit x total capacity)."""
+        return self.power_w_per_gpu + self.energy_pj_per_bit * 1e-12 * self.capacity_Gbps * 1e9
+
+    @property
+    def capex_usd_per_gpu(self) -> float:
+        return self.cost_usd_per_Gbps * self.capacity_Gbps
 
 
 class ClusterSpec(Spec):
@@ -52,8 +82,19 @@ class ClusterSpec(Spec):
     collective_chunks: PositiveInt = Field(
         64, description="chunks a collective is pipelined in across levels"
     )
+    ramp: RampSpec | None = Field(None, description="RAMP optical network; expands to its levels")
     aliases: list[str] = Field(default_factory=list)
     source: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand(cls, data: Any) -> Any:
+        """``topology: "Ring(2)_FC(8)_Switch(4)"`` with ``bandwidths_GBps``, or a ``ramp``
+        block, becomes the level list (planner/specs/topology.py)."""
+        try:
+            return expand_cluster_topology(data)
+        except InputError as e:
+            raise ValueError(str(e)) from None
 
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":
