@@ -51,3 +51,14 @@ LOSS_BYTES_PER_LOGIT = 16.0
 #: FP8 training keeps an fp8 copy of each weight beside the bf16 one (Transformer Engine
 #: ``fp8_weight_caching``; NVIDIA TE docs, "FP8 primer").
 FP8_WEIGHT_CACHE_BYTES = 1.0
+
+# ---- mixture of experts ------------------------------------------------------------------
+#: Token permutation before the dispatch all-to-all and un-permutation after the combine:
+#: each routed token copy is read and written once per direction (2-byte tensors;
+#: Megatron-Core ``moe_utils.permute``/``unpermute``).
+MOE_PERMUTE_BYTES = 4.0
+#: Router scores are kept in fp32 (Megatron-Core ``--moe-router-dtype fp32``; DeepSeek-V3
+#: report Sec. 3.3.2 keeps gating in higher precision); softmax/top-k reads the logits and
+#: writes the probabilities.
+ROUTER_PROB_BYTES = 4.0
+ROUTER_SOFTMAX_BYTES = 8.0

@@ -29,16 +29,20 @@ from planner.costmodel.layer import (
 from planner.costmodel.energy import iteration_energy_j
 from planner.costmodel.network import PlacementError, combine, group_spans
 from planner.costmodel.pipeline import Stage, bubble_factor, distinct_stages, stage_layout
+from planner.costmodel.moe import expert_spans
 from planner.costmodel.stage import (
     EndCost,
+    add_dp_comm,
+    add_states,
     dp_comm,
+    expert_dp_size,
+    stage_params_split,
     comm_buffer_bytes,
     embedding_cost,
     head_cost,
     optimizer_step_s,
     overlapped_s,
     p2p_time_per_microbatch_s,
-    stage_params,
     state_bytes,
     tied_embedding_sync_s,
 )
@@ -106,9 +110,6 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
                     allow_idle_gpus: bool = False) -> list[str]:
     """Every reason the plan cannot run, short of memory."""
     r: list[str] = []
-    if model.moe is not None:
-        r.append(f"model '{model.name}' is a mixture of experts; MoE is not yet supported by "
-                 "the evaluator")
     world = plan.world_size
     n = cluster.num_gpus
     if world > n:
@@ -122,7 +123,7 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         r.append(f"tp={plan.tp} does not divide num_attention_heads={heads}")
     elif (plan.tp <= kv and kv % plan.tp) or (plan.tp > kv and plan.tp % kv):
         r.append(f"tp={plan.tp} and num_kv_heads={kv}: one must divide the other")
-    if model.ffn_hidden_size % plan.tp:
+    if "dense" in model.layer_types and model.ffn_hidden_size % plan.tp:
         r.append(f"tp={plan.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}")
     if plan.seq_len % plan.cp:
         r.append(f"cp={plan.cp} does not divide seq_len={plan.seq_len}")
@@ -132,11 +133,7 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     if plan.global_batch_size % (plan.dp * plan.microbatch_size):
         r.append(f"global_batch_size={plan.global_batch_size} is not divisible by dp x "
                  f"microbatch_size = {plan.dp} x {plan.microbatch_size}")
-    if plan.ep > 1:
-        if model.moe is None:
-            r.append(f"ep={plan.ep} needs a mixture-of-experts model")
-        elif (plan.dp * plan.cp) % plan.ep:
-            r.append(f"ep={plan.ep} must divide dp x cp = {plan.dp * plan.cp}")
+    r += _moe_structure(model, plan)
     s = plan.pp * plan.virtual_stages
     if s > model.num_layers:
         r.append(f"pp x virtual_stages = {s} exceeds num_layers={model.num_layers}")
@@ -153,6 +150,35 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     return r
 
 
+def _moe_structure(model: ModelSpec, plan: Plan) -> list[str]:
+    """Expert-parallel rules (Megatron-Core): ep divides the experts and dp x cp; the
+    expert tensor-parallel degree divides tp and the expert FFN width."""
+    r: list[str] = []
+    moe = model.moe
+    if moe is None:
+        if plan.ep > 1:
+            r.append(f"ep={plan.ep} needs a mixture-of-experts model")
+        if plan.expert_tp not in (None, plan.tp):
+            r.append(f"expert_tp={plan.expert_tp} needs a mixture-of-experts model")
+        return r
+    if moe.num_experts % plan.ep:
+        r.append(f"ep={plan.ep} does not divide moe.num_experts={moe.num_experts}")
+    if (plan.dp * plan.cp) % plan.ep:
+        r.append(f"ep={plan.ep} must divide dp x cp = {plan.dp * plan.cp} (expert-parallel "
+                 "groups are drawn from the data/context-parallel ranks)")
+    etp = plan.etp
+    if plan.tp % etp:
+        r.append(f"expert_tp={etp} must divide tp={plan.tp}")
+    elif moe.expert_ffn_hidden_size % etp:
+        r.append(f"expert_tp={etp} does not divide moe.expert_ffn_hidden_size="
+                 f"{moe.expert_ffn_hidden_size}")
+    from planner.costmodel.moe import shared_ffn
+
+    if shared_ffn(model) % plan.tp:
+        r.append(f"tp={plan.tp} does not divide the shared experts' FFN width {shared_ffn(model)}")
+    return r
+
+
 # ---- evaluation ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StageResult:
@@ -165,21 +191,47 @@ class StageResult:
 
 def layer_strategy(plan: Plan, layer_type: str) -> LayerStrategy:
     return strategy_from(plan, plan.recompute_for(layer_type),
-                         plan.sequence_parallel and plan.tp > 1, plan.tp_comm or "allreduce")
+                         plan.sequence_parallel and plan.tp > 1, plan.tp_comm or "allreduce",
+                         layer_type)
 
 
-def strategy_from(plan: Plan, recompute: str, sequence_parallel: bool, tp_comm: str
-                  ) -> LayerStrategy:
+def strategy_from(plan: Plan, recompute: str, sequence_parallel: bool, tp_comm: str,
+                  layer_type: str = "dense", cp_comm: str | None = None) -> LayerStrategy:
     """A layer strategy: the per-layer-type decisions plus the plan's global settings."""
     return LayerStrategy(
         recompute=recompute,
         sequence_parallel=sequence_parallel,
         tp_comm=tp_comm,
         attention=plan.attention,
-        cp_comm=plan.cp_comm,
+        cp_comm=cp_comm or plan.cp_comm,
         overlap_tp_comm=plan.overlap_tp_comm,
         dtype=plan.dtype,
+        layer_type=layer_type,
     )
+
+
+def layer_setup(model: ModelSpec, levels: tuple, chunks: int, tp: int, cp: int, mbs: int,
+                seq: int, ep: int, etp: int, tp_s: tuple[int, ...], cp_s: tuple[int, ...],
+                dp_s: tuple[int, ...]) -> dict[str, tuple[LayerShape, Net]]:
+    """The shape and network view of each layer type: dense layers see the TP and CP
+    groups, MoE layers also the EP and ETP groups."""
+    out = {}
+    for t in model.layer_types:
+        if t == "moe":
+            ep_s, etp_s, _ = expert_spans(tp_s, cp_s, dp_s, ep, etp)
+            out[t] = (LayerShape(tp, cp, mbs, seq, ep, etp),
+                      Net(levels, tp_s, cp_s, chunks, ep_s, etp_s))
+        else:
+            out[t] = (LayerShape(tp, cp, mbs, seq), Net(levels, tp_s, cp_s, chunks))
+    return out
+
+
+def state_shape(model: ModelSpec, tp: int, cp: int, mbs: int, seq: int, ep: int, etp: int
+                ) -> LayerShape:
+    """The shape whose ep/etp size the stage's weights (ZeRO-3 prefetch buffers)."""
+    if model.moe is None:
+        return LayerShape(tp, cp, mbs, seq)
+    return LayerShape(tp, cp, mbs, seq, ep, etp)
 
 
 @dataclass(frozen=True)
@@ -206,8 +258,12 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Prepared:
     dp_spans = combine(spans["dp"], spans["cp"])
     dp_cp = plan.dp * plan.cp
 
-    costs = {t: layer_cost(model, gpu, net, shape, layer_strategy(plan, t))
+    setup = layer_setup(model, levels, cluster.collective_chunks, plan.tp, plan.cp,
+                        plan.microbatch_size, plan.seq_len, plan.ep, plan.etp, spans["tp"],
+                        spans["cp"], spans["dp"])
+    costs = {t: layer_cost(model, gpu, setup[t][1], setup[t][0], layer_strategy(plan, t))
              for t in model.layer_types}
+    edp_spans = expert_spans(spans["tp"], spans["cp"], spans["dp"], plan.ep, plan.etp)[2]
     strat0 = layer_strategy(plan, model.layer_types[0])
     emb = embedding_cost(model, gpu, net, shape, strat0)
     head = head_cost(model, gpu, net, shape, strat0)
@@ -220,7 +276,7 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Prepared:
         counts[rep[profile_key(st)]] += 1
     results = [
         stage_result(model, cluster, plan, st, costs, emb, head, p2p, dp_spans, spans["pp"],
-                     dp_cp, m)
+                     dp_cp, m, edp_spans)
         for st in uniq
     ]
     return Prepared(m, stages, results, counts, costs)
@@ -266,7 +322,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
             + sum(prep.counts[r.stage.rank] * r.tail["optimizer"] for r in results) / plan.pp)
 
     model_flops = plan.global_batch_size * model_flops_per_sequence(model, plan.seq_len)
-    rec_flops = sum(model.layer_counts()[t] * c.recompute_flops for t, c in prep.costs.items())
+    rec_flops = sum(model.layer_counts()[t] * (c.recompute_flops + c.padding_flops)
+                    for t, c in prep.costs.items())
     hw_flops = model_flops + rec_flops * plan.tp * plan.cp * m * plan.dp
     n = plan.world_size
     peak = gpu.peak_flops(plan.dtype)
@@ -302,8 +359,8 @@ def _top_memory(mem: dict[str, float]) -> str:
 
 def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
                  costs: dict[str, LayerCost], emb: EndCost, head: EndCost, p2p: float,
-                 dp_spans: tuple[int, ...], pp_spans: tuple[int, ...], dp_cp: int, m: int
-                 ) -> StageResult:
+                 dp_spans: tuple[int, ...], pp_spans: tuple[int, ...], dp_cp: int, m: int,
+                 edp_spans: tuple[int, ...] = ()) -> StageResult:
     """Per-microbatch time, per-iteration tail and memory of one pipeline rank."""
     gpu = cluster.gpu
     pairs = [(n, costs[t]) for t, n in st.layers.items()]
@@ -325,10 +382,15 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
     window_f = time["forward"]
     window_b = time["backward"] + time["recompute"]
 
-    params = stage_params(model, plan.tp, plan.pp, st.layers, st.embedding, st.head)
+    params, experts = stage_params_split(model, plan.tp, plan.pp, st.layers, st.embedding,
+                                         st.head, plan.ep, plan.etp)
+    edp = expert_dp_size(plan.tp, plan.cp, plan.dp, plan.ep, plan.etp)
     layers = max(st.num_layers, 1)
     comm = dp_comm(params, plan.zero_stage, dp_spans, tuple(cluster.topology),
                    cluster.collective_chunks)
+    if experts:
+        comm = add_dp_comm(comm, dp_comm(experts, plan.zero_stage, edp_spans,
+                                         tuple(cluster.topology), cluster.collective_chunks))
     kappa = gpu.efficiency.overlap_slowdown
     time["dp_comm"] = (
         overlapped_s(comm.mb_fwd_s, window_f, layers, plan.overlap_param_gather, kappa)
@@ -341,15 +403,18 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
         + overlapped_s(comm.param_s, window_f, layers, plan.overlap_param_gather, kappa) + tied,
         "optimizer": optimizer_step_s(gpu, params, plan.zero_stage, dp_cp),
     }
-
     states = state_bytes(params, plan.zero_stage, dp_cp, plan.dtype)
+    if experts:
+        tail["optimizer"] += optimizer_step_s(gpu, experts, plan.zero_stage, edp)
+        states = add_states(states, state_bytes(experts, plan.zero_stage, edp, plan.dtype))
     v = plan.virtual_stages
     act = st.inflight_chunks / v * sum(n * costs[t].act_bytes for t, n in st.layers.items())
     workspace = max([costs[t].workspace_bytes for t in st.layers] + [0.0])
     if st.head:
         act += head.act_bytes
         workspace = max(workspace, head.workspace_bytes)
-    shape = LayerShape(plan.tp, plan.cp, plan.microbatch_size, plan.seq_len)
+    shape = state_shape(model, plan.tp, plan.cp, plan.microbatch_size, plan.seq_len, plan.ep,
+                        plan.etp)
     buffers = comm_buffer_bytes(model, shape, plan.zero_stage, tuple(st.layers) or model.layer_types)
     memory = {
         "weights": states.weights,

@@ -34,6 +34,8 @@ class LayerShape:
     cp: int
     mbs: int
     seq: int
+    ep: int = 1  # expert parallelism (MoE layers only)
+    etp: int = 1  # expert tensor parallelism (MoE layers only)
 
     @property
     def tokens(self) -> float:
@@ -50,6 +52,7 @@ class LayerStrategy:
     cp_comm: str = "ring"
     overlap_tp_comm: bool = False
     dtype: str = "bf16"
+    layer_type: str = "dense"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class Net:
     tp_spans: tuple[int, ...]
     cp_spans: tuple[int, ...]
     chunks: int = 64
+    ep_spans: tuple[int, ...] = ()  # the expert-parallel group (MoE layers)
+    etp_spans: tuple[int, ...] = ()  # the expert tensor-parallel group (MoE layers)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class LayerCost:
     act_bytes: float
     workspace_bytes: float
     recompute_flops: float
+    padding_flops: float = 0.0  # expert GEMM work on capacity padding (MoE), fwd + bwd
 
     @property
     def total_s(self) -> float:
@@ -107,8 +113,14 @@ def dense_layer_params(model: ModelSpec, tp: int = 1) -> float:
     return attn + mlp + norms + bias
 
 
-def layer_params(model: ModelSpec, layer_type: str, tp: int) -> float:
-    """Parameters of one layer of ``layer_type`` held by one TP rank."""
+def layer_params(model: ModelSpec, layer_type: str, tp: int, ep: int = 1,
+                 etp: int | None = None) -> float:
+    """Parameters of one layer of ``layer_type`` held by one GPU (TP rank; for MoE layers
+    also its EP/ETP shard of the experts). ``etp`` defaults to ``tp``."""
+    if layer_type == "moe":
+        from planner.costmodel.moe import moe_layer_params
+
+        return sum(moe_layer_params(model, tp, ep, etp or tp))
     return dense_layer_params(model, tp)
 
 
@@ -126,8 +138,21 @@ def head_params(model: ModelSpec, tp: int = 1, separate: bool = True) -> float:
 
 def total_params(model: ModelSpec) -> float:
     counts = model.layer_counts()
-    layers = counts.get("dense", 0) * dense_layer_params(model)
+    layers = sum(n * layer_params(model, t, 1, 1, 1) for t, n in counts.items())
     return layers + embedding_params(model) + head_params(model, separate=False)
+
+
+def active_params(model: ModelSpec) -> float:
+    """Parameters one token passes through: total, with each MoE layer counting only its
+    router, shared experts and ``top_k`` routed experts (Jiang et al. 2024: Mixtral 8x7B
+    has 46.7B total, 12.9B active)."""
+    if model.moe is None:
+        return total_params(model)
+    from planner.costmodel.moe import moe_active_expert_params, moe_layer_params
+
+    n = model.layer_counts().get("moe", 0)
+    routed = moe_layer_params(model, 1, 1, 1)[1]
+    return total_params(model) - n * (routed - moe_active_expert_params(model))
 
 
 # ---- FLOPs (model convention) --------------------------------------------------------
@@ -136,7 +161,12 @@ def layer_model_flops_per_token(model: ModelSpec, layer_type: str, seq: int) -> 
     (the PaLM/Megatron MFU convention: Chowdhery et al. 2022, App. B)."""
     h = model.hidden_size
     gemm = 2 * h * (model.q_dim + 2 * model.kv_dim) + 2 * model.q_dim * h
-    gemm += 2 * model.ffn_matrices * h * model.ffn_hidden_size
+    if layer_type == "moe":
+        from planner.costmodel.moe import moe_ffn_flops_per_token
+
+        gemm += moe_ffn_flops_per_token(model)
+    else:
+        gemm += 2 * model.ffn_matrices * h * model.ffn_hidden_size
     attn = 4 * seq * model.q_dim
     return gemm + attn
 
@@ -237,7 +267,12 @@ def activation_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrategy,
 @lru_cache(maxsize=65536)
 def layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
                strat: LayerStrategy) -> LayerCost:
-    """Cost of one dense layer for one microbatch on one GPU."""
+    """Cost of one layer (dense, or MoE when ``strat.layer_type == "moe"``) for one
+    microbatch on one GPU."""
+    if strat.layer_type == "moe":
+        from planner.costmodel.moe import moe_layer_cost
+
+        return moe_layer_cost(model, gpu, net, shape, strat)
     dt = strat.dtype
     gemms = _gemms(model, shape)
     fwd_g = {n: gemm_time_s(gpu, dt, m, nn, k) for n, m, nn, k in gemms}
@@ -265,6 +300,7 @@ def layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
 
     act = activation_bytes(model, shape, strat)
     workspace = activation_bytes(model, shape, strat, "none") if strat.recompute == "full" else 0.0
+    workspace += cp_buffer_bytes(model, shape, strat)
     return LayerCost(
         fwd_s=fwd,
         bwd_s=bwd,
@@ -292,9 +328,19 @@ def _tp_comm(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape, strat:
     ``overlap_tp_comm`` overlaps every forward collective with its GEMM (Transformer
     Engine userbuffers).
     """
+    return tp_comm_pairs(gpu, net, shape, strat, fwd_g, dgrad, wgrad,
+                         (("qkv", "proj"), ("fc1", "fc2")),
+                         shape.tokens * model.hidden_size * C.ACT_BYTES)
+
+
+def tp_comm_pairs(gpu: GPUSpec, net: Net, shape: LayerShape, strat: LayerStrategy,
+                  fwd_g: dict[str, float], dgrad: dict[str, float], wgrad: dict[str, float],
+                  pairs: Sequence[tuple[str, str]], size: float) -> tuple[float, float]:
+    """Exposed TP communication of (column-parallel, row-parallel) GEMM pairs (attention:
+    QKV and projection; MLP: FC1 and FC2), each pair one all-reduce or one all-gather and
+    one reduce-scatter of ``size`` bytes in each direction (see :func:`_tp_comm`)."""
     if shape.tp <= 1:
         return 0.0, 0.0
-    size = shape.tokens * model.hidden_size * C.ACT_BYTES
     spans, levels = net.tp_spans, net.levels
     ag = collective_time_s("all_gather", size, spans, levels, net.chunks)
     rs = collective_time_s("reduce_scatter", size, spans, levels, net.chunks)
@@ -305,17 +351,20 @@ def _tp_comm(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape, strat:
     def hide(comm: float, gemm: float, overlapped: bool = True) -> float:
         return exposed_s(comm, gemm, kappa) if overlapped else comm
 
+    fwd = bwd = 0.0
     if not strat.sequence_parallel:
         one = (collective_time_s("allreduce", size, spans, levels, net.chunks)
                if strat.tp_comm == "allreduce" else rs + ag)
-        fwd = 2 * one
-        bwd = hide(one, wgrad["qkv"]) + hide(one, wgrad["fc1"])
+        for col, _row in pairs:
+            fwd += one
+            bwd += hide(one, wgrad[col])
         return fwd, bwd
-    fwd = (hide(ag, fwd_g["qkv"], over) + hide(rs, fwd_g["proj"], over)
-           + hide(ag, fwd_g["fc1"], over) + hide(rs, fwd_g["fc2"], over))
-    bwd = (hide(ag, dgrad["proj"], over) + hide(ag, dgrad["fc2"], over)
-           + hide(ag, dgrad["qkv"]) + hide(rs, wgrad["qkv"])
-           + hide(ag, dgrad["fc1"]) + hide(rs, wgrad["fc1"]))
+    for col, row in pairs:
+        fwd += hide(ag, fwd_g[col], over) + hide(rs, fwd_g[row], over)
+    for _col, row in pairs:
+        bwd += hide(ag, dgrad[row], over)
+    for col, _row in pairs:
+        bwd += hide(ag, dgrad[col]) + hide(rs, wgrad[col])
     return fwd, bwd
 
 
@@ -327,11 +376,19 @@ def _cp_comm(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape, strat:
     overlapped with the attention kernel; backward also returns dK and dV.
     All-to-all (Jacobs et al. 2023, DeepSpeed-Ulysses): Q, K, V scattered by heads before
     attention and the output gathered back after it, not overlapped.
+    All-gather (the LBNL model's 2D tensor parallelism, Subramanian et al. 2024, Table II):
+    K and V all-gathered over cp before attention, all-gathered again in backward and
+    their gradients reduce-scattered, not overlapped.
     """
     if shape.cp <= 1:
         return 0.0, 0.0
     q_loc, kv_loc, _, _ = local_dims(model, shape.tp)
     spans, levels = net.cp_spans, net.levels
+    if strat.cp_comm == "all_gather":
+        full = 2 * shape.mbs * shape.seq * kv_loc * C.ACT_BYTES  # K and V, whole sequence
+        ag = collective_time_s("all_gather", full, spans, levels, net.chunks)
+        rs = collective_time_s("reduce_scatter", full, spans, levels, net.chunks)
+        return ag, ag + rs
     if strat.cp_comm == "all_to_all":
         qkv = shape.tokens * (q_loc + 2 * kv_loc) * C.ACT_BYTES
         out = shape.tokens * q_loc * C.ACT_BYTES
@@ -344,6 +401,23 @@ def _cp_comm(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape, strat:
     bwd = steps * p2p_time_s(2 * block, spans, levels)
     kappa = gpu.efficiency.overlap_slowdown
     return exposed_s(fwd, attn_f, kappa), exposed_s(bwd, attn_b, kappa)
+
+
+def cp_buffer_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrategy) -> float:
+    """Transient context-parallel buffers during attention. Ring: the K/V block being
+    received beside the one in use, and their gradients in backward (double buffering,
+    Megatron-Core ``AttnFuncWithCPAndKVP2P``): ``2 x 2 t kv`` elements. All-to-all: the
+    head-scattered Q, K, V and output (``t (2q + 2kv)``). All-gather: the whole-sequence K
+    and V (``cp x 2 t kv``)."""
+    if shape.cp <= 1:
+        return 0.0
+    q_loc, kv_loc, _, _ = local_dims(model, shape.tp)
+    t, a = shape.tokens, C.ACT_BYTES
+    if strat.cp_comm == "all_to_all":
+        return a * t * (2 * q_loc + 2 * kv_loc)
+    if strat.cp_comm == "all_gather":
+        return a * 2 * shape.mbs * shape.seq * kv_loc
+    return a * 2 * 2 * t * kv_loc
 
 
 def stage_cost_sum(costs: Sequence[tuple[int, LayerCost]]) -> dict[str, float]:

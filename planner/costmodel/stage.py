@@ -173,6 +173,11 @@ def state_bytes(params_local: float, zero: int, dp_cp: int, dtype: str) -> State
     )
 
 
+def add_states(a: StateBytes, b: StateBytes) -> StateBytes:
+    return StateBytes(a.weights + b.weights, a.gradients + b.gradients,
+                      a.optimizer + b.optimizer)
+
+
 def end_params(model: ModelSpec, tp: int, pp: int, embedding: bool, head: bool) -> float:
     """Embedding/head parameters on a stage (tied weights share one copy when pp = 1)."""
     out = 0.0
@@ -184,12 +189,38 @@ def end_params(model: ModelSpec, tp: int, pp: int, embedding: bool, head: bool) 
 
 
 def stage_params(model: ModelSpec, tp: int, pp: int, layers: dict[str, int], embedding: bool,
-                 head: bool) -> float:
-    """Parameters one GPU of a pipeline stage holds (its TP shard, before ZeRO)."""
-    from planner.costmodel.layer import layer_params
+                 head: bool, ep: int = 1, etp: int | None = None) -> float:
+    """Parameters one GPU of a pipeline stage holds (its TP/EP shard, before ZeRO)."""
+    return sum(stage_params_split(model, tp, pp, layers, embedding, head, ep, etp))
 
-    own = sum(n * layer_params(model, t, tp) for t, n in layers.items())
-    return own + end_params(model, tp, pp, embedding, head)
+
+def stage_params_split(model: ModelSpec, tp: int, pp: int, layers: dict[str, int],
+                       embedding: bool, head: bool, ep: int = 1, etp: int | None = None
+                       ) -> tuple[float, float]:
+    """(parameters sharded by ZeRO over dp x cp, routed-expert parameters sharded over
+    the expert-data-parallel group) one GPU of a pipeline stage holds."""
+    from planner.costmodel.layer import layer_params
+    from planner.costmodel.moe import moe_layer_params
+
+    own = sum(n * layer_params(model, t, tp) for t, n in layers.items() if t != "moe")
+    experts = 0.0
+    if layers.get("moe"):
+        rest, routed = moe_layer_params(model, tp, ep, etp or tp)
+        own += layers["moe"] * rest
+        experts = layers["moe"] * routed
+    return own + end_params(model, tp, pp, embedding, head), experts
+
+
+def expert_dp_size(tp: int, cp: int, dp: int, ep: int, etp: int) -> int:
+    """GPUs holding the same expert shard: ``dp cp tp / (ep etp)`` (Megatron-Core's
+    expert-data-parallel group)."""
+    return dp * cp * tp // (ep * etp)
+
+
+def add_dp_comm(a: DPComm, b: DPComm) -> DPComm:
+    """Two groups' data-parallel traffic, one after the other."""
+    return DPComm(a.grad_s + b.grad_s, a.param_s + b.param_s, a.mb_fwd_s + b.mb_fwd_s,
+                  a.mb_bwd_s + b.mb_bwd_s)
 
 
 def comm_buffer_bytes(model: ModelSpec, shape: LayerShape, zero: int,
@@ -200,5 +231,6 @@ def comm_buffer_bytes(model: ModelSpec, shape: LayerShape, zero: int,
 
     out = shape.tokens * model.hidden_size * C.ACT_BYTES if shape.tp > 1 else 0.0
     if zero == 3:
-        out += 2 * max(layer_params(model, t, shape.tp) for t in layer_types) * C.WEIGHT_BYTES
+        out += 2 * max(layer_params(model, t, shape.tp, shape.ep, shape.etp)
+                       for t in layer_types) * C.WEIGHT_BYTES
     return out

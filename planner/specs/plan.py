@@ -49,7 +49,11 @@ class Plan(Spec):
     pp: PositiveInt = 1
     dp: PositiveInt = 1
     cp: PositiveInt = 1
-    ep: PositiveInt = 1
+    ep: PositiveInt = Field(1, description="expert-parallel degree of the MoE layers; its groups "
+                            "are drawn from the dp x cp ranks (Megatron-Core)")
+    expert_tp: PositiveInt | None = Field(
+        None, description="tensor-parallel degree of the expert FFNs; default = tp "
+        "(Megatron-Core --expert-tensor-parallel-size); must divide tp")
     microbatch_size: PositiveInt = 1
     global_batch_size: PositiveInt
     seq_len: PositiveInt
@@ -65,7 +69,10 @@ class Plan(Spec):
     zero_stage: int = Field(0, ge=0, le=3)
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     attention: Literal["flash", "standard"] = "flash"
-    cp_comm: Literal["ring", "all_to_all"] = "ring"
+    cp_comm: Literal["ring", "all_to_all", "all_gather"] = Field(
+        "ring", description="ring: K/V blocks passed around the cp ring, overlapped with "
+        "attention (Megatron-Core CP); all_to_all: heads scattered (DeepSpeed-Ulysses); "
+        "all_gather: K/V all-gathered over cp, the LBNL model's 2D tensor parallelism")
     overlap_dp_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False
@@ -100,6 +107,11 @@ class Plan(Spec):
     def num_microbatches(self) -> float:
         """Microbatches per pipeline per iteration."""
         return self.global_batch_size / (self.dp * self.microbatch_size)
+
+    @property
+    def etp(self) -> int:
+        """Expert tensor-parallel degree (``expert_tp``, default ``tp``)."""
+        return self.expert_tp or self.tp
 
     def recompute_for(self, layer_type: str) -> Recompute:
         if isinstance(self.recompute, dict):

@@ -1,0 +1,307 @@
+"""Mixture-of-experts layers: parameters, FLOPs, time and memory on one GPU.
+
+An MoE layer is the dense layer's attention block followed by a router, optional shared
+experts and ``E`` routed experts of which each token uses ``top_k`` (Shazeer et al. 2017;
+Lepikhin et al. 2020, GShard; Fedus et al. 2021, Switch; Jiang et al. 2024, Mixtral;
+DeepSeek-AI 2024, DeepSeek-V3). Parallelism follows Megatron-Core's MoE (Megatron-Core
+``MoELayer`` with the all-to-all token dispatcher):
+
+- the attention block and the shared experts are tensor-parallel over ``tp`` like a
+  dense layer; the router weights are replicated;
+- each TP rank routes its ``t/tp`` tokens (its sequence-parallel shard, or an even split
+  of the replicated tokens without SP) and sends each token copy to the GPU holding its
+  expert: an all-to-all over the expert-parallel group of ``ep`` GPUs (*dispatch*), and
+  back after the experts (*combine*); backward repeats both;
+- the EP group is drawn from the dp x cp ranks (Megatron-Core "tp-cp-ep-dp-pp": ``ep``
+  divides ``dp x cp``) and takes the innermost of them, so it sits inside an NVLink domain
+  when the domain holds ``ep`` of the dp x cp ranks and crosses the fabric otherwise;
+- experts may use their own tensor parallelism ``etp`` (dividing ``tp``, default ``tp``):
+  received tokens are all-gathered over the ETP group before the experts and
+  reduce-scattered after (Megatron-Core ``--expert-tensor-parallel-size``);
+- each GPU holds ``E/ep`` experts, each ``1/etp`` of an expert FFN; expert gradients and
+  optimizer states are sharded by ZeRO over the expert-data-parallel group of
+  ``dp cp tp / (ep etp)`` GPUs, the other parameters over dp x cp as in dense layers.
+
+Routing is balanced. Without a capacity factor the experts are dropless (each GPU
+receives ``k t / tp`` token copies); with a capacity factor ``c`` every expert buffer is
+padded to its capacity ``c k T / E`` (GShard/Switch), so time and memory scale with ``c``
+while model FLOPs count only the ``top_k`` active experts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.costmodel import constants as C
+from planner.costmodel.compute import elementwise_time_s, gemm_time_s
+from planner.costmodel.layer import (
+    LayerCost,
+    LayerShape,
+    LayerStrategy,
+    Net,
+    _attention_core,
+    _cp_comm,
+    cp_buffer_bytes,
+    local_dims,
+    tp_comm_pairs,
+)
+from planner.costmodel.network import collective_time_s
+from planner.specs.gpu import GPUSpec
+from planner.specs.model import ModelSpec
+
+
+# ---- sizes ----------------------------------------------------------------------------
+def shared_ffn(model: ModelSpec) -> int:
+    """Total FFN width of the shared experts (0 without)."""
+    moe = model.moe
+    assert moe is not None
+    per = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+    return moe.num_shared_experts * per
+
+
+def _attention_params(model: ModelSpec, tp: int) -> float:
+    q_loc, kv_loc, _, _ = local_dims(model, tp)
+    h = model.hidden_size
+    attn = h * (q_loc + 2 * kv_loc) + q_loc * h
+    bias = (q_loc + 2 * kv_loc + h) if model.bias else 0.0
+    return attn + bias
+
+
+def moe_layer_params(model: ModelSpec, tp: int, ep: int, etp: int) -> tuple[float, float]:
+    """(non-expert, routed-expert) parameters of one MoE layer held by one GPU.
+
+    Non-expert: attention (TP-sharded), two norms, the router ``h x E`` (replicated) and
+    the shared experts (TP-sharded). Routed: ``E/ep`` experts of ``mats x h x f_e / etp``.
+    """
+    moe = model.moe
+    assert moe is not None
+    h, mats = model.hidden_size, model.ffn_matrices
+    norms = 2 * h * (2 if model.norm_type == "layernorm" else 1)
+    router = h * moe.num_experts
+    shared = mats * h * shared_ffn(model) / tp
+    routed = moe.num_experts / ep * mats * h * moe.expert_ffn_hidden_size / etp
+    return _attention_params(model, tp) + norms + router + shared, routed
+
+
+def moe_active_expert_params(model: ModelSpec) -> float:
+    """Routed-expert parameters one token passes through: ``top_k`` experts."""
+    moe = model.moe
+    assert moe is not None
+    return moe.top_k * model.ffn_matrices * model.hidden_size * moe.expert_ffn_hidden_size
+
+
+def moe_ffn_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs per token of the router, shared and active routed experts (model
+    convention: no capacity padding)."""
+    moe = model.moe
+    assert moe is not None
+    h, mats = model.hidden_size, model.ffn_matrices
+    return (2 * h * moe.num_experts + 2 * mats * h * shared_ffn(model)
+            + 2 * moe_active_expert_params(model))
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Token counts of one MoE layer on one GPU per microbatch."""
+
+    tokens: float  # t: tokens of the TP group (the attention block's tokens)
+    dispatched: float  # t/tp: tokens this GPU routes
+    received: float  # token copies this GPU receives: k t/tp x capacity factor
+    expert_tokens: float  # tokens the local expert GEMMs process (received x etp)
+    local_experts: float  # E / ep
+
+
+def routing(model: ModelSpec, shape: LayerShape) -> Routing:
+    moe = model.moe
+    assert moe is not None
+    cf = moe.capacity_factor or 1.0
+    t = shape.tokens
+    d = t / shape.tp
+    r = d * moe.top_k * cf
+    return Routing(t, d, r, r * shape.etp, moe.num_experts / shape.ep)
+
+
+def alltoall_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """Buffer of one dispatch (or combine) all-to-all per GPU: the routed token copies,
+    ``k c t/tp x h`` elements; the fraction ``(ep-1)/ep`` leaves the GPU."""
+    return routing(model, shape).received * model.hidden_size * C.ACT_BYTES
+
+
+# ---- the layer ----------------------------------------------------------------------------
+def _gemms(model: ModelSpec, shape: LayerShape) -> list[tuple[str, float, float, float, float]]:
+    """(name, m, n, k, batch) of the forward GEMMs of one MoE layer on one GPU."""
+    moe = model.moe
+    assert moe is not None
+    q_loc, kv_loc, _, _ = local_dims(model, shape.tp)
+    h, mats = model.hidden_size, model.ffn_matrices
+    r = routing(model, shape)
+    out = [
+        ("qkv", r.tokens, q_loc + 2 * kv_loc, h, 1.0),
+        ("proj", r.tokens, h, q_loc, 1.0),
+        ("router", r.dispatched, moe.num_experts, h, 1.0),
+    ]
+    fs = shared_ffn(model) / shape.tp
+    if fs:
+        out += [("sh_fc1", r.tokens, fs * (mats - 1), h, 1.0), ("sh_fc2", r.tokens, h, fs, 1.0)]
+    fe = moe.expert_ffn_hidden_size / shape.etp
+    per_expert = r.expert_tokens / r.local_experts
+    out += [("ex_fc1", per_expert, fe * (mats - 1), h, r.local_experts),
+            ("ex_fc2", per_expert, h, fe, r.local_experts)]
+    return out
+
+
+def _elementwise_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrategy) -> float:
+    """Forward HBM traffic of the memory-bound operations: norms, residuals, RoPE as in a
+    dense layer; router softmax/top-k; permutation; the shared and expert activations."""
+    moe = model.moe
+    assert moe is not None
+    q_loc, kv_loc, _, _ = local_dims(model, shape.tp)
+    r = routing(model, shape)
+    sp_div = shape.tp if strat.sequence_parallel else 1
+    rows = r.tokens * model.hidden_size / sp_div
+    nbytes = 2 * C.NORM_BYTES * rows + 2 * C.RESIDUAL_BYTES * rows
+    if model.dropout:
+        nbytes += 2 * C.DROPOUT_BYTES * rows
+    if model.position_embedding == "rope":
+        nbytes += C.ROPE_BYTES * r.tokens * (q_loc + kv_loc)
+    act = C.SWIGLU_BYTES if model.ffn_type == "swiglu" else C.GELU_BYTES
+    nbytes += act * (r.tokens * shared_ffn(model) / shape.tp
+                     + r.received * moe.expert_ffn_hidden_size)
+    nbytes += C.ROUTER_SOFTMAX_BYTES * r.dispatched * moe.num_experts
+    nbytes += 2 * C.MOE_PERMUTE_BYTES * r.received * model.hidden_size
+    return nbytes
+
+
+def moe_activation_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrategy,
+                         recompute: str | None = None) -> float:
+    """Activations one MoE layer stores for backward, per microbatch.
+
+    Attention block as in :func:`planner.costmodel.layer.activation_bytes` (norm input,
+    QKV input, Q/K/V, projection input, softmax statistics). MLP block: the second norm's
+    input, the router input and its fp32 probabilities, the shared experts' input and
+    activations, and per received token copy the expert input (gathered over ETP), the
+    expert FFN activations (``2 f_e`` or ``3 f_e`` with SwiGLU, split over ETP) and the
+    expert output kept for the gradient of the routing weights. Full recomputation keeps
+    the layer input only; selective drops the attention output and statistics.
+    """
+    moe = model.moe
+    assert moe is not None
+    mode = recompute or strat.recompute
+    q_loc, kv_loc, _, heads = local_dims(model, shape.tp)
+    r = routing(model, shape)
+    t, h, a = r.tokens, model.hidden_size, C.ACT_BYTES
+    sp_div = shape.tp if strat.sequence_parallel else 1
+    if mode == "full":
+        return a * t * h / sp_div
+    drop = 1.0 if model.dropout else 0.0
+    ffn_mult = 3 if model.ffn_type == "swiglu" else 2
+    fs = shared_ffn(model) / shape.tp
+    # norm inputs, QKV input, dropout masks (as the dense layer), the shared FC1 input
+    rep = (3 * a + 2 * drop + (a if fs else 0.0)) * t * h / sp_div
+    attn = a * t * (q_loc + 2 * kv_loc) + a * t * q_loc
+    router = a * r.dispatched * h + C.ROUTER_PROB_BYTES * r.dispatched * moe.num_experts
+    shared = ffn_mult * a * t * fs
+    experts = (a * r.expert_tokens * h + ffn_mult * a * r.received * moe.expert_ffn_hidden_size
+               + a * r.received * h)
+    core = 0.0
+    if strat.attention == "standard":
+        if mode != "selective":
+            scores = shape.mbs * heads * (shape.seq / shape.cp) * shape.seq
+            core = (a + drop * (1 + a)) * scores
+    elif mode != "selective":
+        core = 4.0 * shape.mbs * heads * shape.seq / shape.cp
+    if mode == "selective":
+        attn -= a * t * q_loc
+    return rep + attn + router + shared + experts + core
+
+
+def ep_comm(model: ModelSpec, net: Net, shape: LayerShape) -> float:
+    """One direction's EP and ETP traffic: dispatch and combine all-to-alls over the EP
+    group and, with ``etp > 1``, the all-gather and reduce-scatter of the received tokens
+    over the ETP group. Not overlapped (Megatron-Core's default schedule)."""
+    levels, chunks = net.levels, net.chunks
+    size = alltoall_bytes(model, shape)
+    out = 2 * collective_time_s("all_to_all", size, net.ep_spans, levels, chunks)
+    if shape.etp > 1:
+        gathered = size * shape.etp
+        out += (collective_time_s("all_gather", gathered, net.etp_spans, levels, chunks)
+                + collective_time_s("reduce_scatter", gathered, net.etp_spans, levels, chunks))
+    return out
+
+
+def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
+                   strat: LayerStrategy) -> LayerCost:
+    """Cost of one MoE layer for one microbatch on one GPU (cached through
+    :func:`planner.costmodel.layer.layer_cost`)."""
+    moe = model.moe
+    assert moe is not None
+    dt = strat.dtype
+    gemms = _gemms(model, shape)
+    fwd_g = {n: gemm_time_s(gpu, dt, m, nn, k, b) for n, m, nn, k, b in gemms}
+    dgrad = {n: gemm_time_s(gpu, dt, m, k, nn, b) for n, m, nn, k, b in gemms}
+    wgrad = {n: gemm_time_s(gpu, dt, k, nn, m, b) for n, m, nn, k, b in gemms}
+    attn_f, attn_b, attn_flops = _attention_core(model, gpu, shape, strat)
+    ew_f = elementwise_time_s(gpu, _elementwise_bytes(model, shape, strat))
+    ew_b = C.ELEMENTWISE_BWD_RATIO * ew_f
+    fwd = sum(fwd_g.values()) + attn_f + ew_f
+    bwd = sum(dgrad.values()) + sum(wgrad.values()) + attn_b + ew_b
+
+    # TP: the attention block; the shared experts like a dense MLP; without shared experts
+    # and without SP the combined tokens are all-gathered back to every TP rank.
+    t_bytes = shape.tokens * model.hidden_size * C.ACT_BYTES
+    pairs = [("qkv", "proj")] + ([("sh_fc1", "sh_fc2")] if shared_ffn(model) else [])
+    tp_f, tp_b = tp_comm_pairs(gpu, net, shape, strat, fwd_g, dgrad, wgrad, pairs, t_bytes)
+    if shape.tp > 1 and not shared_ffn(model) and not strat.sequence_parallel:
+        regather = collective_time_s("all_gather", t_bytes, net.tp_spans, net.levels, net.chunks)
+        tp_f += regather
+        tp_b += regather
+    cp_f, cp_b = _cp_comm(model, gpu, net, shape, strat, attn_f, attn_b)
+    ep_one = ep_comm(model, net, shape)
+
+    gemm_flops = sum(2 * m * nn * k * b for _, m, nn, k, b in gemms)
+    if strat.recompute == "full":
+        rec, rec_tp, rec_cp, rec_ep = fwd, tp_f, cp_f, ep_one
+        rec_flops = gemm_flops + attn_flops
+    elif strat.recompute == "selective":
+        rec, rec_tp, rec_cp, rec_ep = attn_f, 0.0, 0.0, 0.0
+        rec_flops = attn_flops
+    else:
+        rec = rec_tp = rec_cp = rec_ep = rec_flops = 0.0
+
+    r = routing(model, shape)
+    cf = moe.capacity_factor or 1.0
+    pad = max(cf - 1.0, 0.0) / cf * r.received * 2 * model.ffn_matrices * model.hidden_size \
+        * moe.expert_ffn_hidden_size
+    pad_flops = 3 * pad  # forward and backward; a recomputed forward is in rec_flops
+    act = moe_activation_bytes(model, shape, strat)
+    workspace = (moe_activation_bytes(model, shape, strat, "none")
+                 if strat.recompute == "full" else 0.0)
+    workspace += cp_buffer_bytes(model, shape, strat)
+    return LayerCost(
+        fwd_s=fwd,
+        bwd_s=bwd,
+        recompute_s=rec,
+        tp_comm_s=tp_f + tp_b + rec_tp,
+        cp_comm_s=cp_f + cp_b + rec_cp,
+        ep_comm_s=2 * ep_one + rec_ep,
+        act_bytes=act,
+        workspace_bytes=workspace,
+        recompute_flops=rec_flops,
+        padding_flops=pad_flops,
+    )
+
+
+def expert_spans(tp_spans: tuple[int, ...], cp_spans: tuple[int, ...], dp_spans: tuple[int, ...],
+                 ep: int, etp: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Spans of the EP, ETP and expert-data-parallel groups on the network levels.
+
+    EP: the innermost ``ep`` members of the dp x cp group; ETP: the innermost ``etp`` of
+    the TP group; expert data parallelism: what is left of dp x cp x tp.
+    """
+    from planner.costmodel.network import combine, subgroup
+
+    dpcp = combine(dp_spans, cp_spans)
+    ep_s = subgroup(dpcp, ep)
+    etp_s = subgroup(tp_spans, etp)
+    edp_s = tuple((a // b) * (c // d) for a, b, c, d in zip(dpcp, ep_s, tp_spans, etp_s))
+    return ep_s, etp_s, edp_s
