@@ -20,7 +20,14 @@ from planner.specs.cluster import ClusterSpec
 
 
 def network_power_w_per_gpu(cluster: ClusterSpec) -> float:
-    return sum(level.power_w_per_gpu for level in cluster.topology)
+    """Fixed power per GPU plus energy per bit x capacity of each level (RAMP Table 4)."""
+    return sum(level.network_power_w for level in cluster.topology)
+
+
+def network_capex_usd_per_gpu(cluster: ClusterSpec) -> float:
+    """Network capital cost per GPU: $/Gb/s x capacity of each level (RAMP Table 3
+    normalizes network cost per Gb/s of node capacity)."""
+    return sum(level.capex_usd_per_gpu for level in cluster.topology)
 
 
 def energy_coefficients(cluster: ClusterSpec, num_gpus: int) -> tuple[float, float]:

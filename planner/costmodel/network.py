@@ -123,12 +123,12 @@ def level_traffic(op: Op, size_bytes: float, spans: Sequence[int],
             out.append((frac * data, steps))
             data /= k
         elif op == "all_to_all":
-            if algo == "ring":
+            if algo == "ring" and level.kind == "ring":
                 # Shortest-path routing on a bidirectional ring: D/k to each member over
                 # min(d, k-d) hops; floor(k^2/4) hop-messages share 2 links per GPU of
                 # B/2 each, i.e. D floor(k^2/4)/k at the GPU's rate [derived].
                 out.append((size_bytes * (k * k // 4) / k, steps))
-            else:
+            else:  # direct, or pairwise exchange in k-1 steps (ring algorithm on a switch)
                 out.append((frac * size_bytes, steps))
         else:  # pragma: no cover - guarded by the Op literal
             raise ValueError(op)

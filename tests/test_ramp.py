@@ -1,0 +1,175 @@
+"""RAMP (Ottino et al., notes 004): the optical cluster kind, RAMP-x collectives, network
+energy and cost, and the paper's ratios over an electrical fat tree (issue 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cli_collective import collective_result
+from planner.costmodel.energy import network_capex_usd_per_gpu, network_power_w_per_gpu
+from planner.costmodel.evaluator import evaluate
+from planner.costmodel.network import collective_breakdown, ramp_io_fraction
+from planner.errors import InputError
+from planner.specs.loaders import cluster_from_dict, load_cluster
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Plan
+
+from conftest import ROOT
+
+FAT_TREE = str(ROOT / "examples" / "ramp-baseline-fat-tree.yaml")
+GB = 2**30
+
+
+@pytest.fixture(scope="module")
+def ramp():
+    return load_cluster("ramp-a100")
+
+
+@pytest.fixture(scope="module")
+def fat():
+    return load_cluster(FAT_TREE)
+
+
+def full(cluster, op, size=GB):
+    return collective_result(op, size, list(cluster.topology),
+                             [lv.size for lv in cluster.topology], cluster.collective_chunks)
+
+
+def test_ramp_design_point(ramp):
+    """x = J = 32, Lambda = 64, b = 1, B = 400 Gb/s: 65,536 nodes at 12.8 Tb/s (Sec. 3.1)."""
+    assert ramp.num_gpus == 65536 == ramp.ramp.num_nodes
+    assert ramp.ramp.node_capacity_GBps * 8 == 12800
+    assert [lv.size for lv in ramp.topology] == [32, 32, 32, 2]  # Table 5 #NS
+    assert ramp.domain_size == 32
+
+
+def test_ramp_spec_errors():
+    with pytest.raises(InputError, match="J=8 racks per group exceeds x=4"):
+        cluster_from_dict({"name": "r", "gpu": "a100", "ramp": {"x": 4, "J": 8, "Lambda": 8}}, "r")
+    with pytest.raises(InputError, match="multiple of x"):
+        cluster_from_dict({"name": "r", "gpu": "a100", "ramp": {"x": 4, "J": 4, "Lambda": 6}}, "r")
+
+
+@pytest.mark.parametrize("op,max_steps", [("reduce_scatter", 4), ("all_gather", 4),
+                                          ("all_to_all", 4), ("allreduce", 8)])
+def test_ramp_x_step_counts(ramp, op, max_steps):
+    """RAMP-x collectives take at most 4 steps, 8 for all-reduce (Sec. 5-6)."""
+    assert full(ramp, op)["steps"] == max_steps
+
+
+def test_ramp_x_message_sizes(ramp):
+    """Table 8 per-destination payloads: RS m/x, m/x^2, m/(J x^2), m/(J Lambda x);
+    all-to-all m/x, m/x, m/J, m x/Lambda (bytes per GPU = (d - 1) x payload)."""
+    x, J, lam, m = 32, 32, 64, float(GB)
+    spans = [lv.size for lv in ramp.topology]
+    rs = collective_breakdown("reduce_scatter", m, spans, list(ramp.topology))
+    assert [r.bytes / (r.span - 1) for r in rs] == pytest.approx(
+        [m / x, m / x**2, m / (J * x**2), m / (J * lam * x)])
+    a2a = collective_breakdown("all_to_all", m, spans, list(ramp.topology))
+    assert [r.bytes / (r.span - 1) for r in a2a] == pytest.approx([m / x, m / x, m / J, m * x / lam])
+    # all-gather runs the steps backwards: the payload before step 1 is m J Lambda (Table 8)
+    piece = m / 65536
+    ag = collective_breakdown("all_gather", m, spans, list(ramp.topology))
+    assert ag[0].bytes / (x - 1) == pytest.approx(piece * J * lam)
+    assert ag[3].bytes / 1 == pytest.approx(piece)
+
+
+def test_ramp_transceiver_rules():
+    """Eq. 5: B_IO = B b (1 + #TRX_add)(d - 1). With d = 2 the last step uses all x groups;
+    Eq. 3 as printed gives the values tabulated in notes 004 Sec. 2.1."""
+    assert ramp_io_fraction(32, 2) == 1.0
+    assert ramp_io_fraction(32, 32) == pytest.approx(31 / 32)
+    eq3 = {d: ramp_io_fraction(32, d, "eq3") * 32 * 0.4 for d in (32, 16, 8, 4, 3)}
+    assert eq3 == pytest.approx({32: 12.4, 16: 6.0, 8: 2.8, 4: 3.6, 3: 5.6})  # Tb/s
+
+
+def test_ramp_one_gib_reduce_scatter_near_capacity_bound(ramp):
+    """Step 1 already meets m/B_node; the rest add ~1/x (notes 004 Sec. 2.6: ~0.65 ms for 1 GB
+    at 12.8 Tb/s). We also derate by the 95% slot payload."""
+    t = full(ramp, "reduce_scatter", 1e9)["time_us"]
+    assert t == pytest.approx(1e9 / 1.6e12 / 0.95 * (1 + 1 / 32) * 1e6, rel=0.02)
+
+
+def test_ramp_collective_speedups_over_fat_tree(ramp, fat):
+    """'7.6-171x speed-up in completion time across all MPI operations' at 65,536 nodes,
+    1 GB (Fig. 18). Ours: RS/AG/AR 7.0x (the paper also counts RAMP's faster x-to-1
+    reduction compute, which we leave out, hence 10% below 7.6 is allowed) and all-to-all
+    17x (well inside the range, far below 171x; docs/seeds.md says why). Reduce-scatter
+    gains least and all-to-all most, as the paper explains."""
+    speedup = {op: full(fat, op)["time_us"] / full(ramp, op)["time_us"]
+               for op in ("reduce_scatter", "all_gather", "allreduce", "all_to_all")}
+    for op, s in speedup.items():
+        assert 7.6 * 0.9 <= s <= 171, (op, s)
+    assert min(speedup, key=speedup.get) in ("reduce_scatter", "all_gather", "allreduce")
+    assert max(speedup, key=speedup.get) == "all_to_all"
+
+
+def test_ramp_network_energy_and_cost_ratios(ramp):
+    """Table 4: 8.5 pJ/bit x 12.8 Tb/s x 65,536 = 7.1 MW; EPS at the same capacity 383
+    (SuperPod) or 361 (fat tree) pJ/bit: 42-53x. Table 3: $20.12 against $1.62-6.12 per
+    Gb/s: 3.3-12.4x."""
+    ramp_w = network_power_w_per_gpu(ramp)
+    assert ramp_w * 65536 / 1e6 == pytest.approx(7.1, rel=0.01)
+    cap_12t8 = {"name": "eps", "kind": "switch", "size": 65536, "bandwidth_GBps": 1600}
+    for pj in (383, 361):
+        eps = cluster_from_dict({"name": "eps", "gpu": "a100", "num_gpus": 65536,
+                                 "topology": [{**cap_12t8, "energy_pj_per_bit": pj,
+                                               "cost_usd_per_Gbps": 20.12}]}, "eps")
+        assert 42 <= network_power_w_per_gpu(eps) / ramp_w <= 53
+    eps_cost = 20.12 * 12800
+    for trx, ratio in ((1.50, 12.4), (6.00, 3.3)):
+        r = cluster_from_dict({"name": "r", "gpu": "a100",
+                               "ramp": {"cost_usd_per_Gbps": trx + 0.12}}, "r")
+        assert eps_cost / network_capex_usd_per_gpu(r) == pytest.approx(ratio, abs=0.05)
+
+
+def test_ramp_places_tensor_parallelism_in_one_step(ramp):
+    """The greedy placement fills RAMP's first step (32 nodes) with TP, as the paper's
+    'minimise the active steps' rule does; a TP-32 all-reduce is then 2 steps."""
+    from planner.costmodel.network import group_spans
+
+    plan = Plan(tp=32, dp=2048, global_batch_size=4096, seq_len=1024)
+    spans = group_spans(plan, ramp)
+    assert spans["tp"] == (32, 1, 1, 1)
+
+
+# Table 9 of the RAMP paper: CE loss, d_model, heads, layers, global batch, GPUs, DP, MP.
+TABLE9 = [
+    (2.5, 1152, 12, 36, 2480, 16, 16, 1), (2.4, 1536, 16, 40, 3424, 32, 32, 1),
+    (2.2, 2304, 24, 56, 4896, 128, 32, 4), (2.0, 4096, 32, 50, 7168, 512, 64, 8),
+    (1.8, 6144, 64, 71, 10880, 2048, 64, 32), (1.7, 8192, 128, 128, 16896, 32768, 256, 128),
+    (1.5, 16384, 512, 132, 14080, 65536, 128, 512),
+    (1.3, 32768, 2048, 160, 1024, 65536, 32, 2048),
+    (1.2, 131072, 8192, 52, 64, 65536, 8, 8192)]
+
+
+def megatron_speedup(ramp, fat, row) -> float:
+    """RAMP's iteration-time speed-up on one Table 9 configuration, with the paper's
+    training setup: hybrid DP + TP, no pipelining, sequence 1024, fp16, activation
+    checkpointing, communication not overlapped (notes 004 Sec. 2.8)."""
+    ce, d, heads, layers, gb, n, dp, mp = row
+    model = ModelSpec(name=f"ramp-ce{ce}", num_layers=layers, hidden_size=d,
+                      num_attention_heads=heads, ffn_hidden_size=4 * d, vocab_size=50257,
+                      seq_len=1024, position_embedding="learned", dtype="fp16")
+    batch = max(dp, gb - gb % dp)
+    mbs = 32 if ce >= 1.8 else batch // dp  # the micro-batch implied by Table 9's MP msg
+    while (batch // dp) % mbs:
+        mbs //= 2
+    plan = Plan(tp=mp, dp=dp, microbatch_size=mbs, global_batch_size=batch, seq_len=1024,
+                recompute="full", dtype="fp16", overlap_dp_grad_reduce=False,
+                overlap_param_gather=False)
+    t_ramp = evaluate(model, ramp.resized(n), plan).iteration_time_s
+    t_fat = evaluate(model, fat.resized(n), plan).iteration_time_s
+    return t_fat / t_ramp
+
+
+def test_ramp_megatron_speedups_trend(ramp, fat):
+    """Paper: 1.3-16.7x, growing with the MP degree. Ours: 1.0-2.3x, growing with the MP
+    degree, never outside [1, 16.7]. The magnitude is NOT reproduced (docs/seeds.md): our
+    fat tree runs hierarchical collectives at full bisection with all 8 NICs of a node,
+    and the paper's compute times are only in its figures."""
+    s = [megatron_speedup(ramp, fat, row) for row in TABLE9]
+    assert all(0.99 <= v <= 16.7 for v in s), s
+    assert s[-1] > 2.0 and s[0] < 1.05
+    tp_rows = s[2:]  # MP > 1: the speed-up grows with the degree of model parallelism
+    assert all(b >= a - 0.05 for a, b in zip(tp_rows, tp_rows[1:])), s
