@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import pytest
 
-from planner.cli import main
 from planner.costmodel.network import (collective_breakdown, collective_time_s, level_traffic,
                                        pipelined_time)
 from planner.errors import InputError
@@ -18,22 +16,9 @@ from planner.specs.loaders import cluster_from_dict
 from planner.specs.topology import parse_shorthand, shorthand_levels
 from planner.specs.units import parse_bandwidth_GBps, parse_size_bytes
 
+from test_cli import run
+
 MiB = 2**20
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["planner", *args]
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = int(e.code or 0)
-    finally:
-        sys.argv = old
-    cap = capsys.readouterr()
-    assert "Traceback" not in cap.err and "Traceback" not in cap.out
-    return code, cap.out, cap.err
 
 
 def levels_of(text: str, bws, lats=0.0) -> list[TopologyLevel]:
@@ -248,3 +233,20 @@ def test_breakdown_matches_time_with_one_chunk():
     assert collective_time_s("allreduce", 1e9, (4, 4), lv, chunks=1) == \
         pytest.approx(sum(r.time_s for r in rows))
     assert math.isclose(rows[0].bytes, 2 * 3 / 4 * 1e9)
+
+
+# ---- placement on the seeds' topologies --------------------------------------------------
+@pytest.mark.parametrize("cluster,gpus,domain", [("gb200-nvl72", 576, 72),
+                                                  ("dgx-h100-superpod", 576, 8)])
+def test_solver_keeps_tensor_parallelism_inside_the_fast_domain(cluster, gpus, domain):
+    """Llama 3 405B: every TP group lives inside one NVLink domain (NVL72 rack or DGX node),
+    and on NVL72 the rack also holds CP and PP, leaving only DP on InfiniBand
+    (examples/networks.md)."""
+    from planner.api import solve
+
+    plan = solve("llama3-405b", cluster, gpus=gpus, time_limit_s=60).best.plan
+    dom = plan.placement.domain
+    assert dom["tp"] == plan.tp
+    assert math.prod(dom.values()) == domain
+    if domain == 72:
+        assert dom["dp"] == 1 and plan.tp * plan.cp * plan.pp == 72
