@@ -91,12 +91,31 @@ def distinct_stages(stages: list[Stage]) -> list[Stage]:
     return list(seen.values())
 
 
-def bubble_factor(pp: int, v: int) -> float:
-    """Pipeline bubble in units of a stage's per-microbatch time: ``(pp - 1)/v``
-    (Narayanan et al. 2021, Sec. 2.2: bubble fraction ``(pp - 1)/(v m)``). The steady
-    part runs ``m`` microbatches at the pace of the slowest stage; the fill and drain
-    pass through every stage, so the bubble uses the mean stage time."""
-    return (pp - 1) / v
+def bubble_factor(pp: int, v: int, variant: str = "megatron", *, num_layers: int = 1,
+                  num_microbatches: float = 1.0, comm_share: float = 0.0) -> float:
+    """Pipeline bubble in units of a stage's per-microbatch time.
+
+    ``megatron`` (the default): ``(pp - 1)/v`` (Narayanan et al. 2021, Sec. 2.2: bubble
+    fraction ``(pp - 1)/(v m)``). The steady part runs ``m`` microbatches at the pace of
+    the slowest stage; the fill and drain pass through every stage, so the bubble uses
+    the mean stage time.
+
+    ``amped``: AMPeD's Eq. 8 as printed (Moolchandani et al., notes 000 Sec. 2.7),
+    ``W = R (pp - 1)/N_ub [U/(L N) + M_f + M_b]`` summed over the ``L`` layers, with
+    ``R = 1/v``. Its compute term carries an extra ``1/L``, so only one average layer's
+    compute idles per bubble step, while the communication term counts all layers
+    (``pp`` stages' worth per microbatch). In units of the stage time ``c + k`` with
+    ``k = comm_share (c + k)``: ``R (pp - 1) [(1 - comm_share)/L + comm_share pp/m]``.
+    Kept as a named seed variant only: it makes the bubble nearly vanish, which
+    contradicts measured 1F1B schedules (docs/seeds.md, AMPeD).
+    """
+    if variant == "megatron":
+        return (pp - 1) / v
+    if variant == "amped":
+        r = 1.0 / v
+        return r * (pp - 1) * ((1.0 - comm_share) / num_layers
+                               + comm_share * pp / num_microbatches)
+    raise ValueError(f"unknown bubble variant {variant!r}; expected 'megatron' or 'amped'")
 
 
 def is_integral(x: float) -> bool:
