@@ -2,7 +2,9 @@
 
 A point of the space is ``(outer, domain, inner)``:
 
-- ``Outer``: the parallel degrees, microbatch size and interleaving (tp, cp, pp, dp, mbs, v);
+- ``Outer``: the parallel degrees, microbatch size and interleaving (tp, cp, pp, dp, mbs, v),
+  the context-parallel exchange (ring, all-to-all, all-gather) and, for MoE models, the
+  expert-parallel and expert tensor-parallel degrees of the MoE layers (ep, etp);
 - ``domain``: GPUs of each group inside one NVSwitch domain (a_tp, a_cp, a_dp, a_pp);
 - ``Inner``: recomputation per layer type, sequence parallelism and the ZeRO stage.
 
@@ -28,9 +30,11 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import DEFAULT_ORDER, WORLD_DIMS, Plan
 
 RECOMPUTE = ("none", "selective", "full")
+CP_COMMS = ("ring", "all_to_all", "all_gather")
 #: Plan fields that are decisions of the search; everything else is a base setting.
 DECISIONS = ("tp", "cp", "pp", "dp", "microbatch_size", "virtual_stages", "sequence_parallel",
-             "recompute", "zero_stage", "placement", "uneven_pipeline", "tp_comm")
+             "recompute", "zero_stage", "placement", "uneven_pipeline", "tp_comm", "ep",
+             "expert_tp", "cp_comm")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class Outer:
     mbs: int
     v: int
     uneven: bool
+    ep: int = 1  # MoE layers: expert-parallel degree
+    etp: int = 1  # MoE layers: expert tensor-parallel degree
+    cpc: str = "ring"  # context-parallel exchange
 
     @property
     def world(self) -> int:
@@ -63,6 +70,8 @@ class SpaceOptions:
     max_virtual_stages: int = 8
     #: context parallelism only while each rank keeps at least this many tokens
     min_cp_tokens: int = 4096
+    #: context-parallel exchanges to choose from when cp > 1 (``--fix cp_comm=...`` pins one)
+    cp_comms: tuple[str, ...] = CP_COMMS
     allow_idle_gpus: bool = False
     #: allow layer splits that do not divide pp x v (end stages get fewer layers)
     allow_uneven: bool = True
@@ -91,7 +100,7 @@ class SearchSpace:
                 "order") or DEFAULT_ORDER)
         self.layer_types = self.model.layer_types
         self.outers = self._outers()
-        self._placements: dict[Outer, list[tuple[int, ...]]] = {}
+        self._placements: dict[tuple[int, ...], list[tuple[int, ...] | None]] = {}
 
     # ---- the outer configurations -------------------------------------------------------
     def _allowed(self, key: str, values: list[int]) -> list[int]:
@@ -130,10 +139,28 @@ class SearchSpace:
                                 if uneven and not (opt.allow_uneven if fixed_uneven is None
                                                    else fixed_uneven):
                                     continue
-                                o = Outer(tp, cp, pp, dp, mbs, v, uneven)
-                                if self._structurally_valid(o):
-                                    out.append(o)
+                                for ep, etp, cpc in self._layer_choices(tp, cp, dp):
+                                    o = Outer(tp, cp, pp, dp, mbs, v, uneven, ep, etp, cpc)
+                                    if self.sp_options(o) and self._structurally_valid(o):
+                                        out.append(o)
         return out
+
+    def _layer_choices(self, tp: int, cp: int, dp: int) -> list[tuple[int, int, str]]:
+        """(ep, etp, cp exchange) options: ep divides the experts and dp x cp, etp is 1 or
+        tp (Megatron-Core's two common settings); the exchange only matters with cp > 1."""
+        if "cp_comm" in self.fixed:
+            cpcs = [self.fixed["cp_comm"]]
+        elif cp > 1:
+            cpcs = list(self.options.cp_comms)
+        else:
+            cpcs = [self.base.get("cp_comm", "ring")]
+        moe = self.model.moe
+        if moe is None:
+            return [(1, 1, c) for c in cpcs for _ in self._allowed("ep", [1])]
+        eps = self._allowed("ep", divisors(math.gcd(moe.num_experts, dp * cp)))
+        etps = self._allowed("expert_tp", divisors(tp) if "expert_tp" in self.fixed
+                             else sorted({1, tp}))
+        return [(e, t, c) for e in eps for t in etps for c in cpcs]
 
     def _structurally_valid(self, o: Outer) -> bool:
         plan = self.plan(o, None, Inner(("none",) * len(self.layer_types), False, 0))
@@ -142,9 +169,9 @@ class SearchSpace:
     # ---- placements and inner options -------------------------------------------------
     def placements(self, o: Outer) -> list[tuple[int, ...] | None]:
         """Domain factors (a_tp, a_cp, a_dp, a_pp) to search; ``None`` = follow the order."""
-        if o in self._placements:
-            return self._placements[o]
         degrees = (o.tp, o.cp, o.dp, o.pp)
+        if degrees in self._placements:
+            return self._placements[degrees]
         levels = tuple(self.cluster.topology)
         fixed = (self.fixed.get("placement") or {}).get("domain")
         if fixed is not None:
@@ -164,7 +191,7 @@ class SearchSpace:
             except PlacementError:
                 continue
             ok.append(c)
-        self._placements[o] = ok
+        self._placements[degrees] = ok
         return ok
 
     def recompute_options(self) -> list[tuple[str, ...]]:
@@ -221,6 +248,7 @@ class SearchSpace:
             tp=o.tp, cp=o.cp, pp=o.pp, dp=o.dp, microbatch_size=o.mbs, virtual_stages=o.v,
             uneven_pipeline=o.uneven, sequence_parallel=inner.sp,
             tp_comm=self.fixed.get("tp_comm") or ("rs_ag" if inner.sp else "allreduce"),
-            recompute=rc, zero_stage=inner.zero, placement=placement,
+            recompute=rc, zero_stage=inner.zero, placement=placement, cp_comm=o.cpc,
+            ep=o.ep, expert_tp=o.etp if self.model.moe is not None else None,
         )
         return Plan.model_validate(data)

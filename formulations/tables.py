@@ -21,8 +21,9 @@ import numpy as np
 
 from formulations.space import RECOMPUTE, Outer, SearchSpace
 from planner.costmodel.energy import energy_coefficients
-from planner.costmodel.evaluator import strategy_from
+from planner.costmodel.evaluator import layer_setup, state_shape, strategy_from
 from planner.costmodel.layer import LayerShape, Net, layer_cost
+from planner.costmodel.moe import expert_spans
 from planner.costmodel.network import combine, spans_for
 from planner.costmodel.pipeline import Stage, stage_layout
 from planner.costmodel.stage import (
@@ -31,8 +32,9 @@ from planner.costmodel.stage import (
     embedding_cost,
     head_cost,
     optimizer_step_s,
+    expert_dp_size,
     p2p_time_per_microbatch_s,
-    stage_params,
+    stage_params_split,
     state_bytes,
     tied_embedding_sync_s,
 )
@@ -130,7 +132,8 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
     types = space.layer_types
     nt = len(types)
     outers = space.outers
-    base = space.plan(outers[0], None, next(space.inners(outers[0]))) if outers else None
+    # settings shared by every plan (attention kernel, dtype, overlap), from any plan
+    base = next((space.plan(o, None, i) for o in outers for i in space.inners(o)), None)
     seq = space.base["seq_len"]
     gb = space.base["global_batch_size"]
     dtype = space.base.get("dtype", "bf16")
@@ -148,15 +151,19 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
     g_n = np.zeros((O, G, nt), np.int64)
     g_emb, g_head, g_cnt, g_infl, g_layers = (np.zeros((O, G), np.int64) for _ in range(5))
     g_params = np.zeros((O, G))
+    g_eparams = np.zeros((O, G))  # routed-expert parameters (MoE)
     opt_slope = np.zeros((O, G, 4))
     st_slope = np.zeros((O, G, 4))
+    eopt_slope = np.zeros((O, G, 4))
+    est_slope = np.zeros((O, G, 4))
     for oi, o in enumerate(outers):
         shape = LayerShape(o.tp, o.cp, o.mbs, seq)
         for sp in space.sp_options(o):
             o_sp[oi, int(sp)] = True
         for z in space.zero_options(o):
             o_z[oi, z] = True
-            o_buf[oi, z] = comm_buffer_bytes(model, shape, z, types)
+            o_buf[oi, z] = comm_buffer_bytes(
+                model, state_shape(model, o.tp, o.cp, o.mbs, seq, o.ep, o.etp), z, types)
         groups = stage_groups(model, o.pp, o.v, int(o_m[oi]), o.uneven)
         assert len(groups) <= G, f"{len(groups)} stage groups"
         for gi, grp in enumerate(groups):
@@ -167,17 +174,22 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
             g_layers[oi, gi] = max(sum(layers.values()), 1)
             for ti, t in enumerate(types):
                 g_n[oi, gi, ti] = layers.get(t, 0)
-            g_params[oi, gi] = stage_params(model, o.tp, o.pp, layers, grp.embedding, grp.head)
+            g_params[oi, gi], g_eparams[oi, gi] = stage_params_split(
+                model, o.tp, o.pp, layers, grp.embedding, grp.head, o.ep, o.etp)
         dpcp = o.dp * o.cp
+        edp = expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp)
         for z in range(4):
             opt_slope[oi, :, z] = optimizer_step_s(gpu, 1.0, z, dpcp)
             st = state_bytes(1.0, z, dpcp, dtype)
             st_slope[oi, :, z] = st.weights + st.gradients + st.optimizer
+            eopt_slope[oi, :, z] = optimizer_step_s(gpu, 1.0, z, edp)
+            st = state_bytes(1.0, z, edp, dtype)
+            est_slope[oi, :, z] = st.weights + st.gradients + st.optimizer
 
     # ---- per point: keys into tables of unique terms ------------------------------------
     points: list[tuple[Outer, tuple[int, ...] | None]] = []
     q_outer: list[int] = []
-    keys: dict[str, dict] = {"layer": {}, "end": {}, "p2p": {}, "dp": {}, "tied": {}}
+    keys: dict[str, dict] = {"layer": {}, "end": {}, "p2p": {}, "dp": {}, "edp": {}, "tied": {}}
     q_keys: dict[str, list[int]] = {k: [] for k in keys}
 
     def key_index(kind: str, key) -> int:
@@ -191,24 +203,30 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
             tp_s, cp_s, dp_s, pp_s = spans_for((o.tp, o.cp, o.dp, o.pp), dom, space.order, levels)
             points.append((o, dom))
             q_outer.append(oi)
-            q_keys["layer"].append(key_index("layer", (o.tp, o.cp, o.mbs, tp_s, cp_s)))
+            ep_s, etp_s, edp_s = expert_spans(tp_s, cp_s, dp_s, o.ep, o.etp) if model.moe \
+                else ((), (), ())
+            q_keys["layer"].append(key_index("layer", (o.tp, o.cp, o.mbs, o.ep, o.etp, o.cpc,
+                                                       tp_s, cp_s, ep_s, etp_s)))
             q_keys["end"].append(key_index("end", (o.tp, o.cp, o.mbs, tp_s)))
             q_keys["p2p"].append(key_index("p2p", (o.tp, o.cp, o.mbs, o.v, o.pp, pp_s)))
             q_keys["dp"].append(key_index("dp", combine(dp_s, cp_s)))
+            q_keys["edp"].append(key_index("edp", edp_s))
             q_keys["tied"].append(key_index("tied", (o.tp, o.pp, pp_s)))
 
     # ---- unique terms, from the evaluator's functions -----------------------------------
     lnames = ("total", "fwd", "bwdrec", "act", "ws", "recflops")
     LT = np.zeros((len(keys["layer"]), len(lnames), nt, 3, 2))
-    for (tp, cp, mbs, tp_s, cp_s), k in keys["layer"].items():
-        net = Net(levels, tp_s, cp_s, chunks)
-        shape = LayerShape(tp, cp, mbs, seq)
+    for (tp, cp, mbs, ep, etp, cpc, tp_s, cp_s, ep_s, etp_s), k in keys["layer"].items():
+        setup = layer_setup(model, levels, chunks, tp, cp, mbs, seq, ep, etp, tp_s, cp_s, ep_s,
+                            etp_s)
         for sp in _sp_options(space, tp):
             tp_comm = space.fixed.get("tp_comm") or ("rs_ag" if sp else "allreduce")
             for ti, t in enumerate(types):
+                shape, net = setup[t]
                 for ri, mode in enumerate(RECOMPUTE):
                     if rc_ok[ti, ri]:
-                        c = layer_cost(model, gpu, net, shape, strategy_from(base, mode, sp, tp_comm))
+                        strat = strategy_from(base, mode, sp, tp_comm, t, cpc)
+                        c = layer_cost(model, gpu, net, shape, strat)
                         LT[k, :, ti, ri, int(sp)] = (c.total_s, c.fwd_s, c.bwd_s + c.recompute_s,
                                                      c.act_bytes, c.workspace_bytes,
                                                      c.recompute_flops)
@@ -236,6 +254,12 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
     for spans, k in keys["dp"].items():
         for z in range(4):
             DS[k, z], DI[k, z] = _affine(_dp_fields, z, spans, levels, chunks)
+    ES = np.zeros((len(keys["edp"]), 4, 4))
+    EI = np.zeros((len(keys["edp"]), 4, 4))
+    for spans, k in keys["edp"].items():
+        if spans:
+            for z in range(4):
+                ES[k, z], EI[k, z] = _affine(_dp_fields, z, spans, levels, chunks)
 
     # ---- assemble per-point arrays -------------------------------------------------------
     qo = np.array(q_outer, dtype=np.int64)
@@ -251,11 +275,16 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
     kd = np.array(q_keys["dp"])
     params = g_params[qo][:, :, None]  # (Q, G, 1)
     dp_val = DS[kd][:, None, :, :] * params[..., None] + DI[kd][:, None, :, :]  # (Q, G, 4z, 4f)
+    # routed experts: the same traffic over the expert-data-parallel group, added after
+    kx = np.array(q_keys["edp"])
+    eparams = g_eparams[qo][:, :, None]
+    e_val = ES[kx][:, None, :, :] * eparams[..., None] + EI[kx][:, None, :, :]
+    dp_val = dp_val + np.where(eparams[..., None] > 0, e_val, 0.0)
     valid_z = o_z[qo][:, None, :]
     for i, name in enumerate(("mbf", "mbb", "grad", "param")):
         A[f"g_{name}"] = np.where(valid_z & g_valid[qo][:, :, None], dp_val[..., i], 0.0)
-    A["g_opt"] = opt_slope[qo] * params
-    A["g_states"] = st_slope[qo] * params
+    A["g_opt"] = opt_slope[qo] * params + eopt_slope[qo] * eparams
+    A["g_states"] = st_slope[qo] * params + est_slope[qo] * eparams
     for name, arr_ in (("m", o_m), ("g_valid", g_valid), ("g_n", g_n), ("g_emb", g_emb),
                        ("g_head", g_head), ("g_cnt", g_cnt), ("g_infl", g_infl),
                        ("g_layers", g_layers), ("ok_sp", o_sp), ("ok_z", o_z),

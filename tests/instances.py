@@ -10,6 +10,8 @@ from planner.plans import model_defaults
 from conftest import small_cluster, tiny_model
 
 OPTIONS = SpaceOptions(max_microbatch=4, max_virtual_stages=2, min_cp_tokens=256)
+#: MoE spaces also choose ep, etp and the cp exchange; keep brute force under ~2 s each.
+MOE_OPTIONS = SpaceOptions(max_microbatch=2, max_virtual_stages=1, min_cp_tokens=256)
 
 
 @st.composite
@@ -39,4 +41,47 @@ def instances(draw, max_gpus: int = 16):
     objective = draw(st.sampled_from(["time", "time", "energy", "gpu_hours", "cost"]))
     top_k = draw(st.sampled_from([1, 1, 2]))
     space = SearchSpace(model, cluster, model_defaults(model), fixed, OPTIONS)
+    return space, objective, top_k
+
+
+@st.composite
+def moe_instances(draw, max_gpus: int = 8):
+    """Small MoE models (interleaved dense/MoE layers, shared experts, capacity factors),
+    long-enough sequences for cp > 1, and clusters where EP may cross the domain."""
+    heads = draw(st.sampled_from([4, 8]))
+    kv = draw(st.sampled_from([h for h in (1, 2, heads) if heads % h == 0]))
+    hidden = heads * draw(st.sampled_from([32, 64, 128]))
+    layers = draw(st.sampled_from([2, 3, 4]))
+    big = draw(st.booleans())
+    experts = draw(st.sampled_from([2, 4, 8]))
+    moe = dict(
+        num_experts=experts,
+        top_k=draw(st.sampled_from([k for k in (1, 2) if k <= experts])),
+        expert_ffn_hidden_size=hidden * draw(st.sampled_from([1, 2])) * (4 if big else 1),
+        num_shared_experts=draw(st.sampled_from([0, 0, 1])),
+        capacity_factor=draw(st.sampled_from([None, None, 1.25])),
+        first_k_dense=draw(st.sampled_from([0, 1])),
+        every_n=draw(st.sampled_from([1, 2])),
+    )
+    model = tiny_model(
+        num_layers=layers * (8 if big else 1), hidden_size=hidden * (4 if big else 1),
+        num_attention_heads=heads, num_kv_heads=kv,
+        ffn_hidden_size=hidden * (4 if big else 1) * 2,
+        ffn_type=draw(st.sampled_from(["gelu", "swiglu"])),
+        vocab_size=draw(st.sampled_from([1000, 32000])),
+        seq_len=draw(st.sampled_from([512, 2048])),
+        global_batch_size=draw(st.sampled_from([4, 8])),
+        moe=moe,
+    )
+    n = draw(st.sampled_from([g for g in (2, 4, 4, 8) if g <= max_gpus]))
+    domain = draw(st.sampled_from([2, 4])) if n > 2 else 2
+    gpu = draw(st.sampled_from(["a100-sxm-40gb", "h100-sxm"]))
+    cluster = small_cluster(n, domain=domain, gpu=gpu)
+    fixed = draw(st.sampled_from([{}, {}, {}, {"zero_stage": 1}, {"sequence_parallel": True},
+                                  {"pp": 1}, {"recompute": {"dense": "none"}}]))
+    if n == 8:  # the largest spaces: pin the ZeRO stage to keep brute force quick
+        fixed = {**fixed, "zero_stage": draw(st.sampled_from([0, 1, 3]))}
+    objective = draw(st.sampled_from(["time", "time", "energy"]))
+    top_k = draw(st.sampled_from([1, 1, 2]))
+    space = SearchSpace(model, cluster, model_defaults(model), fixed, MOE_OPTIONS)
     return space, objective, top_k

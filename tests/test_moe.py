@@ -160,3 +160,45 @@ def test_moe_structure_errors():
     est = evaluate(tiny_model(), small_cluster(8), Plan(dp=8, ep=2, global_batch_size=64,
                                                         seq_len=2048))
     assert any("needs a mixture-of-experts model" in r for r in est.reasons)
+
+
+@pytest.mark.parametrize("name,total_b,active_b", [
+    ("mixtral-8x22b", 141, 39),  # Mistral AI announcement
+    ("deepseek-v3", 671, 37),  # DeepSeek-V3 report, Table 1 / abstract
+    ("qwen1.5-moe-a2.7b", 14.3, 2.7),  # Qwen blog
+    ("qwen2-57b-a14b", 57, 14),  # Qwen2 report, Table 1
+])
+def test_catalog_moe_sizes(name, total_b, active_b):
+    m = load_model(name)
+    assert total_params(m) / 1e9 == pytest.approx(total_b, rel=0.015)
+    assert active_params(m) / 1e9 == pytest.approx(active_b, rel=0.03)
+
+
+@pytest.mark.parametrize("config,catalog", [
+    ("mixtral-8x7b-config.json", "mixtral-8x7b"),
+    ("qwen1.5-moe-a2.7b-config.json", "qwen1.5-moe-a2.7b"),
+    ("deepseek-v3-config.json", "deepseek-v3"),
+])
+def test_hf_moe_configs_match_the_catalog(data_dir, config, catalog):
+    hf = load_model(str(data_dir / config))
+    ref = load_model(catalog)
+    drop = {"moe_layers", "first_k_dense", "every_n"}  # compared through layer_kinds()
+    assert hf.moe.model_dump(exclude=drop) == ref.moe.model_dump(exclude=drop)
+    assert hf.mla == ref.mla
+    assert hf.layer_kinds() == ref.layer_kinds()
+    assert total_params(hf) == total_params(ref)
+    assert active_params(hf) == active_params(ref)
+
+
+def test_hf_errors_name_the_field(data_dir, tmp_path):
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match="deepseek_v3 config.json is missing 'kv_lora_rank'"):
+        load_model(str(data_dir / "deepseek-v3-missing-config.json"))
+    bad = tmp_path / "config.json"
+    bad.write_text('{"architectures": ["Foo"], "hidden_size": 8}')
+    with pytest.raises(InputError, match="no 'model_type'"):
+        load_model(str(bad))
+    bad.write_text('{"model_type": "mamba", "hidden_size": 8}')
+    with pytest.raises(InputError, match="model_type 'mamba' is not supported.*deepseek_v3"):
+        load_model(str(bad))

@@ -212,13 +212,13 @@ def strategy_from(plan: Plan, recompute: str, sequence_parallel: bool, tp_comm: 
 
 def layer_setup(model: ModelSpec, levels: tuple, chunks: int, tp: int, cp: int, mbs: int,
                 seq: int, ep: int, etp: int, tp_s: tuple[int, ...], cp_s: tuple[int, ...],
-                dp_s: tuple[int, ...]) -> dict[str, tuple[LayerShape, Net]]:
+                ep_s: tuple[int, ...], etp_s: tuple[int, ...]
+                ) -> dict[str, tuple[LayerShape, Net]]:
     """The shape and network view of each layer type: dense layers see the TP and CP
-    groups, MoE layers also the EP and ETP groups."""
+    groups, MoE layers also the EP and ETP groups (spans from :func:`expert_spans`)."""
     out = {}
     for t in model.layer_types:
         if t == "moe":
-            ep_s, etp_s, _ = expert_spans(tp_s, cp_s, dp_s, ep, etp)
             out[t] = (LayerShape(tp, cp, mbs, seq, ep, etp),
                       Net(levels, tp_s, cp_s, chunks, ep_s, etp_s))
         else:
@@ -258,12 +258,13 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Prepared:
     dp_spans = combine(spans["dp"], spans["cp"])
     dp_cp = plan.dp * plan.cp
 
+    ep_spans, etp_spans, edp_spans = expert_spans(spans["tp"], spans["cp"], spans["dp"],
+                                                  plan.ep, plan.etp)
     setup = layer_setup(model, levels, cluster.collective_chunks, plan.tp, plan.cp,
                         plan.microbatch_size, plan.seq_len, plan.ep, plan.etp, spans["tp"],
-                        spans["cp"], spans["dp"])
+                        spans["cp"], ep_spans, etp_spans)
     costs = {t: layer_cost(model, gpu, setup[t][1], setup[t][0], layer_strategy(plan, t))
              for t in model.layer_types}
-    edp_spans = expert_spans(spans["tp"], spans["cp"], spans["dp"], plan.ep, plan.etp)[2]
     strat0 = layer_strategy(plan, model.layer_types[0])
     emb = embedding_cost(model, gpu, net, shape, strat0)
     head = head_cost(model, gpu, net, shape, strat0)

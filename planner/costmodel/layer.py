@@ -101,12 +101,47 @@ def local_dims(model: ModelSpec, tp: int) -> tuple[float, float, float, float]:
     return q_loc, kv_loc, f_loc, heads_loc
 
 
+def attention_gemms(model: ModelSpec, tokens: float, tp: int
+                    ) -> list[tuple[str, float, float, float]]:
+    """(name, m, n, k) of the attention block's projection GEMMs on one TP rank: the fused
+    QKV GEMM and the output projection; with multi-head latent attention the query and
+    key/value down-projections (replicated over TP, as in Megatron-Core's MLA), the query
+    up-projection and the key/value up-projection (named ``qkv``: the GEMM the TP
+    all-gather feeds). MLA's attention core and activations are costed as GQA with
+    ``num_kv_heads = heads`` and the query/key head width (docs/moe-long-context.md)."""
+    q_loc, kv_loc, _, heads = local_dims(model, tp)
+    h, t = model.hidden_size, tokens
+    mla = model.mla
+    if mla is None:
+        return [("qkv", t, q_loc + 2 * kv_loc, h), ("proj", t, h, q_loc)]
+    nope = model.dim_head - mla.qk_rope_head_dim
+    out = []
+    q_in = h
+    if mla.q_lora_rank:
+        out.append(("q_down", t, mla.q_lora_rank, h))
+        q_in = mla.q_lora_rank
+    return out + [
+        ("q_up", t, heads * model.dim_head, q_in),
+        ("kv_down", t, mla.kv_lora_rank + mla.qk_rope_head_dim, h),
+        ("qkv", t, heads * (nope + mla.v_head_dim), mla.kv_lora_rank),
+        ("proj", t, h, heads * mla.v_head_dim),
+    ]
+
+
+def attention_params(model: ModelSpec, tp: int = 1) -> float:
+    """Projection weights of the attention block on one TP rank (no norms, no biases)."""
+    out = sum(n * k for _, _, n, k in attention_gemms(model, 1.0, tp))
+    if model.mla is not None:  # the latent norms (DeepSeek-V2: q_a_layernorm, kv_a_layernorm)
+        out += (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
+    return out
+
+
 # ---- parameters ----------------------------------------------------------------------
 def dense_layer_params(model: ModelSpec, tp: int = 1) -> float:
     """Parameters of one dense layer held by one TP rank (tp=1: the whole layer)."""
     q_loc, kv_loc, f_loc, _ = local_dims(model, tp)
     h = model.hidden_size
-    attn = h * (q_loc + 2 * kv_loc) + q_loc * h
+    attn = attention_params(model, tp)
     mlp = model.ffn_matrices * h * f_loc
     norms = 2 * h * (2 if model.norm_type == "layernorm" else 1)
     bias = (q_loc + 2 * kv_loc + h + f_loc * (model.ffn_matrices - 1) + h) if model.bias else 0.0
@@ -160,7 +195,7 @@ def layer_model_flops_per_token(model: ModelSpec, layer_type: str, seq: int) -> 
     """Forward FLOPs per token of one layer, attention counted without causal savings
     (the PaLM/Megatron MFU convention: Chowdhery et al. 2022, App. B)."""
     h = model.hidden_size
-    gemm = 2 * h * (model.q_dim + 2 * model.kv_dim) + 2 * model.q_dim * h
+    gemm = 2 * sum(n * k for _, _, n, k in attention_gemms(model, 1.0, 1))
     if layer_type == "moe":
         from planner.costmodel.moe import moe_ffn_flops_per_token
 
@@ -186,11 +221,9 @@ def model_flops_per_sequence(model: ModelSpec, seq: int) -> float:
 # ---- the layer -----------------------------------------------------------------------
 def _gemms(model: ModelSpec, shape: LayerShape) -> list[tuple[str, float, float, float]]:
     """(name, m, n, k) of the forward GEMMs of a dense layer on one GPU."""
-    q_loc, kv_loc, f_loc, _ = local_dims(model, shape.tp)
+    _, _, f_loc, _ = local_dims(model, shape.tp)
     h, t = model.hidden_size, shape.tokens
-    return [
-        ("qkv", t, q_loc + 2 * kv_loc, h),
-        ("proj", t, h, q_loc),
+    return attention_gemms(model, t, shape.tp) + [
         ("fc1", t, f_loc * (model.ffn_matrices - 1), h),
         ("fc2", t, h, f_loc),
     ]

@@ -41,6 +41,8 @@ from planner.costmodel.layer import (
     Net,
     _attention_core,
     _cp_comm,
+    attention_gemms,
+    attention_params,
     cp_buffer_bytes,
     local_dims,
     tp_comm_pairs,
@@ -61,10 +63,8 @@ def shared_ffn(model: ModelSpec) -> int:
 
 def _attention_params(model: ModelSpec, tp: int) -> float:
     q_loc, kv_loc, _, _ = local_dims(model, tp)
-    h = model.hidden_size
-    attn = h * (q_loc + 2 * kv_loc) + q_loc * h
-    bias = (q_loc + 2 * kv_loc + h) if model.bias else 0.0
-    return attn + bias
+    bias = (q_loc + 2 * kv_loc + model.hidden_size) if model.bias else 0.0
+    return attention_params(model, tp) + bias
 
 
 def moe_layer_params(model: ModelSpec, tp: int, ep: int, etp: int) -> tuple[float, float]:
@@ -132,14 +132,10 @@ def _gemms(model: ModelSpec, shape: LayerShape) -> list[tuple[str, float, float,
     """(name, m, n, k, batch) of the forward GEMMs of one MoE layer on one GPU."""
     moe = model.moe
     assert moe is not None
-    q_loc, kv_loc, _, _ = local_dims(model, shape.tp)
     h, mats = model.hidden_size, model.ffn_matrices
     r = routing(model, shape)
-    out = [
-        ("qkv", r.tokens, q_loc + 2 * kv_loc, h, 1.0),
-        ("proj", r.tokens, h, q_loc, 1.0),
-        ("router", r.dispatched, moe.num_experts, h, 1.0),
-    ]
+    out = [(n, m, nn, k, 1.0) for n, m, nn, k in attention_gemms(model, r.tokens, shape.tp)]
+    out.append(("router", r.dispatched, moe.num_experts, h, 1.0))
     fs = shared_ffn(model) / shape.tp
     if fs:
         out += [("sh_fc1", r.tokens, fs * (mats - 1), h, 1.0), ("sh_fc2", r.tokens, h, fs, 1.0)]

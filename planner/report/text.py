@@ -27,8 +27,12 @@ def plan_line(plan: Plan) -> str:
                     if plan.degree(d) > 1 or d in ("tp", "pp", "dp"))
     rec = plan.recompute if isinstance(plan.recompute, str) else ",".join(
         f"{k}:{v}" for k, v in plan.recompute.items())
+    if plan.expert_tp is not None:
+        dims += f" ETP{plan.expert_tp}"
     parts = [dims, f"mbs {plan.microbatch_size}", f"gbs {plan.global_batch_size}",
              f"seq {plan.seq_len}"]
+    if plan.cp > 1:
+        parts.append(f"CP {plan.cp_comm.replace('_', '-')}")
     if plan.virtual_stages > 1:
         parts.append(f"v{plan.virtual_stages}")
     parts += [f"SP {'on' if plan.sequence_parallel else 'off'}", f"recompute {rec}",

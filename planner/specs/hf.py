@@ -1,6 +1,8 @@
 """Map a Hugging Face ``config.json`` to a :class:`ModelSpec`.
 
-Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen2_moe, gpt2.
+Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen2_moe, deepseek_v3,
+gpt2. Every field the cost model needs is read; a missing one, an unknown ``model_type``
+or an unsupported value is an :class:`InputError` that names the field.
 """
 
 from __future__ import annotations
@@ -77,6 +79,31 @@ def _qwen2_moe(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
+def _deepseek_v3(cfg: dict[str, Any], source: str) -> dict[str, Any]:
+    """DeepSeek-V3: multi-head latent attention, the first k layers dense, then MoE with
+    shared experts (DeepSeek-AI 2024, config.json of deepseek-ai/DeepSeek-V3)."""
+    fam = "deepseek_v3"
+    g = lambda k: _need(cfg, k, source, fam)  # noqa: E731
+    out = _llama_like(cfg, source, fam)
+    nope, rope = g("qk_nope_head_dim"), g("qk_rope_head_dim")
+    out["head_dim"] = nope + rope
+    out["mla"] = {
+        "q_lora_rank": cfg.get("q_lora_rank"),  # null in DeepSeek-V2-Lite: full-rank query
+        "kv_lora_rank": g("kv_lora_rank"),
+        "qk_rope_head_dim": rope,
+        "v_head_dim": g("v_head_dim"),
+    }
+    out["moe"] = {
+        "num_experts": g("n_routed_experts"),
+        "top_k": g("num_experts_per_tok"),
+        "expert_ffn_hidden_size": g("moe_intermediate_size"),
+        "num_shared_experts": cfg.get("n_shared_experts") or 0,
+        "first_k_dense": cfg.get("first_k_dense_replace") or 0,
+        "every_n": cfg.get("moe_layer_freq") or 1,
+    }
+    return out
+
+
 def _gpt2(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     g = lambda k: _need(cfg, k, source, "gpt2")  # noqa: E731
     hidden = g("n_embd")
@@ -103,12 +130,16 @@ FAMILIES: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "qwen2": _llama,
     "mixtral": _mixtral,
     "qwen2_moe": _qwen2_moe,
+    "deepseek_v3": _deepseek_v3,
     "gpt2": _gpt2,
 }
 
 
 def model_from_hf(cfg: dict[str, Any], source: str, name: str | None = None) -> ModelSpec:
     kind = cfg.get("model_type")
+    if kind is None:
+        raise InputError(f"{source}: config.json has no 'model_type'; expected one of "
+                         f"{', '.join(sorted(FAMILIES))}")
     if kind not in FAMILIES:
         raise InputError(
             f"{source}: model_type '{kind}' is not supported; supported families: "

@@ -32,6 +32,17 @@ class MoESpec(Spec):
         return self
 
 
+class MLASpec(Spec):
+    """Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2 Sec. 2.1; DeepSeek-V3):
+    low-rank query and key/value projections. ``head_dim`` of the model is the query/key
+    head width (``qk_nope_head_dim + qk_rope_head_dim``)."""
+
+    q_lora_rank: int | None = Field(None, ge=1, description="None: a full-rank query projection")
+    kv_lora_rank: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+
 class ModelSpec(Spec):
     """A decoder-only transformer. Field names are the stable model-file format."""
 
@@ -51,6 +62,7 @@ class ModelSpec(Spec):
     bias: bool = Field(False, description="linear layers carry biases (GPT-2/3)")
     dropout: bool = Field(False, description="dropout layers store masks (GPT-3-era Megatron)")
     moe: MoESpec | None = None
+    mla: MLASpec | None = Field(None, description="multi-head latent attention (DeepSeek)")
     global_batch_size: PositiveInt | None = Field(None, description="default batch, sequences")
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     aliases: list[str] = Field(default_factory=list)
