@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from planner.costmodel.evaluator import Estimate, evaluate
+from planner.costmodel.streams import two_stream_iteration
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
 
@@ -32,11 +33,47 @@ STRATEGIES = {
 }
 
 
-def run(strategy: str, **extra) -> Estimate:
+def plan_for(strategy: str, **extra) -> Plan:
     kw = dict(STRATEGIES[strategy])
-    plan = Plan(global_batch_size=B, seq_len=2048, microbatch_size=B // kw["dp"], dtype="fp16",
+    return Plan(global_batch_size=B, seq_len=2048, microbatch_size=B // kw["dp"], dtype="fp16",
                 overlap_param_gather=True, overlap_dp_grad_reduce=True, **kw, **extra)
-    return evaluate(load_model("gpt3-175b"), load_cluster(SYSTEM), plan)
+
+
+def run(strategy: str, **extra) -> Estimate:
+    return evaluate(load_model("gpt3-175b"), load_cluster(SYSTEM), plan_for(strategy, **extra))
+
+
+def stream_speedups(prefetch: str = "madmax") -> dict[str, float]:
+    """Speed-ups over FSDP with MAD-Max's two-stream overlap model (the named variant in
+    planner/costmodel/streams.py) on our compute and collective times."""
+    model, cluster = load_model("gpt3-175b"), load_cluster(SYSTEM)
+    t = {s: two_stream_iteration(model, cluster, plan_for(s), prefetch).iteration_s
+         for s in STRATEGIES}
+    return {s: t["FSDP"] / t[s] for s in t}
+
+
+def test_strategy_ratios_with_madmax_stream_model():
+    """MAD-Max Sec. VI (GPT-3, 2048 A100): DDP 1.68x, (TP,DDP) 1.34x, (DDP,TP) 0.18x over
+    FSDP. Ours with MAD-Max's two-stream overlap model (pre-optimized FSDP prefetch, one
+    communication stream, fp16 weight/gradient payloads, no optimizer step):
+    DDP 1.60x, (TP,DDP) 1.37x (tolerance 10%); (DDP,TP) 0.03x (only < 0.18x asserted:
+    our ring all-reduce across 256 nodes is 6x slower than MAD-Max's calibrated 60 GB/s).
+    FSDP iteration 15.43 s against MAD-Max's 16.38 s (10%)."""
+    s = stream_speedups()
+    assert s["DDP"] == pytest.approx(1.68, rel=0.10)
+    assert s["(TP,DDP)"] == pytest.approx(1.34, rel=0.10)
+    assert s["(DDP,TP)"] < 0.18
+    assert s["DDP"] > s["(TP,DDP)"] > 1.0 > s["(DDP,TP)"]
+    fsdp = two_stream_iteration(load_model("gpt3-175b"), load_cluster(SYSTEM), plan_for("FSDP"))
+    assert fsdp.iteration_s == pytest.approx(16.38, rel=0.10)
+
+
+def test_optimized_prefetch_shrinks_the_gains():
+    """MAD-Max Fig. 9: FSDP with prefetching hides most of its all-gathers; the gains of
+    DDP over FSDP then shrink (ours: 1.60x -> 1.40x)."""
+    pre, opt = stream_speedups("madmax"), stream_speedups("optimized")
+    assert 1.0 < opt["DDP"] < pre["DDP"]
+    assert 1.0 < opt["(TP,DDP)"] < pre["(TP,DDP)"]
 
 
 def speedups(without_optimizer: bool = False) -> dict[str, float]:
@@ -52,7 +89,7 @@ def speedups(without_optimizer: bool = False) -> dict[str, float]:
 
 def test_order_matters_tp_inside_the_node():
     """MAD-Max Insight 3: (TP,DDP) 1.34x vs (DDP,TP) 0.18x over FSDP, i.e. 7.4x apart; TP
-    across nodes is the worst strategy. Ours: 0.82x vs 0.02x (34x apart; our ring
+    across nodes is the worst strategy. Ours (default evaluator): 0.82x vs 0.02x (34x apart; our ring
     all-reduce over 256 nodes moves 2(n-1)/n of the activations at the per-GPU 25 GB/s,
     MAD-Max's calibrated bandwidth is 60 GB/s and has no (n-1)/n term).
     Tolerance: ordering, and (TP,DDP)/(DDP,TP) > 5."""
@@ -79,14 +116,23 @@ def test_memory_validity_labels():
     assert run("FSDP", recompute="full").feasible
 
 
-def test_ddp_speedups_not_reproduced():
-    """MAD-Max: DDP 1.68x and (TP,DDP) 1.34x over FSDP (memory unconstrained). Ours:
-    0.69x and 0.82x; 0.93x and 0.85x in MAD-Max's accounting without the optimizer step.
-    Not reproduced (docs/seeds.md): MAD-Max's FSDP baseline leaves 6.7 s of its 8.7 s of
-    all-gathers/reduce-scatters exposed (pre-optimized prefetch on one communication
-    stream), reduces fp16 gradients (ours fp32) and drops the optimizer step. The test
-    pins the gap so that a cost-model change that closes it updates docs/seeds.md."""
+def test_default_model_ranks_fsdp_first():
+    """With the product's default evaluator the DDP speed-ups of MAD-Max do not appear:
+    0.69x and 0.82x for DDP and (TP,DDP); 0.93x and 0.85x without the optimizer step.
+    The default overlaps FSDP's all-gathers with compute (prefetch), reduces fp32
+    gradients (twice MAD-Max's bytes) and counts the full-replica Adam step (4.5 s for
+    DDP), all on purpose (docs/seeds.md). Pinned so that a change updates the docs."""
     s = speedups()
     s_no_opt = speedups(without_optimizer=True)
     assert s["DDP"] < 1.0 and s["(TP,DDP)"] < 1.0
     assert s_no_opt["DDP"] < 1.68 / 1.5 and s_no_opt["(TP,DDP)"] < 1.34 / 1.3
+
+
+def test_stream_model_scope():
+    """The MAD-Max variant refuses what MAD-Max does not model."""
+    model, cluster = load_model("gpt3-175b"), load_cluster(SYSTEM)
+    with pytest.raises(ValueError):
+        two_stream_iteration(model, cluster, plan_for("DDP").model_copy(update={"zero_stage": 1}))
+    with pytest.raises(ValueError):
+        two_stream_iteration(model, cluster, Plan(global_batch_size=2 * B, seq_len=2048,
+                                                   dp=2048, microbatch_size=1, dtype="fp16"))
