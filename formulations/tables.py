@@ -8,7 +8,9 @@ Nothing in this module computes physics of its own.
 
 Stage *groups*: pipeline ranks that hold the same layers, embedding and head have the
 same time; memory grows with the in-flight microbatches, so a group keeps its maximum.
-At most ``MAX_GROUPS`` groups exist per point (first, middle(s), last).
+A dense model has at most ``MAX_GROUPS`` groups per point (first, middle(s), last); models
+with interleaved dense and MoE layers may have more (ranks differ in their mix of layer
+types), and the arrays grow to the largest count.
 """
 
 from __future__ import annotations
@@ -137,7 +139,9 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
     seq = space.base["seq_len"]
     gb = space.base["global_batch_size"]
     dtype = space.base.get("dtype", "bf16")
-    O, G = len(outers), MAX_GROUPS
+    o_m_list = [gb // (o.dp * o.mbs) for o in outers]
+    all_groups = [stage_groups(model, o.pp, o.v, m_, o.uneven) for o, m_ in zip(outers, o_m_list)]
+    O, G = len(outers), max([MAX_GROUPS] + [len(g) for g in all_groups])
     rc_opts = space.recompute_options()
     rc_ok = np.array([[mode in opts for mode in RECOMPUTE] for opts in zip(*rc_opts)]) \
         if rc_opts else np.zeros((nt, 3), bool)
@@ -164,8 +168,7 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
             o_z[oi, z] = True
             o_buf[oi, z] = comm_buffer_bytes(
                 model, state_shape(model, o.tp, o.cp, o.mbs, seq, o.ep, o.etp), z, types)
-        groups = stage_groups(model, o.pp, o.v, int(o_m[oi]), o.uneven)
-        assert len(groups) <= G, f"{len(groups)} stage groups"
+        groups = all_groups[oi]
         for gi, grp in enumerate(groups):
             layers = dict(grp.layers)
             g_valid[oi, gi] = True
