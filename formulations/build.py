@@ -109,7 +109,10 @@ def strategies(tb: Tables) -> list[tuple[tuple[int, ...], int]]:
     return [(rc, sp) for rc in rcs for sp in (0, 1)]
 
 
-def build_model(tb: Tables, points: list[int] | None = None) -> tuple[LinearModel, VarMap]:
+def build_model(tb: Tables, points: list[int] | None = None,
+                max_time_s: float | None = None) -> tuple[LinearModel, VarMap]:
+    """The model over ``points``; with ``max_time_s``, only plans whose model iteration time
+    (at most the evaluator's plus one tick) is within it."""
     space, A = tb.space, tb.arrays
     cluster = space.cluster
     o0, d0 = tb.points[0]
@@ -160,6 +163,8 @@ def build_model(tb: Tables, points: list[int] | None = None) -> tuple[LinearMode
         groups = [g for g in range(A["g_valid"].shape[1]) if A["g_valid"][q, g]]
         per = {g: _group_terms(A, q, g, [strat[u] for u in us]) for g in groups}
         Tq = lm.var(f"T{q}", 0, t_ub, dim="time")
+        if max_time_s is not None:  # T[q] <= limit y[q]; one tick of slack keeps every plan
+            lm.add({Tq: 1, yq: -min(down(max_time_s) + 1, t_ub)}, ub=0, dim="time")
         tail = lm.var(f"TAIL{q}", 0, t_ub, dim="time")
         s_vars: dict[int, int] = {}
         for g in groups:

@@ -73,12 +73,20 @@ def exact_objective(tb: Tables, est: Estimate, world: int) -> float:
     return a * est.iteration_time_s + b * est.gpu_busy_s
 
 
-def evaluate_key(tb: Tables, key: Key) -> Candidate:
+def within(est: Estimate, max_time_s: float | None) -> bool:
+    """Feasible, and within the iteration-time limit when there is one."""
+    return est.feasible and (max_time_s is None or (
+        est.iteration_time_s is not None and est.iteration_time_s <= max_time_s))
+
+
+def evaluate_key(tb: Tables, key: Key, max_time_s: float | None = None) -> Candidate:
+    """The plan of ``key``, evaluated; its objective is infinite unless it is feasible and
+    within ``max_time_s``."""
     q, rc, sp, z = key
     plan = tb.plan(q, rc, sp, z)
     est = evaluate(tb.space.model, tb.space.cluster, plan, tb.space.options.allow_idle_gpus)
     obj = exact_objective(tb, est, plan.world_size) if est.iteration_time_s is not None else math.inf
-    return Candidate(key, plan, est, obj if est.feasible else math.inf)
+    return Candidate(key, plan, est, obj if within(est, max_time_s) else math.inf)
 
 
 # ---- presolve ----------------------------------------------------------------------------
@@ -183,22 +191,28 @@ def inner_keys(tb: Tables, q: int) -> list[Key]:
     return keys
 
 
-def presolve(tb: Tables, probe: int = 4) -> tuple[list[int], list[Candidate], np.ndarray]:
-    """Points that may hold the optimum, and the exactly evaluated incumbents."""
+def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | None = None
+             ) -> tuple[list[int], list[Candidate], np.ndarray]:
+    """Points that may hold one of the ``top_k`` best plans, and the exactly evaluated
+    incumbents. A point is dropped when its bound exceeds the K-th best incumbent (each of
+    the K best plans is at most that), so the best incumbent alone only serves K = 1."""
     lb = lower_bounds(tb)
     order = [int(q) for q in np.argsort(lb, kind="stable") if np.isfinite(lb[q])]
     incumbents: list[Candidate] = []
+    values: list[float] = []  # admissible objectives, sorted
     feasible_points = 0
     for q in order:
-        cands = [evaluate_key(tb, k) for k in inner_keys(tb, q)]
+        cands = [evaluate_key(tb, k, max_time_s) for k in inner_keys(tb, q)]
         for c in cands:
             c.bound = float(lb[q])
         incumbents += cands
         if any(c.estimate.feasible for c in cands):
             feasible_points += 1
-        if feasible_points >= probe:
+        values = sorted(c.objective for c in incumbents if math.isfinite(c.objective))
+        # enough incumbents for the K-th best, or give up on them (keep every point)
+        if feasible_points >= probe and (len(values) >= top_k or feasible_points >= 4 * probe):
             break
-    best = min((c.objective for c in incumbents), default=math.inf)
+    best = values[top_k - 1] if len(values) >= top_k else math.inf
     keep = [q for q in order if lb[q] <= best * (1 + 1e-9)] if math.isfinite(best) else order
     return keep, incumbents, lb
 
@@ -211,12 +225,15 @@ MILP_REL_MARGIN = 1e-6
 def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s: float = 60.0,
                use_presolve: bool = True, workers: int = 2,
                progress: Callable[[str], None] | None = None,
-               log: Callable[[str], None] | None = None) -> SearchResult:
+               log: Callable[[str], None] | None = None,
+               max_time_s: float | None = None) -> SearchResult:
+    """The ``top_k`` best plans, proven; with ``max_time_s``, among those whose iteration
+    time is within it (a constraint of the model, checked exactly on every answer)."""
     t0 = time.perf_counter()
     stats = SearchStats(points_total=tb.num_points)
     pool: dict[Key, Candidate] = {}
     if use_presolve:
-        points, incumbents, _ = presolve(tb)
+        points, incumbents, _ = presolve(tb, top_k=top_k, max_time_s=max_time_s)
         for c in incumbents:
             pool[c.key] = c
         stats.evaluations += len(incumbents)
@@ -227,7 +244,7 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
         return _result(backend, "infeasible", pool, top_k, None, stats, t0)
 
     tb_build = time.perf_counter()
-    lm, vm = build_model(tb, points)
+    lm, vm = build_model(tb, points, max_time_s)
     session = CpsatSession(lm, workers, log) if backend == "cpsat" else MilpSession(lm, log)
     for key in pool:
         if key[0] in vm.y:
@@ -264,7 +281,7 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
         if res.status == "optimal" and proof >= kth * per_unit:
             status, bound = "optimal", proof / per_unit
             break
-        cand = pool.get(key) or evaluate_key(tb, key)
+        cand = pool.get(key) or evaluate_key(tb, key, max_time_s)
         if res.status == "optimal":
             cand.bound = max(cand.bound or -math.inf, proof / per_unit)
         pool[key] = cand
@@ -283,13 +300,13 @@ def _nogood(vm: VarMap, key: Key) -> Constraint:
 
 
 def _kth(pool: dict[Key, Candidate], k: int) -> float:
-    vals = sorted(c.objective for c in pool.values() if c.estimate.feasible)
+    vals = sorted(c.objective for c in pool.values() if math.isfinite(c.objective))
     return vals[k - 1] if len(vals) >= k else math.inf
 
 
 def _result(backend: str, status: str, pool: dict[Key, Candidate], top_k: int,
             bound: float | None, stats: SearchStats, t0: float) -> SearchResult:
-    feas = sorted((c for c in pool.values() if c.estimate.feasible),
+    feas = sorted((c for c in pool.values() if math.isfinite(c.objective)),
                   key=lambda c: (c.objective, str(c.key)))
     if not feas and status == "optimal":
         status = "infeasible"
@@ -298,7 +315,8 @@ def _result(backend: str, status: str, pool: dict[Key, Candidate], top_k: int,
 
 def run_exhaustive(tb_space, objective: str = "time", top_k: int = 1,
                    time_limit_s: float = 1e9,
-                   progress: Callable[[int, int], None] | None = None) -> SearchResult:
+                   progress: Callable[[int, int], None] | None = None,
+                   max_time_s: float | None = None) -> SearchResult:
     """Brute force: evaluate every plan of the space with the evaluator (the reference)."""
     from formulations.tables import objective_weights as ow
 
@@ -317,7 +335,7 @@ def run_exhaustive(tb_space, objective: str = "time", top_k: int = 1,
         done += 1
         if progress and done % 2000 == 0:
             progress(done, stats.space_size)
-        if not est.feasible:
+        if not within(est, max_time_s):
             continue
         a, b = ow(objective, space.cluster, plan.world_size, 0.0)
         obj = a * est.iteration_time_s + b * est.gpu_busy_s

@@ -6,7 +6,15 @@ Architecture: specs -> cost model (the exact evaluator) -> formulations (CP-SAT,
 
 __version__ = "0.1.0"
 
-from planner.api import evaluate, load_cluster, load_gpu, load_model, load_plan, solve  # noqa: E402
+from planner.api import (  # noqa: E402
+    evaluate,
+    load_cluster,
+    load_gpu,
+    load_model,
+    load_plan,
+    procure,
+    solve,
+)
 from planner.costmodel.evaluator import Estimate  # noqa: E402
 from planner.specs import ClusterSpec, GPUSpec, ModelSpec, Placement, Plan  # noqa: E402
 
@@ -17,6 +25,7 @@ __all__ = [
     "load_gpu",
     "load_model",
     "load_plan",
+    "procure",
     "solve",
     "Estimate",
     "ClusterSpec",

@@ -12,7 +12,7 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 __all__ = ["evaluate", "evaluate_plan", "load_cluster", "load_gpu", "load_model", "load_plan",
-           "solve"]
+           "procure", "solve"]
 
 
 def load_plan(path: str, **overrides: Any) -> Plan:
@@ -66,3 +66,56 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
                                   dtype=dtype).items() if v is not None}
     return _solve(m, c, fixed=fixed, base=base, objective=objective, backend=backend,
                   top_k=top_k, time_limit_s=time_limit_s, tokens=tokens, options=options)
+
+
+def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
+            budget_usd: float | None = None, objective: str | None = None,
+            gpus: list[str] | str | None = None, clusters: list[ClusterSpec | str] | None = None,
+            max_gpus: int | None = None, counts: list[int] | None = None,
+            pricing: str | None = None, prices: str | dict[str, Any] | None = None,
+            pareto: bool = False, global_batch_size: int | None = None,
+            seq_len: int | None = None, dtype: str | None = None,
+            time_limit_s: float = 60.0, workers: int | None = 1, options: Any = None,
+            progress: Any = None):
+    """The cheapest (``objective``) cluster and plan that train ``model`` on ``tokens``
+    tokens within ``days`` (and ``budget_usd``); see docs/procure.md.
+
+    ``objective``: ``"cost"`` (default), ``"energy"``, ``"gpu_hours"``, or ``"time"`` (the
+    default when only a budget is given: the fastest cluster within it). ``gpus`` restricts
+    the catalog (names or aliases, a list or "h100,b200"); ``clusters`` replaces the catalog
+    templates (names, paths or specs); ``max_gpus`` caps the count, ``counts`` lists the
+    counts to consider instead of the default grid. ``pricing``: ``"rent"`` or ``"own"``;
+    ``prices``: a pricing YAML path or mapping overriding the catalog's
+    (docs/formats.md). ``pareto``: also solve for the fronts of days against cost and
+    energy. ``workers`` > 1 answers options in parallel processes (the calling script
+    needs an ``if __name__ == "__main__":`` guard; None: one per CPU). ``progress`` is called
+    with a line of text as the search goes.
+
+    Returns a :class:`planner.orchestration.procure.ProcureResult` (``.choice`` with
+    ``gpu``, ``num_gpus``, ``cluster``, ``plan``, ``days``, ``cost_usd``, ``energy_mwh``,
+    ``gpu_hours``, ``mfu``; ``.pareto``; ``.to_json()``, the object of
+    ``planner procure --json``). Raises :class:`planner.errors.InfeasibleError` when no
+    option meets the limits (``.reasons``, ``.hints``, ``.result``) and
+    :class:`planner.errors.InputError` on bad input.
+    """
+    from planner.orchestration.procure import DEFAULT_MAX_GPUS, catalog_templates
+    from planner.orchestration.procure import procure as _procure
+    from planner.specs.pricing import load_pricing
+
+    m = load_model(model) if isinstance(model, str) else model
+    names = gpus.split(",") if isinstance(gpus, str) else gpus
+    if clusters:
+        templates = [load_cluster(c) if isinstance(c, str) else c for c in clusters]
+        if names:
+            wanted = {load_gpu(g.strip()).name for g in names if g.strip()}
+            templates = [t for t in templates if t.gpu.name in wanted]
+    else:
+        templates = catalog_templates(names)
+    spec = load_pricing(prices if isinstance(prices, str) else None, pricing,  # type: ignore[arg-type]
+                        prices if isinstance(prices, dict) else None)
+    base = {k: v for k, v in dict(global_batch_size=global_batch_size, seq_len=seq_len,
+                                  dtype=dtype).items() if v is not None}
+    return _procure(m, tokens, days=days, budget_usd=budget_usd, objective=objective,
+                    templates=templates, max_gpus=max_gpus or DEFAULT_MAX_GPUS, counts=counts,
+                    pricing=spec, pareto=pareto, base=base, options=options,
+                    time_limit_s=time_limit_s, workers=workers, progress=progress)

@@ -318,6 +318,11 @@ from planner.cli_collective import collective as _collective  # noqa: E402
 
 app.command("collective")(_collective)
 
+# ---- procure (planner/cli_procure.py) -----------------------------------------------------
+from planner.cli_procure import procure as _procure  # noqa: E402
+
+app.command("procure")(_procure)
+
 
 def main() -> None:
     try:

@@ -125,8 +125,10 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
           presolve: bool = True, options: SpaceOptions | None = None,
           tokens: float | None = None,
           progress: Callable[[str], None] | None = None,
-          log: Callable[[str], None] | None = None) -> SolveResult:
-    """The ``top_k`` best plans. Raises :class:`InfeasibleError` with reasons and hints."""
+          log: Callable[[str], None] | None = None,
+          max_iteration_time_s: float | None = None) -> SolveResult:
+    """The ``top_k`` best plans (with ``max_iteration_time_s``, among those iterating within
+    it: a deadline). Raises :class:`InfeasibleError` with reasons and hints."""
     if objective not in OBJECTIVES:
         raise InputError(f"--objective '{objective}': expected one of {', '.join(OBJECTIVES)}")
     if backend not in BACKENDS:
@@ -146,14 +148,15 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     if backend == "exhaustive":
         res: SearchResult = run_exhaustive(
             space, objective, top_k, time_limit_s,
-            progress=lambda done, total: say(f"exhaustive: {done:,} of {total:,} plans evaluated"))
+            progress=lambda done, total: say(f"exhaustive: {done:,} of {total:,} plans evaluated"),
+            max_time_s=max_iteration_time_s)
         stats = {"evaluations": res.stats.evaluations}
     else:
         say(f"tabulating the cost model over {size:,} plans")
         tb = build_tables(space, objective)
         say("solving")
         res = run_search(tb, backend, top_k, max(time_limit_s - (time.perf_counter() - t0), 1.0),
-                         presolve, progress=say, log=log)
+                         presolve, progress=say, log=log, max_time_s=max_iteration_time_s)
         stats = {"points": res.stats.points_total, "points_in_model": res.stats.points_model,
                  "solver_calls": res.stats.solver_calls, "evaluations": res.stats.evaluations}
     if not res.candidates:
@@ -164,6 +167,11 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
                  "plans; the request may still be feasible"],
                 ["raise --time-limit", "keep the bound presolve on (drop --no-presolve)",
                  "fix some knobs with --fix to shrink the space"])
+        if max_iteration_time_s is not None:
+            raise InfeasibleError(
+                f"no plan fits in memory and iterates within {max_iteration_time_s:.6g} s",
+                [f"every plan that fits (if any) takes longer than {max_iteration_time_s:.6g} s "
+                 "per iteration"], ["a longer deadline, or more or faster GPUs"])
         raise explain_infeasible(space)
     wall = time.perf_counter() - t0
     plans = [_solved(c, objective, tokens, backend, res.status == "optimal")

@@ -51,3 +51,49 @@ def plot_breakdown(items: Sequence[tuple[str, Estimate]], path: str | Path,
     fig.savefig(out, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return out
+
+
+def plot_pareto(result, path: str | Path, title: str | None = None) -> Path:
+    """Time to train against cost and against energy, one point per option solved (its best
+    plan by the objective), the Pareto fronts as steps, the limits dashed, the choice
+    starred. ``result`` is a :class:`planner.orchestration.procure.ProcureResult`."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
+    records = result.records
+    gpus = sorted({r.gpu for r in records})
+    cmap = plt.get_cmap("tab10")
+    color = {g: cmap(i % 10) for i, g in enumerate(gpus)}
+    q = result.query
+    panels = ((axes[0], "cost_usd", result.pareto, 1e-6, "cost (million USD)"),
+              (axes[1], "energy_mwh", result.pareto_energy, 1.0, "energy (MWh)"))
+    for ax, key, front, scale, label in panels:
+        for g in gpus:
+            pts = [r for r in records if r.gpu == g]
+            ax.scatter([r.days for r in pts], [r.value(key) * scale for r in pts], s=28,
+                       color=color[g], label=g, alpha=0.85, zorder=3)
+        if front:
+            xs = [r.days for r in front]
+            ys = [r.value(key) * scale for r in front]
+            ax.step(xs, ys, where="post", color="black", lw=1.2, alpha=0.7, zorder=2,
+                    label="Pareto front")
+            for r in front:
+                ax.annotate(f"{r.num_gpus:,}x {r.gpu}", (r.days, r.value(key) * scale),
+                            textcoords="offset points", xytext=(4, 4), fontsize=7)
+        if result.choice is not None:
+            c = result.choice
+            ax.scatter([c.days], [c.value(key) * scale], marker="*", s=260, color="gold",
+                       edgecolor="black", zorder=4, label="choice")
+        if q.get("days"):
+            ax.axvline(q["days"], color="firebrick", ls="--", lw=1, label="deadline")
+        if key == "cost_usd" and q.get("budget_usd"):
+            ax.axhline(q["budget_usd"] * scale, color="firebrick", ls=":", lw=1, label="budget")
+        ax.set_xlabel("days to train")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper right")
+    fig.suptitle(title or f"{q['model']}: {q['tokens']:.3g} tokens, {q['pricing']} pricing")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return out

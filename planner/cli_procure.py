@@ -1,0 +1,119 @@
+"""``planner procure``: what to buy or rent to train a model on a token budget.
+
+The search is planner/orchestration/procure.py's; docs/procure.md states the semantics.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+import typer
+
+from planner.errors import InfeasibleError, InputError
+from planner.orchestration.procure import DEFAULT_MAX_GPUS
+
+
+class ProcureObjective(str, Enum):
+    cost = "cost"
+    energy = "energy"
+    gpu_hours = "gpu-hours"
+    time = "time"
+
+
+class PricingMode(str, Enum):
+    rent = "rent"
+    own = "own"
+
+
+def _counts(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        vals = [int(float(v)) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"--counts: expected comma-separated GPU counts, got '{text}'") from None
+    if not vals or min(vals) < 1:
+        raise InputError(f"--counts '{text}': expected positive GPU counts")
+    return vals
+
+
+def procure(
+    model: str = typer.Option(..., "--model", "-m", help="Catalog name, model YAML, or "
+                              "Hugging Face config.json."),
+    tokens: float = typer.Option(..., "--tokens", help="Tokens to train on, e.g. 15e12."),
+    days: Optional[float] = typer.Option(None, "--days", help="Deadline: train within this many days."),
+    budget: Optional[float] = typer.Option(None, "--budget", help="Budget in USD: the fastest "
+                                           "option within it (objective time unless --objective)."),
+    objective: Optional[ProcureObjective] = typer.Option(
+        None, "--objective", help="What to minimize: cost (default), energy, gpu-hours, or "
+        "time (default with --budget)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Only these GPU types, "
+                                       "comma-separated (e.g. h100,b200)."),
+    cluster: list[str] = typer.Option([], "--cluster", "-c", help="Cluster template(s) to "
+                                      "consider instead of the catalog's (repeatable)."),
+    max_gpus: int = typer.Option(DEFAULT_MAX_GPUS, "--max-gpus", help="Largest cluster to consider."),
+    counts: Optional[str] = typer.Option(None, "--counts", help="GPU counts to consider, "
+                                         "comma-separated, instead of the powers-of-two grid."),
+    pricing: Optional[PricingMode] = typer.Option(
+        None, "--pricing", help="rent (USD per GPU-hour) or own (capital over the "
+        "depreciation period plus electricity); default from --prices, else rent."),
+    prices: Optional[str] = typer.Option(None, "--prices", help="Pricing YAML overriding the "
+                                         "catalog's prices (docs/formats.md)."),
+    pareto: bool = typer.Option(False, "--pareto", help="Print the Pareto fronts of days "
+                                "against cost and against energy."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Draw the fronts to this PNG."),
+    json_: bool = typer.Option(False, "--json", help="Print one JSON object (with the fronts)."),
+    csv_: bool = typer.Option(False, "--csv", help="Print CSV, one row per option solved."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch "
+                                               "(sequences); default from the model."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length; default from the model."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp8; default from the model."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds per inner solve."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Inner solves at once "
+                                          "(default: the CPUs)."),
+) -> None:
+    """Choose what to buy or rent: the cheapest cluster and plan that train a model on a
+    token budget within a deadline (or the fastest within a budget)."""
+    from planner.api import procure as run_procure
+    from planner.cli import LazyStatus, _emit_json, err, out
+    from planner.report.procure import print_procurement, procurement_csv
+
+    if json_ and csv_:
+        raise InputError("--json and --csv: choose one")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers {workers}: expected a positive integer")
+    fronts = pareto or bool(plot) or json_ or csv_
+    status = LazyStatus(err, not (json_ or csv_))
+    result = None
+    failure: InfeasibleError | None = None
+    try:
+        result = run_procure(
+            model, tokens, days=days, budget_usd=budget,
+            objective=objective.value.replace("-", "_") if objective else None,
+            gpus=gpus, clusters=list(cluster) or None, max_gpus=max_gpus,
+            counts=_counts(counts), pricing=pricing.value if pricing else None, prices=prices,
+            pareto=fronts, global_batch_size=global_batch, seq_len=seq_len, dtype=dtype,
+            time_limit_s=time_limit, workers=workers, progress=status)
+    except InfeasibleError as e:
+        failure, result = e, getattr(e, "result", None)
+    finally:
+        status.stop()
+    if result is not None:
+        if plot:
+            from planner.report.plots import plot_pareto
+
+            plot_pareto(result, plot)
+        if json_:
+            data = result.to_json()
+            if failure is not None:
+                data.update(message=str(failure), reasons=failure.reasons, hints=failure.hints)
+            _emit_json(data)
+        elif csv_:
+            print(procurement_csv(result), end="")
+        else:
+            print_procurement(out, result, fronts)
+            if plot:
+                out.print(f"wrote {plot}")
+    if failure is not None:
+        raise failure

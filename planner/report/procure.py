@@ -1,0 +1,134 @@
+"""Procurement answers for people (rich text) and spreadsheets (CSV)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from planner.orchestration.procure import ProcureResult, Procured
+from planner.report.text import _fmt_s, plan_line
+
+TITLES = {"cost": "cheapest", "energy": "least energy", "gpu_hours": "fewest GPU-hours",
+          "time": "fastest"}
+CSV_PLAN_FIELDS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "virtual_stages",
+                   "sequence_parallel", "recompute", "zero_stage", "global_batch_size",
+                   "seq_len", "dtype")
+
+
+def money(usd: float) -> str:
+    if abs(usd) >= 1e9:
+        return f"${usd / 1e9:,.2f}B"
+    if abs(usd) >= 1e6:
+        return f"${usd / 1e6:,.1f}M"
+    if abs(usd) >= 1e3:
+        return f"${usd:,.0f}"
+    return f"${usd:,.2f}"
+
+
+def tokens_text(tokens: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if tokens >= scale:
+            return f"{tokens / scale:g}{unit}"
+    return f"{tokens:g}"
+
+
+def query_text(q: dict) -> str:
+    limits = []
+    if q.get("days") is not None:
+        limits.append(f"within {q['days']:g} days")
+    if q.get("budget_usd") is not None:
+        limits.append(f"within {money(q['budget_usd'])}")
+    return (f"{q['model']}, {tokens_text(q['tokens'])} tokens"
+            + (f" {' and '.join(limits)}" if limits else "") + f", {q['pricing']} pricing")
+
+
+def choice_panel(res: ProcureResult) -> Panel:
+    c = res.choice
+    assert c is not None
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("cluster", escape(f"{c.num_gpus:,} x {c.gpu} ({c.cluster})"))
+    grid.add_row("plan", plan_line(c.plan))
+    mfu = f", MFU {c.mfu:.1%}" if c.mfu is not None else ""
+    grid.add_row("time to train", f"{c.days:,.1f} days ({_fmt_s(c.estimate.iteration_time_s)} "
+                 f"per iteration{mfu})")
+    grid.add_row("cost", f"{money(c.cost_usd)} ({money(c.cost_usd / c.gpu_hours)} per GPU-hour)")
+    grid.add_row("energy", f"{c.energy_mwh:,.0f} MWh")
+    grid.add_row("GPU-hours", f"{c.gpu_hours / 1e6:,.2f}M")
+    parts: list = [grid]
+    if not c.proven_optimal:
+        parts.append(Text("not proven optimal: an inner solve stopped at its time limit, or "
+                          "the plan meeting the limits was not among the objective's best",
+                          style="yellow"))
+    title = f"{TITLES[res.query['objective']]}: {query_text(res.query)}"
+    return Panel(Group(*parts), title=escape(title), expand=False)
+
+
+def front_table(res: ProcureResult) -> Table:
+    """Both fronts in one table, by days: which front each row is on, and the choice."""
+    on_cost = {id(r) for r in res.pareto}
+    on_energy = {id(r) for r in res.pareto_energy}
+    rows = {id(r): r for r in [*res.pareto, *res.pareto_energy]}
+    t = Table(title="Pareto fronts: time to train against cost and against energy",
+              header_style="bold")
+    for col in ("option", "cluster", "days", "cost", "MWh", "MFU", "front", "limits"):
+        t.add_column(col, justify="left" if col in ("option", "cluster", "front") else "right")
+    for r in sorted(rows.values(), key=lambda r: (r.days, r.cost_usd)):
+        front = "+".join(n for n, s in (("cost", on_cost), ("energy", on_energy)) if id(r) in s)
+        mark = " *choice*" if _same(r, res.choice) else ""
+        t.add_row(escape(f"{r.num_gpus:,} x {r.gpu}"), escape(r.cluster), f"{r.days:,.1f}", money(r.cost_usd),
+                  f"{r.energy_mwh:,.0f}", "-" if r.mfu is None else f"{r.mfu:.1%}",
+                  front + mark, "met" if r.meets_limits else "no")
+    return t
+
+
+def _same(a: Procured, b: Procured | None) -> bool:
+    return b is not None and (a.gpu, a.num_gpus, a.cluster, a.plan) == (
+        b.gpu, b.num_gpus, b.cluster, b.plan)
+
+
+def stats_line(res: ProcureResult) -> str:
+    s = res.stats
+    return (f"{s['options']} options (template x GPU count): {s['pruned_by_limits']} ruled out "
+            f"by lower bounds, {s['solved']} solved, {s['pruned_by_incumbent']} pruned by the "
+            f"incumbent, {s['pruned_by_dominance']} by the fronts; {s['solver_calls']} solver "
+            f"calls in {s['wall_s']:.1f} s")
+
+
+def print_procurement(console: Console, res: ProcureResult, pareto: bool) -> None:
+    if res.choice is not None:
+        console.print(choice_panel(res))
+    if pareto:
+        console.print(front_table(res))
+    console.print(stats_line(res), style="dim", highlight=False)
+
+
+def procurement_csv(res: ProcureResult) -> str:
+    """One row per option solved (its best plan by the objective), plus the choice when it
+    is another plan; flags for the fronts, the limits and the choice."""
+    rows = list(res.records)
+    if res.choice is not None and not any(_same(r, res.choice) for r in rows):
+        rows.append(res.choice)
+    on_cost = {id(r) for r in res.pareto}
+    on_energy = {id(r) for r in res.pareto_energy}
+    buf = io.StringIO()
+    keys = ["gpu", "num_gpus", "cluster", "days", "cost_usd", "energy_mwh", "gpu_hours", "mfu",
+            "iteration_time_s", "usd_per_gpu_hour", "meets_limits", "proven_optimal"]
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["choice", *keys, "on_cost_front", "on_energy_front", *CSV_PLAN_FIELDS])
+    for r in sorted(rows, key=lambda r: (r.days, r.cost_usd)):
+        data = r.to_json()
+        plan = data["plan"]
+        w.writerow([_same(r, res.choice), *[data[k] for k in keys], id(r) in on_cost,
+                    id(r) in on_energy,
+                    *[json.dumps(plan.get(f)) if isinstance(plan.get(f), dict) else plan.get(f)
+                      for f in CSV_PLAN_FIELDS]])
+    return buf.getvalue()

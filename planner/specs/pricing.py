@@ -1,0 +1,82 @@
+"""Procurement pricing: rent per GPU-hour, or own (capital over a depreciation period plus
+electricity). Defaults in ``hardware_catalog/pricing/default.yaml``; see docs/procure.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from planner.specs.base import Spec
+
+PricingMode = Literal["rent", "own"]
+HOURS_PER_YEAR = 8760.0
+J_PER_KWH = 3.6e6
+
+
+class GPUPrice(Spec):
+    """Per-GPU price overrides; unset fields fall back to the catalog."""
+
+    price_per_gpu_hour: float | None = Field(None, ge=0, description="rent, USD per GPU-hour")
+    capex_usd: float | None = Field(None, ge=0, description="purchase price per GPU, USD")
+
+
+class PricingSpec(Spec):
+    mode: PricingMode = "rent"
+    electricity_usd_per_kwh: float = Field(..., ge=0)
+    depreciation_years: float = Field(..., gt=0)
+    gpus: dict[str, GPUPrice] = Field(default_factory=dict, description="keyed by GPU name")
+    date: str | None = None
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    def for_gpu(self, name: str) -> GPUPrice:
+        return self.gpus.get(name.lower(), GPUPrice())
+
+
+def default_pricing_path() -> Path:
+    from planner.catalog import catalog_root
+
+    return catalog_root() / "pricing" / "default.yaml"
+
+
+def load_pricing(path: str | None = None, mode: PricingMode | None = None,
+                 overrides: dict[str, Any] | None = None) -> PricingSpec:
+    """The shipped defaults, updated key by key from ``path`` (a pricing YAML), then from
+    ``overrides``; ``mode`` last. GPU keys may be catalog names or aliases."""
+    from planner import catalog
+    from planner.errors import InputError
+    from planner.specs.loaders import read_structured, validate
+
+    data = read_structured(default_pricing_path())
+    layers = []
+    if path is not None:
+        layers.append((read_structured(Path(path)), path))
+    if overrides:
+        layers.append((overrides, "pricing overrides"))
+    for layer, source in layers:
+        unknown = PricingSpec.unknown_keys(layer)
+        if unknown:
+            raise InputError(f"{source}: unknown pricing keys {unknown}; expected some of "
+                             f"{sorted(PricingSpec.model_fields)}")
+        gpus = dict(data.get("gpus") or {})
+        for name, entry in (layer.get("gpus") or {}).items():
+            path_ = catalog.find("gpus", str(name))
+            if path_ is None:
+                near = catalog.closest("gpus", str(name))
+                hint = f"; closest: {', '.join(near)}" if near else ""
+                raise InputError(f"{source}: gpus.{name}: unknown GPU{hint}")
+            if not isinstance(entry, dict):
+                raise InputError(f"{source}: gpus.{name}: expected a mapping with "
+                                 f"price_per_gpu_hour and/or capex_usd, got {entry!r}")
+            bad = GPUPrice.unknown_keys(entry)
+            if bad:
+                raise InputError(f"{source}: gpus.{name}: unknown keys {bad}; expected "
+                                 "price_per_gpu_hour, capex_usd")
+            canonical = read_structured(path_).get("name", path_.stem).lower()
+            gpus[canonical] = {**gpus.get(canonical, {}), **entry}
+        data = {**data, **{k: v for k, v in layer.items() if k != "gpus"}, "gpus": gpus}
+    if mode is not None:
+        data["mode"] = mode
+    return validate(PricingSpec, data, path or "pricing")
