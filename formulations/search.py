@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -182,6 +182,16 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     return np.min(out, axis=1)
 
 
+def time_lower_bounds(tb: Tables) -> np.ndarray:
+    """A lower bound of the iteration time at every point, whatever the objective."""
+    if tb.objective in ("time", "tokens"):
+        return lower_bounds(tb)
+    A = tb.arrays
+    timed = replace(tb, arrays={**A, "w_time": np.ones_like(A["w_time"]),
+                                            "w_busy": np.zeros_like(A["w_busy"])})
+    return lower_bounds(timed)
+
+
 def inner_keys(tb: Tables, q: int) -> list[Key]:
     o, _ = tb.points[q]
     keys = []
@@ -198,6 +208,9 @@ def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | Non
     the K best plans is at most that), so the best incumbent alone only serves K = 1."""
     lb = lower_bounds(tb)
     order = [int(q) for q in np.argsort(lb, kind="stable") if np.isfinite(lb[q])]
+    if max_time_s is not None:  # drop the points whose every plan iterates too slowly
+        t_lb = time_lower_bounds(tb)
+        order = [q for q in order if t_lb[q] <= max_time_s * (1 + 1e-9)]
     incumbents: list[Candidate] = []
     values: list[float] = []  # admissible objectives, sorted
     feasible_points = 0

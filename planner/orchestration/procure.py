@@ -63,6 +63,10 @@ class Linear:
         return self.time * t_s + self.busy * busy_s
 
 
+#: The ranking by iteration time alone.
+TIME = Linear(1.0)
+
+
 @dataclass(frozen=True, eq=False)
 class Option:
     template: str
@@ -83,7 +87,7 @@ class Option:
         return self.metrics[metric](self.t_lb_s, self.t_lb_s)
 
     def label(self) -> str:
-        return f"{self.num_gpus}x {self.gpu} ({self.template})"
+        return f"{self.num_gpus:,}x {self.gpu} ({self.template})"
 
 
 def derived_template(base: ClusterSpec, gpu: GPUSpec) -> ClusterSpec:
@@ -224,6 +228,14 @@ class ProcureResult:
     pareto_computed: bool
     stats: dict[str, Any] = field(default_factory=dict)
 
+    def in_view(self) -> list[Procured]:
+        """The records within the fronts' horizon: ``pareto_horizon`` times each limit."""
+        h = self.query.get("pareto_horizon", 1.0)
+        horizon = {m: h * v for m, v in (("days", self.query.get("days")),
+                                          ("cost_usd", self.query.get("budget_usd")))
+                   if v is not None}
+        return [r for r in self.records if meets({m: r.value(m) for m in horizon}, horizon)]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "query": self.query,
@@ -345,10 +357,14 @@ def answer_option(inner: Inner, opt: Option, metric: str, limits: dict[str, floa
     max_t = min((v / opt.metrics[m].time for m, v in timed.items()), default=None)
     if rank.busy == 0 and len(timed) == len(limits):
         return none(top, "")  # the objective's best plan is the fastest: nothing is faster
-    try:
-        best = first(rank, max_t) if max_t is not None else top
-    except InfeasibleError:
-        return none(top, "")
+    best = top
+    if max_t is not None:
+        if first(TIME).estimate.iteration_time_s > max_t:
+            return none(top, "")  # not even the fastest plan is fast enough
+        try:
+            best = first(rank, max_t)
+        except InfeasibleError:
+            return none(top, "")
     if best.meets_limits:
         return Answer(best, top, "", {}, calls[0])
     for k in TOP_K_STEPS:  # a limit with busy time: scan the objective's order
@@ -488,19 +504,20 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
             # bounds break a limit, or are no better than the incumbent.
             _schedule(pool, rest, gate_front, lambda o, i, a: take(o, i, a, chooses=False),
                       inner, metric, limits, top_only=True)
-    in_view = [r for r in records.values() if meets({m: r.value(m) for m in horizon}, horizon)]
     stats["wall_s"] = time.perf_counter() - t0
     query = {"model": model.name, "tokens": tokens, "days": days, "budget_usd": budget_usd,
              "objective": objective, "pricing": pricing.mode, "max_gpus": max_gpus,
              "global_batch_size": sequences, "seq_len": seq_len,
-             "templates": [t.name for t in templates]}
+             "pareto_horizon": pareto_horizon, "templates": [t.name for t in templates]}
     result = ProcureResult(query, choice[2] if choice else None,
                            sorted(records.values(), key=lambda r: (r.days, r.cost_usd)),
-                           pareto_front(in_view, "cost_usd") if pareto else [],
-                           pareto_front(in_view, "energy_mwh") if pareto else [],
-                           pareto, stats)
+                           [], [], pareto, stats)
+    if pareto:
+        result.pareto = pareto_front(result.in_view(), "cost_usd")
+        result.pareto_energy = pareto_front(result.in_view(), "energy_mwh")
     if choice is None:
-        err = explain(opts, answers, limits, max_gpus)
+        err = explain(opts, answers, limits, max_gpus, inner)
+        stats["wall_s"] = time.perf_counter() - t0
         err.result = result  # type: ignore[attr-defined]
         raise err
     return result
@@ -578,37 +595,46 @@ def _dominated(o: Option, records: Sequence[Procured]) -> bool:
             and any(r.days <= d and r.energy_mwh <= e for r in records))
 
 
+#: Options ruled out by their bounds that an explanation may solve, to report exact values.
+EXPLAIN_SOLVES = 8
+
+
 def explain(opts: Sequence[Option], answers: dict[Option, Answer], limits: dict[str, float],
-            max_gpus: int) -> InfeasibleError:
-    """Why no option meets the limits: for each limit, the best any option does (its exact
-    least value where solved, else its lower bound), and what to relax. Without an
-    incumbent, branch and bound prunes nothing: every option the bounds let through is
-    solved, with the least value of each limit."""
+            max_gpus: int, inner: Inner) -> InfeasibleError:
+    """Why no option meets the limits: for each limit, the least value any option reaches,
+    and what to relax. Without an incumbent, branch and bound prunes nothing, so every
+    option the bounds let through has been solved, with the least value of each limit; the
+    options ruled out by a bound below the best exact value are solved here (up to
+    ``EXPLAIN_SOLVES`` of them), so that the figure is exact where it can be."""
     names = {"days": "--days", "cost_usd": "--budget"}
     asked = " and ".join(f"{names[m]} {_fmt(m, v)}" for m, v in limits.items())
     reasons: list[str] = []
     hints: list[str] = []
     for m, limit in limits.items():
-        best: tuple[float, Option, bool] | None = None
-        for o in opts:
-            ans = answers.get(o)
-            if ans is None:
-                v, exact = o.bound(m), False
-            elif m in ans.minima:
-                v, exact = ans.minima[m], True
-            else:
-                continue  # no plan fits
-            if best is None or v < best[0]:
-                best = (v, o, exact)
-        if best is None or best[0] <= limit:
+        known = {o: a.minima[m] for o, a in answers.items() if m in a.minima}
+        rest = sorted((o for o in opts if o not in answers), key=lambda o: o.bound(m))
+        for o in rest[:EXPLAIN_SOLVES]:
+            if known and o.bound(m) >= min(known.values()):
+                break
+            top = answer_option(inner, o, m, {}, top_only=True).top
+            if top is not None:
+                known[o] = top.value(m)
+        unsolved = [o for o in rest if o not in known]
+        best = min(known.items(), key=lambda kv: kv[1], default=None)
+        floor = min(unsolved, key=lambda o: o.bound(m), default=None)
+        if floor is not None and (best is None or floor.bound(m) < best[1]):
+            o, v, exact = floor, floor.bound(m), False
+        elif best is not None:
+            (o, v), exact = best, True
+        else:
             continue
-        v, o, exact = best
+        if v <= limit:
+            continue
         word = {"days": "fastest", "cost_usd": "cheapest"}[m]
         reasons.append(f"the {word} option, {o.label()}, needs "
                        f"{'' if exact else 'at least '}{_fmt(m, v)} > {_fmt(m, limit)}"
                        + ("" if exact else " (a bound: every GEMM at the GPU's best rate)"))
-        hints.append(f"{names[m]} {math.ceil(v) if m == 'days' else float(f'{v:.3g}'):g} "
-                     "or more")
+        hints.append(f"{names[m]} {math.ceil(v) if m == 'days' else _round_up(v)} or more")
         if m == "days" and 2 * o.num_gpus > max_gpus:
             hints.append(f"a larger cluster: --max-gpus {4 * max_gpus}")
     if not reasons:
@@ -622,3 +648,9 @@ def explain(opts: Sequence[Option], answers: dict[Option, Answer], limits: dict[
             hints.append("relax one of the limits")
     return InfeasibleError(f"no option in the catalog meets {asked or 'the request'}",
                            reasons, hints)
+
+
+def _round_up(usd: float) -> str:
+    """Dollars rounded up to three significant digits, e.g. 53,800,000."""
+    step = 10 ** max(math.floor(math.log10(usd)) - 2, 0) if usd > 0 else 1
+    return f"{math.ceil(usd / step) * step:,.0f}"

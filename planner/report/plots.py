@@ -59,7 +59,9 @@ def plot_pareto(result, path: str | Path, title: str | None = None) -> Path:
     starred. ``result`` is a :class:`planner.orchestration.procure.ProcureResult`."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
-    records = result.records
+    from planner.report.procure import money, tokens_text
+
+    records = result.in_view()
     gpus = sorted({r.gpu for r in records})
     cmap = plt.get_cmap("tab10")
     color = {g: cmap(i % 10) for i, g in enumerate(gpus)}
@@ -91,7 +93,11 @@ def plot_pareto(result, path: str | Path, title: str | None = None) -> Path:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, loc="upper right")
-    fig.suptitle(title or f"{q['model']}: {q['tokens']:.3g} tokens, {q['pricing']} pricing")
+    limits = [f"deadline {q['days']:g} days" if q.get("days") else "",
+              f"budget {money(q['budget_usd'])}" if q.get("budget_usd") else ""]
+    fig.suptitle(title or ", ".join(x for x in (
+        f"{q['model']} on {tokens_text(q['tokens'])} tokens", *limits,
+        f"{q['pricing']} pricing: one point per GPU type and count (its best plan)") if x))
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=130, bbox_inches="tight")

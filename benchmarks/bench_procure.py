@@ -1,0 +1,56 @@
+"""Wall time of a procurement query over the full shipped catalog (issue 4's benchmark).
+
+    python benchmarks/bench_procure.py                   # Llama 3 405B, 15T tokens, 90 days
+    python benchmarks/bench_procure.py --pareto --workers 1
+
+The same work as ``planner procure --model llama3-405b --tokens 15e12 --days 90``: every
+catalog cluster (and a derived template for each GPU without one) at the default GPU counts,
+lower bounds, branch and bound, and the exact inner solves. Run on an otherwise idle
+machine; the figure in the README comes from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from planner.api import procure
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama3-405b")
+    ap.add_argument("--tokens", type=float, default=15e12)
+    ap.add_argument("--days", type=float, default=90.0)
+    ap.add_argument("--objective", default="cost")
+    ap.add_argument("--pareto", action="store_true", help="also solve for the fronts")
+    ap.add_argument("--workers", type=int, default=None, help="default: one per CPU")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    walls = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        res = procure(args.model, args.tokens, days=args.days, objective=args.objective,
+                      pareto=args.pareto, workers=args.workers)
+        walls.append(time.perf_counter() - t0)
+    c = res.choice
+    row = {"query": res.query, "wall_s": walls, "stats": res.stats,
+           "choice": {k: v for k, v in c.to_json().items() if k != "plan"}}
+    if args.json:
+        print(json.dumps(row, indent=2))
+        return
+    s = res.stats
+    print(f"{args.model}, {args.tokens:g} tokens, {args.days:g} days, objective {args.objective}"
+          f"{' + Pareto fronts' if args.pareto else ''}: "
+          f"{' / '.join(f'{w:.1f}' for w in walls)} s wall")
+    print(f"  {s['options']} options, {s['pruned_by_limits']} ruled out by bounds, {s['solved']} "
+          f"solved ({s['solver_calls']} solver calls), {s['pruned_by_incumbent']} pruned by "
+          "the incumbent")
+    print(f"  choice: {c.num_gpus} x {c.gpu} ({c.cluster}), {c.days:.1f} days, "
+          f"${c.cost_usd / 1e6:.1f}M, {c.energy_mwh:,.0f} MWh, MFU {c.mfu:.1%}")
+
+
+if __name__ == "__main__":
+    main()
