@@ -333,6 +333,21 @@ def test_pricing_file_overrides(tmp_path):
         load_pricing(str(bad))
 
 
+def test_owned_cost_includes_network_capital():
+    """Owning a RAMP cluster also buys its optical network ($/Gb/s x capacity per GPU)."""
+    from planner.costmodel.energy import network_capex_usd_per_gpu
+
+    ramp = load_cluster("ramp-a100").resized(64)
+    bare = ramp.model_copy(update={"topology": [
+        lv.model_copy(update={"cost_usd_per_Gbps": 0.0}) for lv in ramp.topology]})
+    own = load_pricing(mode="own")
+    net = network_capex_usd_per_gpu(ramp)
+    assert net > 0
+    extra = (option_metrics(ramp, 100.0, own)["cost_usd"].time
+             - option_metrics(bare, 100.0, own)["cost_usd"].time)
+    assert math.isclose(extra, 100.0 * 64 * net / (5 * 8760 * 3600), rel_tol=1e-9)
+
+
 def test_bad_queries():
     with pytest.raises(InputError, match="--days"):
         ask(days=-1)
@@ -340,6 +355,8 @@ def test_bad_queries():
         ask(objective="speed")
     with pytest.raises(InputError, match="--max-gpus"):
         procure(MODEL, TOKENS, templates=TEMPLATES, max_gpus=0)
+    with pytest.raises(InputError, match="distinct names"):
+        ask(templates=[TEMPLATES[0], TEMPLATES[0]])
 
 
 # ---- CLI ----------------------------------------------------------------------------------------

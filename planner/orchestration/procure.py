@@ -23,7 +23,11 @@ from typing import Any, Callable, Sequence
 
 from formulations.space import SpaceOptions
 from planner import catalog
-from planner.costmodel.energy import energy_coefficients, price_per_gpu_hour
+from planner.costmodel.energy import (
+    energy_coefficients,
+    network_capex_usd_per_gpu,
+    price_per_gpu_hour,
+)
 from planner.costmodel.evaluator import Estimate
 from planner.costmodel.layer import head_model_flops_per_token, layer_model_flops_per_token
 from planner.errors import InfeasibleError, InputError
@@ -172,6 +176,7 @@ def option_metrics(cluster: ClusterSpec, iterations: float, pricing: PricingSpec
         if capex is None:
             raise InputError(f"GPU '{gpu}' has no capex_usd for --pricing own; set "
                              f"gpus.{gpu}.capex_usd in a --prices file")
+        capex += network_capex_usd_per_gpu(cluster)  # where the cluster prices its network
         capital_per_s = n * capex / (pricing.depreciation_years * HOURS_PER_YEAR * 3600.0)
         usd_per_j = pricing.electricity_usd_per_kwh / J_PER_KWH
         cost = Linear(iterations * (capital_per_s + usd_per_j * a_j), iterations * usd_per_j * b_j)
@@ -427,6 +432,9 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     templates = list(templates) if templates is not None else catalog_templates()
     if not templates:
         raise InputError("no cluster template to choose from (check --gpus and --cluster)")
+    names = [t.name for t in templates]
+    if len(set(names)) != len(names):
+        raise InputError(f"cluster templates need distinct names, got {names}")
     plan_base = model_defaults(model)
     plan_base.update(base or {})
     if "global_batch_size" not in plan_base:
@@ -523,11 +531,11 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     return result
 
 
-def _pool(workers: int | None, jobs: int):
+def _pool(workers: int | None, jobs: int) -> Any:
     """Worker processes for the inner solves (``forkserver`` with the planner preloaded, so
     that no solver thread is ever forked), or the calling process when one is enough."""
-    n = workers if workers is not None else min(_cpus(), 8)
-    if n <= 1 or jobs <= 1:
+    n = min(workers if workers is not None else min(_cpus(), 8), max(jobs, 1))
+    if n <= 1:
         return _Serial()
     import multiprocessing as mp
 
@@ -535,7 +543,9 @@ def _pool(workers: int | None, jobs: int):
     ctx = mp.get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(["planner.orchestration.procure"])
-    return ProcessPoolExecutor(max_workers=min(n, jobs), mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+    pool.width = n  # type: ignore[attr-defined]
+    return pool
 
 
 def _cpus() -> int:
@@ -547,6 +557,8 @@ def _cpus() -> int:
 
 class _Serial:
     """An executor that runs each job when it is submitted."""
+
+    width = 1
 
     def __enter__(self) -> "_Serial":
         return self
@@ -566,7 +578,7 @@ def _schedule(pool: Any, order: Sequence[Option], gate: Callable[[Option, int], 
     """Answer the options of ``order``, as many at once as the pool has workers; ``gate``
     decides before each one whether to run it, skip it, or stop. Results are handed to
     ``take`` as they come."""
-    width = getattr(pool, "_max_workers", 1)
+    width = pool.width
     pending: dict[Future, tuple[Option, int]] = {}
     i = 0
     while True:
