@@ -17,6 +17,7 @@ from planner.specs.topology import parse_shorthand, shorthand_levels
 from planner.specs.units import parse_bandwidth_GBps, parse_size_bytes
 
 from test_cli import run
+from test_formulas import ASTRA_TABLE3
 
 MiB = 2**20
 
@@ -123,18 +124,7 @@ def test_pipelining_bounds():
 
 
 # ---- ASTRA-sim 2.0 Table III through the CLI ---------------------------------------------
-TABLE3 = [
-    ((2, 8, 8, 4), (1024, 896, 112, 12), 4392.85),
-    ((2, 8, 8, 8), (1024, 896, 112, 14), 4392.85),
-    ((2, 8, 8, 16), (1024, 896, 112, 15), 4392.85),
-    ((2, 8, 8, 32), (1024, 896, 112, 15.5), 4392.85),
-    ((4, 8, 8, 4), (1536, 448, 56, 6), 2212.60),
-    ((8, 8, 8, 4), (1792, 224, 28, 3), 1753.48),
-    ((16, 8, 8, 4), (1920, 112, 14, 1.5), 1879.17),
-]
-
-
-@pytest.mark.parametrize("dims,sizes_mib,paper_us", TABLE3)
+@pytest.mark.parametrize("dims,sizes_mib,paper_us", ASTRA_TABLE3)
 def test_astra_sim_table3_cli(capsys, dims, sizes_mib, paper_us):
     """ASTRA-sim 2.0 Table III: 1 GiB all-reduce on Ring_FC_Ring_Switch at 1000_200_100_50
     (ASTRA-sim GB/s = 2^30 B/s; ~20 ns latencies, notes 001 Sec. 5.3): per-dimension
