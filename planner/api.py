@@ -98,19 +98,15 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     option meets the limits (``.reasons``, ``.hints``, ``.result``) and
     :class:`planner.errors.InputError` on bad input.
     """
-    from planner.orchestration.procure import DEFAULT_MAX_GPUS, catalog_templates
+    from planner.orchestration.procure import DEFAULT_MAX_GPUS, catalog_templates, named_templates
     from planner.orchestration.procure import procure as _procure
     from planner.specs.pricing import load_pricing
 
     m = load_model(model) if isinstance(model, str) else model
     names = gpus.split(",") if isinstance(gpus, str) else gpus
-    if clusters:
-        templates = [load_cluster(c) if isinstance(c, str) else c for c in clusters]
-        if names:
-            wanted = {load_gpu(g.strip()).name for g in names if g.strip()}
-            templates = [t for t in templates if t.gpu.name in wanted]
-    else:
-        templates = catalog_templates(names)
+    if isinstance(clusters, (str, ClusterSpec)):
+        clusters = [clusters]
+    templates = named_templates(clusters, names) if clusters else catalog_templates(names)
     spec = load_pricing(prices if isinstance(prices, str) else None, pricing,  # type: ignore[arg-type]
                         prices if isinstance(prices, dict) else None)
     base = {k: v for k, v in dict(global_batch_size=global_batch_size, seq_len=seq_len,

@@ -50,8 +50,10 @@ def procure(
         "time (default with --budget)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Only these GPU types, "
                                        "comma-separated (e.g. h100,b200)."),
-    cluster: list[str] = typer.Option([], "--cluster", "-c", help="Cluster template(s) to "
-                                      "consider instead of the catalog's (repeatable)."),
+    cluster: list[str] = typer.Option([], "--cluster", "-c", help="Cluster templates to "
+                                      "consider instead of the catalog's: catalog names or "
+                                      "cluster YAML files, comma-separated or repeated "
+                                      "(e.g. ramp-a100,examples/ramp-baseline-fat-tree.yaml)."),
     max_gpus: int = typer.Option(DEFAULT_MAX_GPUS, "--max-gpus", help="Largest cluster to consider."),
     counts: Optional[str] = typer.Option(None, "--counts", help="GPU counts to consider, "
                                          "comma-separated, instead of the powers-of-two grid."),

@@ -31,7 +31,7 @@ from planner.plans import model_defaults
 from planner.specs.loaders import load_cluster, load_gpu
 from planner.specs.pricing import load_pricing
 
-from conftest import DATA, small_cluster, tiny_model
+from conftest import DATA, ROOT, small_cluster, tiny_model
 from test_cli import run
 
 OPTIONS = SpaceOptions(max_microbatch=4, max_virtual_stages=2, min_cp_tokens=256)
@@ -452,3 +452,25 @@ def test_cli_prices_change_the_cost(capsys, cli_catalog, tmp_path):
     assert code == 0
     c = json.loads(out)["choice"]
     assert math.isclose(c["cost_usd"], 0.01 * c["gpu_hours"], rel_tol=1e-9)
+
+
+def test_cli_cluster_list_and_cluster_prices(capsys, tmp_path):
+    """--cluster takes a comma-separated list of catalog names and files; a pricing file
+    prices one of two clusters with the same GPU apart (clusters.<name>): the fat tree at
+    $1,000 per Gb/s loses to RAMP."""
+    fat = str(ROOT / "examples" / "ramp-baseline-fat-tree.yaml")
+    args = ["procure", "-m", str(DATA / "tiny-model.yaml"), "--tokens", "1e10", "--counts",
+            "16,32", "--workers", "1", "--pricing", "own", "--json", "--cluster", f"ramp,{fat}"]
+    png = tmp_path / "ramp-or-fat.png"  # one colour per template: both have A100s
+    code, out, _ = run(capsys, *args, "--plot", str(png))
+    assert code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+    data = json.loads(out)
+    assert data["query"]["templates"] == ["ramp-a100", "ramp-baseline-fat-tree"]
+    assert data["choice"]["cluster"] == "ramp-baseline-fat-tree"
+    path = tmp_path / "p.yaml"
+    path.write_text("clusters: {ramp-baseline-fat-tree: {cost_usd_per_Gbps: 1000}}\n")
+    code, out, _ = run(capsys, *args, "--prices", str(path))
+    assert code == 0 and json.loads(out)["choice"]["cluster"] == "ramp-a100"
+    code, _, err = run(capsys, "procure", "-m", str(DATA / "tiny-model.yaml"), "--tokens",
+                       "1e10", "--cluster", f"ramp-a10,{fat}")
+    assert code == 2 and "closest: ramp-a100" in err

@@ -173,3 +173,102 @@ def test_ramp_megatron_speedups_trend(ramp, fat):
     assert s[-1] > 2.0 and s[0] < 1.05
     tp_rows = s[2:]  # MP > 1: the speed-up grows with the degree of model parallelism
     assert all(b >= a - 0.05 for a, b in zip(tp_rows, tp_rows[1:])), s
+
+
+# ---- procurement: RAMP or its electrical fat tree (issue 6) ----------------------------------
+# Llama 3 70B on 15T tokens, A100s owned (5-year depreciation, 8.2 c/kWh): the network's
+# capital and power enter the cost (RAMP $1.62 x 12.8 Tb/s = $20,736 and 108.8 W per GPU,
+# the fat tree $20.12 x 200 Gb/s = $4,024 and 76.6 W per GPU). examples/procure_ramp.sh
+# asks the same questions; docs/procure-ramp.txt has the full output.
+RAMP_OR_FAT = ["ramp-a100", FAT_TREE]
+
+
+def ramp_or_fat(days, counts, clusters=RAMP_OR_FAT, prices=None):
+    from planner.api import procure
+
+    return procure("llama3-70b", 15e12, days=days, clusters=clusters, pricing="own",
+                   prices=prices, counts=counts, workers=1)
+
+
+def test_procure_picks_ramp_over_fat_tree_when_cheaper():
+    """Within 30 days the fat tree needs 32,768 GPUs (16,384 take ~38 days: at that scale
+    its 200 Gb/s per GPU holds MFU to ~43%), RAMP 16,384 at ~67% MFU. RAMP's network costs
+    5x the fat tree's per GPU, but half the GPUs make RAMP the cheaper cluster."""
+    res = ramp_or_fat(30, (16384, 32768))
+    ramp = res.choice
+    assert (ramp.cluster, ramp.num_gpus) == ("ramp-a100", 16384)
+    assert ramp.days <= 30
+    fat = ramp_or_fat(30, (16384, 32768), clusters=[FAT_TREE])
+    assert (fat.choice.cluster, fat.choice.num_gpus) == ("ramp-baseline-fat-tree", 32768)
+    assert fat.choice.cost_usd > 1.05 * ramp.cost_usd
+    assert fat.choice.energy_mwh > ramp.energy_mwh  # fewer GPUs for as long: less energy too
+    fat16 = next(r for r in fat.records if r.num_gpus == 16384)
+    assert fat16.days > 30 and not fat16.meets_limits
+
+
+def test_procure_picks_fat_tree_when_ramp_transceivers_cost_more():
+    """The same query with RAMP at the high end of Table 3 ($6.12 per Gb/s, a pricing
+    override): RAMP's network then costs $78k per GPU, and the fat tree wins."""
+    high = {"clusters": {"ramp": {"cost_usd_per_Gbps": 6.12}}}
+    res = ramp_or_fat(30, (16384, 32768), prices=high)
+    assert (res.choice.cluster, res.choice.num_gpus) == ("ramp-baseline-fat-tree", 32768)
+
+
+def test_procure_picks_fat_tree_with_a_longer_deadline():
+    """Within 90 days, 8,192 GPUs suffice on either network; the fat tree's MFU is lower
+    (52% against 72%) but its GPUs cost $21k each with the network against RAMP's $38k."""
+    res = ramp_or_fat(90, (8192, 16384))
+    assert (res.choice.cluster, res.choice.num_gpus) == ("ramp-baseline-fat-tree", 8192)
+    ramp8 = next(r for r in res.records if (r.cluster, r.num_gpus) == ("ramp-a100", 8192))
+    assert ramp8.days < res.choice.days and ramp8.cost_usd > res.choice.cost_usd
+
+
+def test_cluster_price_overrides():
+    """clusters.<name> in a pricing file prices one template apart from another with the
+    same GPU: rent per GPU-hour, and the network's $/Gb/s for owned clusters."""
+    from planner.orchestration.procure import network_capex, option_metrics, price_keys
+    from planner.specs.pricing import load_pricing
+
+    ramp, fat = load_cluster("ramp-a100").resized(64), load_cluster(FAT_TREE).resized(64)
+    assert network_capex_usd_per_gpu(ramp) == pytest.approx(1.62 * 12800)
+    assert network_capex_usd_per_gpu(fat) == pytest.approx(20.12 * 200)
+    assert network_capex(ramp, 6.12) == pytest.approx(6.12 * 12800)
+    p = price_keys(load_pricing(overrides={"clusters": {
+        "ramp": {"cost_usd_per_Gbps": 6.12, "price_per_gpu_hour": 3.0}}}), [ramp, fat])
+    assert set(p.clusters) == {"ramp-a100"}
+    own = p.model_copy(update={"mode": "own"})
+    hours = 5 * 8760 * 3600.0
+    for cl, capex in ((ramp, 17000 + 6.12 * 12800), (fat, 17000 + 20.12 * 200)):
+        got = option_metrics(cl, 1.0, own, cl.name)["cost_usd"].time
+        electricity = option_metrics(cl, 1.0, own.model_copy(update={
+            "depreciation_years": 1e12}), cl.name)["cost_usd"].time
+        assert got - electricity == pytest.approx(64 * capex / hours)
+    assert option_metrics(ramp, 3600.0, p, "ramp-a100")["cost_usd"].time == pytest.approx(64 * 3.0)
+    assert option_metrics(fat, 3600.0, p, fat.name)["cost_usd"].time == pytest.approx(64 * 1.6)
+    # a catalog cluster the query leaves out is skipped; a name nothing has is an error
+    assert price_keys(load_pricing(overrides={"clusters": {"gb200-nvl72": {
+        "price_per_gpu_hour": 1.0}}}), [ramp]).clusters == {}
+    with pytest.raises(InputError, match="closest: ramp-a100"):
+        price_keys(load_pricing(overrides={"clusters": {"ramp-a10": {
+            "price_per_gpu_hour": 1.0}}}), [ramp, fat])
+    with pytest.raises(InputError, match="prices no network level"):
+        price_keys(load_pricing(overrides={"clusters": {"dgx-h100-superpod": {
+            "cost_usd_per_Gbps": 1.0}}}), [load_cluster("dgx-h100-superpod")])
+    with pytest.raises(InputError, match="unknown keys"):
+        load_pricing(overrides={"clusters": {"ramp": {"usd_per_Gbps": 1.0}}})
+
+
+def test_named_templates():
+    """--cluster takes catalog names, aliases, files and derived names, comma-separated;
+    an unknown name is an error naming the closest."""
+    from planner.orchestration.procure import named_templates
+
+    got = named_templates(["ramp," + FAT_TREE, "dgx-h100-superpod:h200"])
+    assert [t.name for t in got] == ["ramp-a100", "ramp-baseline-fat-tree",
+                                     "dgx-h100-superpod:h200"]
+    assert [t.name for t in named_templates(["ramp", "dgx-h100-superpod"], ["a100"])] == [
+        "ramp-a100"]
+    with pytest.raises(InputError, match="closest: ramp-a100"):
+        named_templates(["ramp-a10," + FAT_TREE])
+    with pytest.raises(InputError, match="closest: dgx-h100-superpod:h200"):
+        named_templates(["dgx-h100-superpod:h2000"])

@@ -155,16 +155,20 @@ def gemm_time_lower_bound_s(model: ModelSpec, gpu: GPUSpec, num_gpus: int, seque
     return flops / (num_gpus * rate)
 
 
-def option_metrics(cluster: ClusterSpec, iterations: float, pricing: PricingSpec
-                   ) -> dict[str, Linear]:
+def option_metrics(cluster: ClusterSpec, iterations: float, pricing: PricingSpec,
+                   template: str | None = None) -> dict[str, Linear]:
     """Days, dollars, MWh and GPU-hours of ``iterations`` iterations on ``cluster``
-    (docs/procure.md, "Pricing" and "Energy")."""
+    (docs/procure.md, "Pricing" and "Energy"); ``template`` names the cluster's entry in
+    ``pricing.clusters`` (default: the cluster's name)."""
     n = cluster.num_gpus
     a_j, b_j = energy_coefficients(cluster, n)  # J per second of T and of B, PUE included
     override = pricing.for_gpu(cluster.gpu.name)
+    mine = pricing.for_cluster(template or cluster.name)
     gpu = cluster.gpu.name
     if pricing.mode == "rent":
-        price = override.price_per_gpu_hour
+        price = mine.price_per_gpu_hour
+        if price is None:
+            price = override.price_per_gpu_hour
         if price is None:
             price = price_per_gpu_hour(cluster)
         if price is None:
@@ -176,7 +180,7 @@ def option_metrics(cluster: ClusterSpec, iterations: float, pricing: PricingSpec
         if capex is None:
             raise InputError(f"GPU '{gpu}' has no capex_usd for --pricing own; set "
                              f"gpus.{gpu}.capex_usd in a --prices file")
-        capex += network_capex_usd_per_gpu(cluster)  # where the cluster prices its network
+        capex += network_capex(cluster, mine.cost_usd_per_Gbps)
         capital_per_s = n * capex / (pricing.depreciation_years * HOURS_PER_YEAR * 3600.0)
         usd_per_j = pricing.electricity_usd_per_kwh / J_PER_KWH
         cost = Linear(iterations * (capital_per_s + usd_per_j * a_j), iterations * usd_per_j * b_j)
@@ -186,6 +190,89 @@ def option_metrics(cluster: ClusterSpec, iterations: float, pricing: PricingSpec
         "energy_mwh": Linear(iterations * a_j / J_PER_MWH, iterations * b_j / J_PER_MWH),
         "gpu_hours": Linear(iterations * n / 3600.0),
     }
+
+
+def network_capex(cluster: ClusterSpec, usd_per_Gbps: float | None = None) -> float:
+    """Network capital per GPU where the cluster prices its network (``cost_usd_per_Gbps``
+    x capacity per GPU of each level); ``usd_per_Gbps`` replaces the price of every level
+    that has one (a ``clusters.<name>.cost_usd_per_Gbps`` pricing override)."""
+    if usd_per_Gbps is None:
+        return network_capex_usd_per_gpu(cluster)
+    return sum(usd_per_Gbps * lv.capacity_Gbps for lv in cluster.topology
+               if lv.cost_usd_per_Gbps > 0)
+
+
+def named_templates(refs: Sequence[ClusterSpec | str],
+                    gpus: Sequence[str] | None = None) -> list[ClusterSpec]:
+    """The cluster templates ``refs`` name: catalog cluster names or aliases, cluster files,
+    the derived templates of :func:`catalog_templates` (``dgx-h100-superpod:h200``), or
+    specs. A string may list several, comma-separated (``ramp-a100,my-fat-tree.yaml``).
+    Only those with the ``gpus`` named, when given. Unknown names are errors naming the
+    closest catalog names."""
+    import difflib
+    from pathlib import Path
+
+    from planner.specs.loaders import load_cluster, load_gpu
+
+    derived: dict[str, ClusterSpec] | None = None
+    out: list[ClusterSpec] = []
+    for ref in refs:
+        if isinstance(ref, ClusterSpec):
+            out.append(ref)
+            continue
+        parts = [ref] if Path(ref).is_file() else [p.strip() for p in ref.split(",")]
+        for part in (p for p in parts if p):
+            if ":" in part and not Path(part).exists():
+                if derived is None:
+                    derived = {t.name: t for t in catalog_templates() if ":" in t.name}
+                if part.lower() not in derived:
+                    near = difflib.get_close_matches(part.lower(), list(derived), n=3,
+                                                     cutoff=0.4)
+                    raise InputError(f"unknown cluster template '{part}'"
+                                     + (f"; closest: {', '.join(near)}" if near else "")
+                                     + ". Derived templates are <catalog cluster>:<GPU> for "
+                                     "a catalog GPU no catalog cluster has")
+                out.append(derived[part.lower()])
+            else:
+                out.append(load_cluster(part))
+    if gpus:
+        wanted = {load_gpu(g.strip()).name for g in gpus if g.strip()}
+        out = [t for t in out if t.gpu.name in wanted]
+    return out
+
+
+def price_keys(pricing: PricingSpec, templates: Sequence[ClusterSpec]) -> PricingSpec:
+    """``pricing`` with its ``clusters`` keys (template names or aliases) mapped to the
+    templates' names; a key that names no template of the query, nor a catalog cluster, is
+    an error naming the closest ones."""
+    import difflib
+
+    if not pricing.clusters:
+        return pricing
+    names: dict[str, str] = {}
+    by_name = {t.name: t for t in templates}
+    for t in templates:
+        for alias in (t.name, *t.aliases):
+            names.setdefault(alias.lower(), t.name)
+    out = {}
+    for key, entry in pricing.clusters.items():
+        name = names.get(key.lower())
+        if name is None and catalog.find("clusters", key) is not None:
+            continue  # a catalog cluster this query leaves out (--gpus, --cluster)
+        if name is None:
+            near = difflib.get_close_matches(key.lower(), list(names), n=3, cutoff=0.4)
+            raise InputError(f"pricing: clusters.{key}: no cluster template of this query has "
+                             "that name" + (f"; closest: {', '.join(near)}" if near else "")
+                             + f" (templates: {', '.join(t.name for t in templates)})")
+        if name in out:
+            raise InputError(f"pricing: clusters.{key}: '{name}' is priced twice")
+        if entry.cost_usd_per_Gbps is not None and not any(
+                lv.cost_usd_per_Gbps > 0 for lv in by_name[name].topology):
+            raise InputError(f"pricing: clusters.{key}.cost_usd_per_Gbps: cluster '{name}' "
+                             "prices no network level; set cost_usd_per_Gbps on the level(s) "
+                             "it buys in its cluster file (docs/formats.md)")
+        out[name] = entry
+    return pricing.model_copy(update={"clusters": out})
 
 
 # ---- results ---------------------------------------------------------------------------
@@ -435,6 +522,7 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     names = [t.name for t in templates]
     if len(set(names)) != len(names):
         raise InputError(f"cluster templates need distinct names, got {names}")
+    pricing = price_keys(pricing, templates)
     plan_base = model_defaults(model)
     plan_base.update(base or {})
     if "global_batch_size" not in plan_base:
@@ -454,7 +542,8 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
                 raise InputError(f"--counts {n} for cluster '{tpl.name}': {e}") from None
             t_lb = gemm_time_lower_bound_s(model, cl.gpu, n, sequences, seq_len,
                                            plan_base.get("dtype", "bf16"))
-            opts.append(Option(tpl.name, cl, option_metrics(cl, iterations, pricing), t_lb))
+            opts.append(Option(tpl.name, cl, option_metrics(cl, iterations, pricing, tpl.name),
+                               t_lb))
     if not opts:
         raise InputError(f"no GPU count to consider: --max-gpus {max_gpus} is below the "
                          "smallest count of every template")

@@ -62,15 +62,22 @@ def plot_pareto(result, path: str | Path, title: str | None = None) -> Path:
     from planner.report.procure import money, tokens_text
 
     records = result.in_view()
-    gpus = sorted({r.gpu for r in records})
+    # One colour per GPU type; per cluster template when templates share a GPU (RAMP and a
+    # fat tree of A100s).
+    by_template = len({r.cluster for r in records}) > len({r.gpu for r in records})
+
+    def group(r) -> str:
+        return r.cluster if by_template else r.gpu
+
+    groups = sorted({group(r) for r in records})
     cmap = plt.get_cmap("tab10")
-    color = {g: cmap(i % 10) for i, g in enumerate(gpus)}
+    color = {g: cmap(i % 10) for i, g in enumerate(groups)}
     q = result.query
     panels = ((axes[0], "cost_usd", result.pareto, 1e-6, "cost (million USD)"),
               (axes[1], "energy_mwh", result.pareto_energy, 1.0, "energy (MWh)"))
     for ax, key, front, scale, label in panels:
-        for g in gpus:
-            pts = [r for r in records if r.gpu == g]
+        for g in groups:
+            pts = [r for r in records if group(r) == g]
             ax.scatter([r.days for r in pts], [r.value(key) * scale for r in pts], s=28,
                        color=color[g], label=g, alpha=0.85, zorder=3)
         if front:
@@ -79,7 +86,9 @@ def plot_pareto(result, path: str | Path, title: str | None = None) -> Path:
             ax.step(xs, ys, where="post", color="black", lw=1.2, alpha=0.7, zorder=2,
                     label="Pareto front")
             for r in front:
-                ax.annotate(f"{r.num_gpus:,}x {r.gpu}", (r.days, r.value(key) * scale),
+                ax.annotate(f"{r.num_gpus:,}x {r.gpu}" + (f" ({r.cluster})" if by_template
+                                                          else ""),
+                            (r.days, r.value(key) * scale),
                             textcoords="offset points", xytext=(4, 4), fontsize=7)
         if result.choice is not None:
             c = result.choice
@@ -97,7 +106,8 @@ def plot_pareto(result, path: str | Path, title: str | None = None) -> Path:
               f"budget {money(q['budget_usd'])}" if q.get("budget_usd") else ""]
     fig.suptitle(title or ", ".join(x for x in (
         f"{q['model']} on {tokens_text(q['tokens'])} tokens", *limits,
-        f"{q['pricing']} pricing: one point per GPU type and count (its best plan)") if x))
+        f"{q['pricing']} pricing: one point per {'cluster' if by_template else 'GPU type'} "
+        "and count (its best plan)") if x))
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=130, bbox_inches="tight")

@@ -23,16 +23,32 @@ class GPUPrice(Spec):
     capex_usd: float | None = Field(None, ge=0, description="purchase price per GPU, USD")
 
 
+class ClusterPrice(Spec):
+    """Per-cluster-template overrides, before the GPU's: two clusters with the same GPU (a
+    RAMP and a fat tree of A100s) can be priced apart."""
+
+    price_per_gpu_hour: float | None = Field(
+        None, ge=0, description="rent, USD per GPU-hour, all-in; before every other price")
+    cost_usd_per_Gbps: float | None = Field(
+        None, ge=0, description="network capital, USD per Gb/s of capacity per GPU; replaces "
+        "the cluster's on every level that prices its network (RAMP Table 3)")
+
+
 class PricingSpec(Spec):
     mode: PricingMode = "rent"
     electricity_usd_per_kwh: float = Field(..., ge=0)
     depreciation_years: float = Field(..., gt=0)
     gpus: dict[str, GPUPrice] = Field(default_factory=dict, description="keyed by GPU name")
+    clusters: dict[str, ClusterPrice] = Field(
+        default_factory=dict, description="keyed by cluster template name (or alias)")
     date: str | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
     def for_gpu(self, name: str) -> GPUPrice:
         return self.gpus.get(name.lower(), GPUPrice())
+
+    def for_cluster(self, name: str) -> ClusterPrice:
+        return self.clusters.get(name, ClusterPrice())
 
 
 def default_pricing_path() -> Path:
@@ -76,7 +92,20 @@ def load_pricing(path: str | None = None, mode: PricingMode | None = None,
                                  "price_per_gpu_hour, capex_usd")
             canonical = read_structured(path_).get("name", path_.stem).lower()
             gpus[canonical] = {**gpus.get(canonical, {}), **entry}
-        data = {**data, **{k: v for k, v in layer.items() if k != "gpus"}, "gpus": gpus}
+        # Cluster keys are checked against the templates of a query (planner.procure): a
+        # template may be a file, not in the catalog.
+        clusters = dict(data.get("clusters") or {})
+        for name, entry in (layer.get("clusters") or {}).items():
+            if not isinstance(entry, dict):
+                raise InputError(f"{source}: clusters.{name}: expected a mapping with "
+                                 f"price_per_gpu_hour and/or cost_usd_per_Gbps, got {entry!r}")
+            bad = ClusterPrice.unknown_keys(entry)
+            if bad:
+                raise InputError(f"{source}: clusters.{name}: unknown keys {bad}; expected "
+                                 "price_per_gpu_hour, cost_usd_per_Gbps")
+            clusters[str(name)] = {**clusters.get(str(name), {}), **entry}
+        data = {**data, **{k: v for k, v in layer.items() if k not in ("gpus", "clusters")},
+                "gpus": gpus, "clusters": clusters}
     if mode is not None:
         data["mode"] = mode
     return validate(PricingSpec, data, path or "pricing")
