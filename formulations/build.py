@@ -6,22 +6,28 @@ Decision variables (binary):
   placement). Integer views of the degrees are linear in ``y`` (``tp = sum_q tp_q y_q``).
 - ``x[q,u]``: the layer strategy u = (recomputation per layer type, sequence parallelism)
   at point q, with ``sum_u x[q,u] = y[q]``.
-- ``w[q,z]``: the ZeRO stage z at point q, with ``sum_z w[q,z] = y[q]``.
+- ``w[q,z]``: the state option z at point q (the ZeRO stage, and on clusters with an
+  offload tier whether the optimizer and the ZeRO-3 parameter shards are offloaded:
+  :data:`formulations.space.STATES`), with ``sum_z w[q,z] = y[q]``.
 
 This is the disaggregated (convex-hull) form of the disjunction over points: given q,
 every term of the evaluator is a constant per (q, u) or (q, z), taken from
 :mod:`formulations.tables`, so every row is linear without big-M:
 
     S[q,g]   >= sum_u stage_u x[q,u] + p2p y[q] + E_mb[q,g]                 (stage time, group g)
-    TAIL[q]  >= sum_z opt_z w[q,z] + tied y[q] + E_dp[q,g]                  (after the last backward)
+    TAIL[q]  >= sum_z (opt_z + off_z) w[q,z] + tied y[q] + E_dp[q,g] + E_down[q,g]
+                                                                            (after the last backward)
     v pp T[q] >= v pp m S[q,g] + (pp - 1) sum_g' count_g' S[q,g'] + v pp TAIL[q]   (every g)
     v (sum_z (states_z + buffers_z) w[q,z] + sum_u (workspace_u + head_u) x[q,u])
         + inflight_g sum_u act_u x[q,u] <= v (HBM - reserve) y[q]          (memory, every g)
+    sum_z host_z w[q,z] <= host capacity y[q]                              (offload tier, every g)
     objective = sum_q (w_time_q T[q] + w_busy_q BUSY[q])
 
 ``E`` is the exposed part of an overlapped collective ``c`` behind compute ``w``, exact
 as the maximum of two linear pieces, ``max(c - (1 - kappa) w, c (1/l + kappa (1 - 1/l)))``
-(derived from :func:`planner.costmodel.stage.overlapped_s`).
+(derived from :func:`planner.costmodel.stage.overlapped_s`). The offload tier's link
+transfers (``E_down``, and the per-microbatch parameter fetches in the stage time) use the
+same two pieces with ``kappa = 0``: DMA copies take no SMs.
 
 **Rounding, and why the objective is a lower bound.** Times are integer ticks (ps, or a
 coarser power of ten for the largest jobs) and memory is integer bytes. Added terms are
@@ -120,6 +126,8 @@ def build_model(tb: Tables, points: list[int] | None = None,
     kappa_n = int(math.floor(cluster.gpu.efficiency.overlap_slowdown * KAPPA_DEN))
     ovl_param, ovl_grad = base.overlap_param_gather, base.overlap_dp_grad_reduce
     cap = int(math.floor(cluster.gpu.hbm_bytes))
+    host_cap = (int(math.floor(cluster.offload.capacity_bytes))
+                if cluster.offload is not None else 0)
     reserve = int(math.floor(cluster.memory_reserve_gib * 2**30))
     pts = list(range(tb.num_points)) if points is None else list(points)
     strat = strategies(tb)
@@ -152,7 +160,7 @@ def build_model(tb: Tables, points: list[int] | None = None,
         m, v, pp = int(A["m"][q]), int(A["v"][q]), int(A["pp"][q])
         us = [ui for ui, (rc, sp) in enumerate(strat) if A["ok_sp"][q, sp]
               and all(A["rc_ok"][t, rc[t]] for t in range(nt))]
-        zs = [z for z in range(4) if A["ok_z"][q, z]]
+        zs = [z for z in range(A["ok_z"].shape[1]) if A["ok_z"][q, z]]
         xq = {u: lm.binary(f"x{q}_{u}") for u in us}
         wq = {z: lm.binary(f"w{q}_{z}") for z in zs}
         vm.x.update({(q, u): i for u, i in xq.items()})
@@ -180,12 +188,19 @@ def build_model(tb: Tables, points: list[int] | None = None,
                     e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(arr[z]) for z in zs}, win,
                                   on, layers, kappa_n)
                     s_row[e] = 1
+            fetch = A["g_fetch"][q, g]  # offloaded parameters, fetched for each pass
+            if any(fetch[z] > 0 for z in zs):
+                for win, tag in ((wf, "ff"), (wb, "fb")):
+                    e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(fetch[z]) for z in zs}, win,
+                                  ovl_param, layers, 0)
+                    s_row[e] = 1
             S = lm.var(f"S{q}_{g}", 0, lm.bounds(s_row)[1], dim="time")
             s_vars[g] = S
             s_row[S] = -1
             lm.add(s_row, ub=0, dim="time")
 
-            tail_row: Expr = {wq[z]: down(A["g_opt"][q, g, z]) for z in zs}
+            tail_row: Expr = {wq[z]: down(A["g_opt"][q, g, z] + A["g_off"][q, g, z])
+                              for z in zs}
             tail_row[yq] = tail_row.get(yq, 0) + down(A["g_tied"][q, g])
             for arr, win, on, tag in ((A["g_grad"][q, g], wb, ovl_grad, "grad"),
                                       (A["g_param"][q, g], wf, ovl_param, "param")):
@@ -193,6 +208,10 @@ def build_model(tb: Tables, points: list[int] | None = None,
                     e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(arr[z]) for z in zs}, win,
                                   on, layers, kappa_n)
                     tail_row[e] = 1
+            if any(A["g_down"][q, g, z] > 0 for z in zs):  # gradient shard to the tier
+                e = _exposure(lm, f"down{q}_{g}", {wq[z]: down(A["g_down"][q, g, z]) for z in zs},
+                              wb, ovl_grad, layers, 0)
+                tail_row[e] = 1
             tail_row[tail] = -1
             lm.add(tail_row, ub=0, dim="time")
 
@@ -202,6 +221,10 @@ def build_model(tb: Tables, points: list[int] | None = None,
                 mem[xq[u]] = infl * int(act) + v * int(fixed)
             mem[yq] = -v * (cap - reserve)
             lm.add(mem, ub=0, dim="memory")
+            if any(A["g_host"][q, g, z] > 0 for z in zs):
+                host: Expr = {wq[z]: int(A["g_host"][q, g, z]) for z in zs}
+                host[yq] = -host_cap
+                lm.add(host, ub=0, dim="memory")
 
         bub = {s_vars[g]: (pp - 1) * int(A["g_cnt"][q, g]) for g in groups}
         for g in groups:
@@ -284,9 +307,10 @@ def _time_bound_s(tb: Tables, q: int) -> float:
     n = A["g_n"][q]
     lay = np.max(A["layer_total"][q].reshape(n.shape[1], -1), axis=1)
     ends = max(np.max(A["emb_total"][q]), 0) + max(np.max(A["head_total"][q]), 0)
-    comm = sum(np.max(A[f"g_{k}"][q], axis=1) for k in ("mbf", "mbb"))
+    comm = sum(np.max(A[f"g_{k}"][q], axis=1) for k in ("mbf", "mbb", "fetch", "fetch"))
     s = (n @ lay + ends + A["p2p"][q] + comm) * g_ok
-    tail = np.max(sum(np.max(A[f"g_{k}"][q], axis=1) for k in ("grad", "param", "opt"))
+    tail = np.max(sum(np.max(A[f"g_{k}"][q], axis=1)
+                      for k in ("grad", "param", "opt", "off", "down"))
                   + A["g_tied"][q])
     m, v, pp = A["m"][q], A["v"][q], A["pp"][q]
     return float((m + (pp - 1) / v) * np.max(s) + tail) * 1.01

@@ -24,13 +24,13 @@ import numpy as np
 
 from formulations.build import VarMap, build_model
 from formulations.linear import Constraint, CpsatSession, MilpSession
-from formulations.space import RECOMPUTE, Inner
+from formulations.space import RECOMPUTE, STATES, Inner
 from formulations.tables import Tables, objective_weights
 from planner.costmodel.evaluator import Estimate, evaluate
 from planner.costmodel.stage import overlapped_s
 from planner.specs.plan import Plan
 
-Key = tuple[int, tuple[int, ...], int, int]  # (q, recompute per type, sp, zero)
+Key = tuple[int, tuple[int, ...], int, int]  # (q, recompute per type, sp, state option)
 
 
 @dataclass
@@ -91,17 +91,24 @@ def evaluate_key(tb: Tables, key: Key, max_time_s: float | None = None) -> Candi
 
 # ---- presolve ----------------------------------------------------------------------------
 def lower_bounds(tb: Tables) -> np.ndarray:
+    return np.min(state_lower_bounds(tb), axis=1)
+
+
+def state_lower_bounds(tb: Tables) -> np.ndarray:
+    """A lower bound of the objective at every point and state option, shape (Q, Z)."""
     with np.errstate(invalid="ignore"):  # inf x 0 for infeasible ZeRO stages, masked below
         return _lower_bounds(tb)
 
 
 def _lower_bounds(tb: Tables) -> np.ndarray:
-    """A lower bound of the objective at every point (``inf`` where nothing fits).
+    """A lower bound of the objective at every point and state option (``inf`` where
+    nothing fits).
 
-    Exact over the ZeRO stage; for each stage, each layer type takes its fastest
-    recomputation/SP option that fits in memory next to that stage's states (separately
-    per type, so a bound), and every overlapped collective is charged its exposure behind
-    the *longest* window any fitting option offers (exposure falls with the window).
+    Exact over the state option (ZeRO stage and offloads); for each option, each layer
+    type takes its fastest recomputation/SP option that fits in memory next to that
+    option's states (separately per type, so a bound), and every overlapped collective
+    is charged its exposure behind the *longest* window any fitting option offers
+    (exposure falls with the window).
     """
     A = tb.arrays
     cluster = tb.space.cluster
@@ -113,6 +120,7 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     reserve = cluster.memory_reserve_gib * 2**30
     inf = np.inf
     Q, G = A["g_valid"].shape
+    Z = A["ok_z"].shape[1]
     ok = A["rc_ok"][None, :, :, None] & A["ok_sp"][:, None, None, :]  # (Q, T, 3, 2)
     valid = A["g_valid"]
     spmask = np.where(A["ok_sp"], 0.0, inf)
@@ -120,7 +128,9 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     # memory without layer activations, per ZeRO stage: (Q, G, Z)
     base = (A["g_states"] + A["buffers"][:, None, :] + reserve
             + (A["g_head"] * head_act[:, None])[:, :, None])
-    base = np.where(A["ok_z"][:, None, :], base, inf)
+    host_ok = (A["g_host"] <= (cluster.offload.capacity_bytes if cluster.offload else 0.0)) \
+        | ~A["g_valid"][:, :, None]  # the offload tier's capacity, (Q, G, Z)
+    base = np.where(A["ok_z"][:, None, :] & host_ok, base, inf)
     infl_v = A["g_infl"] / A["v"][:, None]
     act = infl_v[:, :, None, None, None] * A["g_n"][:, :, :, None, None] * A["layer_act"][:, None]
     act = np.where(ok[:, None], act, inf)  # (Q, G, T, 3, 2)
@@ -134,7 +144,7 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
 
     def best(name: str, fn, fill: float) -> np.ndarray:
         vals = np.where(feasible, A[f"layer_{name}"][:, None], fill)
-        return fn(vals.reshape(Q, 4, vals.shape[2], -1), axis=3)  # (Q, Z, T)
+        return fn(vals.reshape(Q, Z, vals.shape[2], -1), axis=3)  # (Q, Z, T)
 
     lmin = best("total", np.min, inf)
     fmax = best("fwd", np.max, 0.0)
@@ -163,6 +173,14 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     tail = (zg("g_opt") + A["g_tied"][:, None, :]
             + overlapped_s(zg("g_grad"), wb, layers, ovl_grad, kappa)
             + overlapped_s(zg("g_param"), wf, layers, ovl_param, kappa))
+    if cluster.offload is not None:  # the tier's terms, on the state options that use them
+        fz = [k for k in range(Z) if STATES[k][2]]  # parameters fetched for each pass
+        dz = [k for k in range(Z) if STATES[k][1]]  # gradient shard sent down
+        fetch = zg("g_fetch")[:, fz]
+        s_lb[:, fz] += overlapped_s(fetch, wf[:, fz], layers, ovl_param, 0.0) \
+            + overlapped_s(fetch, wb[:, fz], layers, ovl_param, 0.0)
+        tail = tail + zg("g_off")
+        tail[:, dz] += overlapped_s(zg("g_down")[:, dz], wb[:, dz], layers, ovl_grad, 0.0)
     gmask = valid[:, None, :]
     s_lb = np.where(gmask, s_lb, 0.0)
     m, v, pp = A["m"][:, None], A["v"][:, None], A["pp"][:, None]
@@ -172,14 +190,13 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     out = A["w_time"][:, None] * t_lb
     if np.any(A["w_busy"] > 0):
         fb = np.where(feasible, (A["layer_fwd"] + A["layer_bwdrec"])[:, None], inf)
-        fb_min = np.min(fb.reshape(Q, 4, fb.shape[2], -1), axis=3)
+        fb_min = np.min(fb.reshape(Q, Z, fb.shape[2], -1), axis=3)
         ends = (np.min(A["emb_fwd"] + A["emb_bwd"] + spmask, axis=1)[:, None, None] * e_emb
                 + np.min(A["head_fwd"] + A["head_bwd"] + spmask, axis=1)[:, None, None] * e_head)
         work = np.where(gmask, per_group(fb_min) + ends, 0.0)
         busy = (m * (cnt * work).sum(axis=2) + (cnt * np.where(gmask, zg("g_opt"), 0.0)).sum(axis=2)) / pp
         out = out + A["w_busy"][:, None] * busy
-    out = np.where(np.isfinite(lmin).all(axis=2) & A["ok_z"], out, inf)
-    return np.min(out, axis=1)
+    return np.where(np.isfinite(lmin).all(axis=2) & A["ok_z"], out, inf)
 
 
 def time_lower_bounds(tb: Tables) -> np.ndarray:
@@ -193,12 +210,12 @@ def time_lower_bounds(tb: Tables) -> np.ndarray:
 
 
 def inner_keys(tb: Tables, q: int) -> list[Key]:
+    """The keys of every inner choice at point q, in the order of ``space.inners``."""
     o, _ = tb.points[q]
-    keys = []
-    for inner in tb.space.inners(o):
-        rc = tuple(RECOMPUTE.index(r) for r in inner.recompute)
-        keys.append((q, rc, int(inner.sp), inner.zero))
-    return keys
+    space = tb.space
+    rcs = [tuple(RECOMPUTE.index(r) for r in rc) for rc in space.recompute_options()]
+    sps, zs = space.sp_options(o), space.state_options(o)
+    return [(q, rc, int(sp), z) for rc in rcs for sp in sps for z in zs]
 
 
 def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | None = None
@@ -206,16 +223,26 @@ def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | Non
     """Points that may hold one of the ``top_k`` best plans, and the exactly evaluated
     incumbents. A point is dropped when its bound exceeds the K-th best incumbent (each of
     the K best plans is at most that), so the best incumbent alone only serves K = 1."""
-    lb = lower_bounds(tb)
+    lbz = state_lower_bounds(tb)
+    lb = np.min(lbz, axis=1)
     order = [int(q) for q in np.argsort(lb, kind="stable") if np.isfinite(lb[q])]
     if max_time_s is not None:  # drop the points whose every plan iterates too slowly
         t_lb = time_lower_bounds(tb)
         order = [q for q in order if t_lb[q] <= max_time_s * (1 + 1e-9)]
+    tiered = tb.space.cluster.offload is not None
     incumbents: list[Candidate] = []
     values: list[float] = []  # admissible objectives, sorted
     feasible_points = 0
     for q in order:
-        cands = [evaluate_key(tb, k, max_time_s) for k in inner_keys(tb, q)]
+        # with an offload tier (2.5x the state options), inner choices whose own bound
+        # cannot reach the K-th incumbent are left to the model: they stay in it, only
+        # their early exact evaluation is skipped
+        kth = values[top_k - 1] if len(values) >= top_k else math.inf
+        if tiered and lb[q] > kth * (1 + 1e-9):
+            break  # the points are in bound order: no later point has a key to evaluate
+        keys = [k for k in inner_keys(tb, q)
+                if not tiered or lbz[q, k[3]] <= kth * (1 + 1e-9)]
+        cands = [evaluate_key(tb, k, max_time_s) for k in keys]
         for c in cands:
             c.bound = float(lb[q])
         incumbents += cands

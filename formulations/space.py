@@ -6,7 +6,9 @@ A point of the space is ``(outer, domain, inner)``:
   the context-parallel exchange (ring, all-to-all, all-gather) and, for MoE models, the
   expert-parallel and expert tensor-parallel degrees of the MoE layers (ep, etp);
 - ``domain``: GPUs of each group inside one NVSwitch domain (a_tp, a_cp, a_dp, a_pp);
-- ``Inner``: recomputation per layer type, sequence parallelism and the ZeRO stage.
+- ``Inner``: recomputation per layer type, sequence parallelism and the *state option*:
+  the ZeRO stage and, on clusters with an offload tier, whether the optimizer states
+  (ZeRO-Offload) and the ZeRO-3 parameter shards (ZeRO-Infinity) live in that tier.
 
 Structural validity (divisibility, GPU count) is decided by the evaluator's own
 ``check_structure``, so the space holds exactly the plans the evaluator accepts short of
@@ -34,7 +36,14 @@ CP_COMMS = ("ring", "all_to_all", "all_gather")
 #: Plan fields that are decisions of the search; everything else is a base setting.
 DECISIONS = ("tp", "cp", "pp", "dp", "microbatch_size", "virtual_stages", "sequence_parallel",
              "recompute", "zero_stage", "placement", "uneven_pipeline", "tp_comm", "ep",
-             "expert_tp", "cp_comm")
+             "expert_tp", "cp_comm", "offload_optimizer", "offload_params")
+#: State options ``(zero_stage, offload_optimizer, offload_params)``; the formulations index
+#: them by position (``z``). The first four are the ZeRO stages alone, the only options on
+#: a cluster without an offload tier; parameter offload needs ZeRO stage 3.
+STATES: tuple[tuple[int, bool, bool], ...] = (
+    (0, False, False), (1, False, False), (2, False, False), (3, False, False),
+    (0, True, False), (1, True, False), (2, True, False), (3, True, False),
+    (3, False, True), (3, True, True))
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,18 @@ class Inner:
     recompute: tuple[str, ...]  # per layer type, in model.layer_types order
     sp: bool
     zero: int
+    offload_optimizer: bool = False
+    offload_params: bool = False
+
+    @property
+    def state(self) -> int:
+        """Index of the state option in :data:`STATES`."""
+        return STATES.index((self.zero, self.offload_optimizer, self.offload_params))
+
+    @classmethod
+    def of(cls, recompute: tuple[str, ...], sp: bool, state: int) -> "Inner":
+        z, oo, op = STATES[state]
+        return cls(recompute, sp, z, oo, op)
 
 
 @dataclass(frozen=True)
@@ -219,11 +240,35 @@ class SearchSpace:
             return [int(self.fixed["zero_stage"])]
         return [0, 1, 2, 3] if o.dp * o.cp > 1 else [0]
 
+    @property
+    def num_states(self) -> int:
+        """State options the formulation indexes: the ZeRO stages, and the offload options
+        when the cluster has an offload tier."""
+        return len(STATES) if self.cluster.offload is not None else 4
+
+    def state_options(self, o: Outer) -> list[int]:
+        """Indices into :data:`STATES`: every ZeRO stage, each with the optimizer in HBM or
+        in the offload tier, and ZeRO 3 with its parameter shards offloaded (ZeRO 3 also
+        when dp x cp = 1: on one GPU, ZeRO-Infinity offloads the whole model). Offload
+        options exist only on clusters with a tier; ``--fix`` pins any of the three."""
+        zeros = self.zero_options(o)
+        if self.cluster.offload is None:
+            if self.fixed.get("offload_optimizer") or self.fixed.get("offload_params"):
+                return []  # nowhere to offload to; the solver explains it
+            return zeros
+        oos = ([bool(self.fixed["offload_optimizer"])] if "offload_optimizer" in self.fixed
+               else [False, True])
+        ops = ([bool(self.fixed["offload_params"])] if "offload_params" in self.fixed
+               else [False, True])
+        op_zeros = [3] if (3 in zeros or "zero_stage" not in self.fixed) else []
+        return [k for k, (z, oo, op) in enumerate(STATES)
+                if oo in oos and op in ops and z in (op_zeros if op else zeros)]
+
     def inners(self, o: Outer) -> Iterator[Inner]:
         for rc in self.recompute_options():
             for sp in self.sp_options(o):
-                for z in self.zero_options(o):
-                    yield Inner(rc, sp, z)
+                for k in self.state_options(o):
+                    yield Inner.of(rc, sp, k)
 
     # ---- points and plans ----------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[Outer, tuple[int, ...] | None, Inner]]:
@@ -234,7 +279,7 @@ class SearchSpace:
 
     def size(self) -> int:
         return sum(len(self.placements(o)) * len(self.recompute_options())
-                   * len(self.sp_options(o)) * len(self.zero_options(o)) for o in self.outers)
+                   * len(self.sp_options(o)) * len(self.state_options(o)) for o in self.outers)
 
     def plan(self, o: Outer, domain: tuple[int, ...] | None, inner: Inner) -> Plan:
         data = dict(self.base)
@@ -248,7 +293,8 @@ class SearchSpace:
             tp=o.tp, cp=o.cp, pp=o.pp, dp=o.dp, microbatch_size=o.mbs, virtual_stages=o.v,
             uneven_pipeline=o.uneven, sequence_parallel=inner.sp,
             tp_comm=self.fixed.get("tp_comm") or ("rs_ag" if inner.sp else "allreduce"),
-            recompute=rc, zero_stage=inner.zero, placement=placement, cp_comm=o.cpc,
+            recompute=rc, zero_stage=inner.zero, offload_optimizer=inner.offload_optimizer,
+            offload_params=inner.offload_params, placement=placement, cp_comm=o.cpc,
             ep=o.ep, expert_tp=o.etp if self.model.moe is not None else None,
         )
         return Plan.model_validate(data)

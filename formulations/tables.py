@@ -1,7 +1,8 @@
 """Coefficient tables of the formulations, computed by the evaluator's own functions.
 
 For every point ``q = (outer, domain)`` of the search space and every inner choice
-(recomputation per layer type, sequence parallelism, ZeRO stage) the tables hold the
+(recomputation per layer type, sequence parallelism, state option ``z``: the ZeRO stage
+and the offloads of :data:`formulations.space.STATES`) the tables hold the
 terms that the evaluator composes; the formulations only re-express the composition
 (sums, products with per-``q`` constants, maxima, overlap exposure) as constraints.
 Nothing in this module computes physics of its own.
@@ -21,12 +22,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from formulations.space import RECOMPUTE, Outer, SearchSpace
+from formulations.space import RECOMPUTE, STATES, Outer, SearchSpace
 from planner.costmodel.energy import energy_coefficients
 from planner.costmodel.evaluator import layer_setup, state_shape, strategy_from
 from planner.costmodel.layer import LayerShape, Net, layer_cost
 from planner.costmodel.moe import expert_spans
 from planner.costmodel.network import combine, spans_for
+from planner.costmodel.offload import host_state_bytes, offload_times
 from planner.costmodel.pipeline import Stage, stage_layout
 from planner.costmodel.stage import (
     comm_buffer_bytes,
@@ -70,7 +72,8 @@ def stage_groups(model: ModelSpec, pp: int, v: int, m: int, uneven: bool) -> tup
 
 @dataclass
 class Tables:
-    """Arrays indexed by point q (axis 0); layer options by (type, recompute, sp); ZeRO by z."""
+    """Arrays indexed by point q (axis 0); layer options by (type, recompute, sp); state
+    options (ZeRO stage, offloads) by z."""
 
     space: SearchSpace
     points: list[tuple[Outer, tuple[int, ...] | None]]
@@ -89,7 +92,7 @@ class Tables:
         from formulations.space import Inner
 
         outer, dom = self.points[q]
-        inner = Inner(tuple(RECOMPUTE[i] for i in rc), bool(sp), int(z))
+        inner = Inner.of(tuple(RECOMPUTE[i] for i in rc), bool(sp), int(z))
         return self.space.plan(outer, dom, inner)
 
 
@@ -123,6 +126,27 @@ def _dp_fields(params: float, z: int, spans, levels, chunks) -> tuple[float, ...
     return (c.mb_fwd_s, c.mb_bwd_s, c.grad_s, c.param_s)
 
 
+def _state_slopes(gpu, tier, n: int, dtype: str, Z: int) -> dict[str, np.ndarray]:
+    """Per parameter of a stage, for each state option over a ZeRO group of ``n`` GPUs: the
+    GPU optimizer step, the HBM states, and with an offload tier the exposed CPU step and
+    parameter copy (``off``), the gradient transfer (``down``), the per-pass parameter fetch
+    (``fetch``) and the tier's bytes (``host``). Every term is linear in the parameters."""
+    out = {k: np.zeros(Z) for k in ("opt", "st", "off", "down", "fetch", "host")}
+    for k in range(Z):
+        z, oo, op = STATES[k]
+        out["opt"][k] = optimizer_step_s(gpu, 1.0, z, n, oo)
+        st = state_bytes(1.0, z, n, dtype, oo, op)
+        out["st"][k] = st.weights + st.gradients + st.optimizer
+        if tier is not None:
+            ot = offload_times(tier, 1.0, z, n, dtype, oo, op)
+            out["off"][k] = ot.step_s + ot.param_copy_s
+            out["down"][k] = ot.grad_down_s
+            out["fetch"][k] = ot.fetch_s
+            hs = host_state_bytes(1.0, z, n, dtype, oo, op)
+            out["host"][k] = hs.weights + hs.gradients + hs.optimizer
+    return out
+
+
 def _sp_options(space: SearchSpace, tp: int) -> list[bool]:
     return space.sp_options(Outer(tp, 1, 1, 1, 1, 1, False))
 
@@ -149,25 +173,31 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
     # ---- per outer configuration --------------------------------------------------------
     o_m = np.array([gb // (o.dp * o.mbs) for o in outers], dtype=np.int64)
     o_sp = np.zeros((O, 2), bool)
-    o_z = np.zeros((O, 4), bool)
-    o_buf = np.zeros((O, 4))
+    Z = space.num_states
+    zero_of = np.array([STATES[k][0] for k in range(Z)], np.int64)
+    tier = cluster.offload
+    o_z = np.zeros((O, Z), bool)
+    o_buf = np.zeros((O, Z))
     g_valid = np.zeros((O, G), bool)
     g_n = np.zeros((O, G, nt), np.int64)
     g_emb, g_head, g_cnt, g_infl, g_layers = (np.zeros((O, G), np.int64) for _ in range(5))
     g_params = np.zeros((O, G))
     g_eparams = np.zeros((O, G))  # routed-expert parameters (MoE)
-    opt_slope = np.zeros((O, G, 4))
-    st_slope = np.zeros((O, G, 4))
-    eopt_slope = np.zeros((O, G, 4))
-    est_slope = np.zeros((O, G, 4))
+    # per parameter (every term is linear in the parameters), dense and routed experts
+    o_shard = np.zeros(O, np.int64)  # dp x cp: the group ZeRO shards the states over
+    o_eshard = np.zeros(O, np.int64)  # the expert-data-parallel group (MoE)
     for oi, o in enumerate(outers):
         shape = LayerShape(o.tp, o.cp, o.mbs, seq)
         for sp in space.sp_options(o):
             o_sp[oi, int(sp)] = True
-        for z in space.zero_options(o):
-            o_z[oi, z] = True
-            o_buf[oi, z] = comm_buffer_bytes(
-                model, state_shape(model, o.tp, o.cp, o.mbs, seq, o.ep, o.etp), z, types)
+        bufs: dict[int, float] = {}  # by ZeRO stage
+        for k in space.state_options(o):
+            z = STATES[k][0]
+            if z not in bufs:
+                bufs[z] = comm_buffer_bytes(
+                    model, state_shape(model, o.tp, o.cp, o.mbs, seq, o.ep, o.etp), z, types)
+            o_z[oi, k] = True
+            o_buf[oi, k] = bufs[z]
         groups = all_groups[oi]
         for gi, grp in enumerate(groups):
             layers = dict(grp.layers)
@@ -179,15 +209,17 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
                 g_n[oi, gi, ti] = layers.get(t, 0)
             g_params[oi, gi], g_eparams[oi, gi] = stage_params_split(
                 model, o.tp, o.pp, layers, grp.embedding, grp.head, o.ep, o.etp)
-        dpcp = o.dp * o.cp
-        edp = expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp)
-        for z in range(4):
-            opt_slope[oi, :, z] = optimizer_step_s(gpu, 1.0, z, dpcp)
-            st = state_bytes(1.0, z, dpcp, dtype)
-            st_slope[oi, :, z] = st.weights + st.gradients + st.optimizer
-            eopt_slope[oi, :, z] = optimizer_step_s(gpu, 1.0, z, edp)
-            st = state_bytes(1.0, z, edp, dtype)
-            est_slope[oi, :, z] = st.weights + st.gradients + st.optimizer
+        o_shard[oi] = o.dp * o.cp
+        o_eshard[oi] = expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp)
+    # per-parameter state terms for each group size, gathered per outer: (O, Z) each
+    sizes = sorted(set(o_shard.tolist()) | set(o_eshard.tolist()))
+    per_size = [_state_slopes(gpu, tier, n, dtype, Z) for n in sizes]
+    pos = {n: i for i, n in enumerate(sizes)}
+    slopes: dict[str, np.ndarray] = {}
+    for pre, shard in (("", o_shard), ("e", o_eshard)):
+        idx = np.array([pos[int(n)] for n in shard], np.int64)
+        for name in per_size[0]:
+            slopes[pre + name] = np.array([d[name] for d in per_size])[idx]
 
     # ---- per point: keys into tables of unique terms ------------------------------------
     points: list[tuple[Outer, tuple[int, ...] | None]] = []
@@ -283,11 +315,18 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
     eparams = g_eparams[qo][:, :, None]
     e_val = ES[kx][:, None, :, :] * eparams[..., None] + EI[kx][:, None, :, :]
     dp_val = dp_val + np.where(eparams[..., None] > 0, e_val, 0.0)
+    dp_val = dp_val[:, :, zero_of, :]  # ZeRO stage of each state option: (Q, G, Z, 4f)
     valid_z = o_z[qo][:, None, :]
     for i, name in enumerate(("mbf", "mbb", "grad", "param")):
         A[f"g_{name}"] = np.where(valid_z & g_valid[qo][:, :, None], dp_val[..., i], 0.0)
-    A["g_opt"] = opt_slope[qo] * params + eopt_slope[qo] * eparams
-    A["g_states"] = st_slope[qo] * params + est_slope[qo] * eparams
+    for name, key in (("g_opt", "opt"), ("g_states", "st"), ("g_off", "off"),
+                      ("g_down", "down"), ("g_fetch", "fetch"), ("g_host", "host")):
+        # g_off: CPU step and parameter copy (exposed, once per iteration); g_down: gradient
+        # shard to the tier (overlaps backward); g_fetch: parameter shard from the tier, per
+        # microbatch and pass; g_host: offload-tier bytes
+        A[name] = slopes[key][qo][:, None, :] * params
+        if model.moe is not None:
+            A[name] = A[name] + slopes["e" + key][qo][:, None, :] * eparams
     for name, arr_ in (("m", o_m), ("g_valid", g_valid), ("g_n", g_n), ("g_emb", g_emb),
                        ("g_head", g_head), ("g_cnt", g_cnt), ("g_infl", g_infl),
                        ("g_layers", g_layers), ("ok_sp", o_sp), ("ok_z", o_z),

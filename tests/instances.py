@@ -85,3 +85,24 @@ def moe_instances(draw, max_gpus: int = 8):
     top_k = draw(st.sampled_from([1, 1, 2]))
     space = SearchSpace(model, cluster, model_defaults(model), fixed, MOE_OPTIONS)
     return space, objective, top_k
+
+
+@st.composite
+def offload_instances(draw, max_gpus: int = 8):
+    """Instances of :func:`instances` on clusters with an offload tier: capacities that
+    bind (0.25 GiB) or not, PCIe- and C2C-like links, slow and (unrealistically) fast CPUs
+    so that offloading sometimes wins on time too, less HBM, offloads free or fixed."""
+    from planner.specs.cluster import OffloadTier
+
+    space, objective, top_k = draw(instances(max_gpus=max_gpus))
+    tier = OffloadTier(
+        name="host", capacity_gib_per_gpu=draw(st.sampled_from([256.0, 0.25])),
+        bandwidth_GBps=draw(st.sampled_from([450.0, 64.0])), efficiency=0.8,
+        cpu_adam_params_per_s=draw(st.sampled_from([1e12, 1e9])))
+    fixed = {**space.fixed, **draw(st.sampled_from(
+        [{}, {}, {}, {"offload_optimizer": True}, {"offload_params": False}]))}
+    # less HBM, so that offloading is what makes more of the plans fit
+    gpu = space.cluster.gpu
+    gpu = gpu.model_copy(update={"hbm_gib": gpu.hbm_gib * draw(st.sampled_from([0.3, 1.0]))})
+    cluster = space.cluster.model_copy(update={"offload": tier, "gpu": gpu})
+    return SearchSpace(space.model, cluster, space.base, fixed, space.options), objective, top_k

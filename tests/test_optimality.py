@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from formulations.search import run_exhaustive, run_search
 from formulations.tables import build_tables
 from planner.costmodel.evaluator import evaluate
 
-from instances import instances
+from instances import instances, offload_instances
 
 
 def _same(a: list[float], b: list[float]) -> bool:
@@ -59,3 +60,13 @@ def test_raw_formulation_agrees_with_exhaustive(case):
     """Without the presolve the model alone must find and prove the optimum."""
     space, objective, top_k = case
     _check(space, objective, top_k, presolve=False)
+
+
+@settings(max_examples=16, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=offload_instances(), presolve=st.sampled_from([True, True, True, False]))
+def test_backends_agree_with_offload_tier(case, presolve):
+    """Clusters with an offload tier: ZeRO-Offload and ZeRO-Infinity options in the space,
+    host capacity as a constraint; about a quarter of the instances without the presolve."""
+    space, objective, top_k = case
+    _check(space, objective, top_k, presolve=presolve)

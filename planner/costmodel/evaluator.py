@@ -13,7 +13,7 @@ and the memory of the worst pipeline rank. docs/cost-model.md states every formu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import Field
 
@@ -30,6 +30,12 @@ from planner.costmodel.energy import iteration_energy_j
 from planner.costmodel.network import PlacementError, combine, group_spans
 from planner.costmodel.pipeline import Stage, bubble_factor, distinct_stages, stage_layout
 from planner.costmodel.moe import expert_spans
+from planner.costmodel.offload import (
+    OffloadTimes,
+    host_state_bytes,
+    missing_tier_reason,
+    offload_times,
+)
 from planner.costmodel.stage import (
     EndCost,
     add_dp_comm,
@@ -55,6 +61,11 @@ TIME_KEYS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "ep_comm"
              "dp_comm", "bubble", "optimizer")
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "workspace", "comm_buffers",
                "reserve")
+#: Iteration-time component of the offload tier (PCIe/C2C transfers and the CPU optimizer
+#: step); in the breakdown only when the cluster has an offload tier.
+OFFLOAD_KEY = "offload"
+#: Host (offload tier) memory per GPU: what the offloads put there.
+HOST_MEMORY_KEYS = ("weights", "gradients", "optimizer")
 
 
 class Estimate(Spec):
@@ -79,6 +90,10 @@ class Estimate(Spec):
     tflops_per_gpu: float | None = None
     gpu_busy_s: float | None = Field(None, description="mean kernel time per GPU per iteration")
     energy_j: float | None = Field(None, description="energy of one iteration, PUE included")
+    host_memory_per_gpu_bytes: float | None = Field(
+        None, description="offload-tier memory of the worst stage (clusters with a tier)")
+    host_memory_breakdown_bytes: dict[str, float] = Field(default_factory=dict)
+    host_capacity_bytes: float | None = Field(None, description="offload tier per GPU")
 
     def to_json(self) -> dict:
         """The stable JSON object of ``planner evaluate --json``."""
@@ -102,6 +117,12 @@ class Estimate(Spec):
             "num_microbatches": self.num_microbatches,
             "bottleneck_stage": self.bottleneck_stage,
             "worst_memory_stage": self.worst_memory_stage,
+            **({} if self.host_capacity_bytes is None else {
+                "host_memory_per_gpu_gib": gib(self.host_memory_per_gpu_bytes),
+                "host_memory_breakdown_gib": {
+                    k: v / C.GiB for k, v in self.host_memory_breakdown_bytes.items()},
+                "host_capacity_gib": self.host_capacity_bytes / C.GiB,
+            }),
         }
 
 
@@ -134,6 +155,8 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         r.append(f"global_batch_size={plan.global_batch_size} is not divisible by dp x "
                  f"microbatch_size = {plan.dp} x {plan.microbatch_size}")
     r += _moe_structure(model, plan)
+    if plan.offloads and cluster.offload is None:
+        r.append(missing_tier_reason(plan.offload_optimizer, plan.offload_params, cluster.name))
     s = plan.pp * plan.virtual_stages
     if s > model.num_layers:
         r.append(f"pp x virtual_stages = {s} exceeds num_layers={model.num_layers}")
@@ -185,8 +208,9 @@ class StageResult:
     stage: Stage
     time: dict[str, float]  # per microbatch
     total_s: float  # per microbatch
-    tail: dict[str, float]  # once per iteration: dp_comm, optimizer
+    tail: dict[str, float]  # once per iteration: dp_comm, optimizer (, offload)
     memory: dict[str, float]
+    host: dict[str, float] = field(default_factory=dict)  # offload-tier bytes
 
 
 def layer_strategy(plan: Plan, layer_type: str) -> LayerStrategy:
@@ -291,7 +315,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     base = dict(hbm_capacity_bytes=gpu.hbm_bytes, num_gpus=plan.world_size,
                 num_microbatches=plan.num_microbatches)
     if any("not yet supported" in x or "exceeds num_layers" in x or "GPUs, but" in x
-           for x in reasons):
+           or "needs an offload memory tier" in x for x in reasons):
         return Estimate(feasible=False, reasons=reasons, **base)
     try:
         prep = prepare(model, cluster, plan)
@@ -309,6 +333,20 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     breakdown["bubble"] = bubble
     breakdown["dp_comm"] += tail.tail["dp_comm"]
     breakdown["optimizer"] = tail.tail["optimizer"]
+    tier = cluster.offload
+    host: dict = {}
+    if tier is not None:
+        breakdown[OFFLOAD_KEY] = m * bott.time[OFFLOAD_KEY] + tail.tail[OFFLOAD_KEY]
+        worst_host = max(results, key=lambda s: sum(s.host.values()))
+        host_total = sum(worst_host.host.values())
+        host = dict(host_memory_per_gpu_bytes=host_total,
+                    host_memory_breakdown_bytes=dict(worst_host.host),
+                    host_capacity_bytes=tier.capacity_bytes)
+        if host_total > tier.capacity_bytes:
+            reasons.append(
+                f"needs {host_total / C.GiB:.1f} GiB of offload-tier memory per GPU on pipeline "
+                f"stage {worst_host.stage.rank} ({_top_memory(worst_host.host)}); "
+                f"{tier.name} has {tier.capacity_gib_per_gpu:g} GiB per GPU")
 
     mem_total = sum(worst.memory.values())
     if mem_total > gpu.hbm_bytes:
@@ -345,6 +383,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         tflops_per_gpu=model_flops / t_iter / n / 1e12,
         gpu_busy_s=busy,
         energy_j=iteration_energy_j(cluster, n, t_iter, busy),
+        **host,
         **base,
     )
 
@@ -399,15 +438,34 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
     tied = 0.0
     if st.embedding or st.head:
         tied = tied_embedding_sync_s(model, plan.tp, plan.pp, pp_spans, tuple(cluster.topology))
+    oo, op = plan.offload_optimizer, plan.offload_params
     tail = {
         "dp_comm": overlapped_s(comm.grad_s, window_b, layers, plan.overlap_dp_grad_reduce, kappa)
         + overlapped_s(comm.param_s, window_f, layers, plan.overlap_param_gather, kappa) + tied,
-        "optimizer": optimizer_step_s(gpu, params, plan.zero_stage, dp_cp),
+        "optimizer": optimizer_step_s(gpu, params, plan.zero_stage, dp_cp, oo),
     }
-    states = state_bytes(params, plan.zero_stage, dp_cp, plan.dtype)
+    states = state_bytes(params, plan.zero_stage, dp_cp, plan.dtype, oo, op)
     if experts:
-        tail["optimizer"] += optimizer_step_s(gpu, experts, plan.zero_stage, edp)
-        states = add_states(states, state_bytes(experts, plan.zero_stage, edp, plan.dtype))
+        tail["optimizer"] += optimizer_step_s(gpu, experts, plan.zero_stage, edp, oo)
+        states = add_states(states, state_bytes(experts, plan.zero_stage, edp, plan.dtype,
+                                                oo, op))
+    host: dict[str, float] = {}
+    if cluster.offload is not None:
+        ot = offload_times(cluster.offload, params, plan.zero_stage, dp_cp, plan.dtype, oo, op)
+        hs = host_state_bytes(params, plan.zero_stage, dp_cp, plan.dtype, oo, op)
+        if experts:
+            ot = _add_times(ot, offload_times(cluster.offload, experts, plan.zero_stage, edp,
+                                              plan.dtype, oo, op))
+            hs = add_states(hs, host_state_bytes(experts, plan.zero_stage, edp, plan.dtype,
+                                                 oo, op))
+        # DMA copy engines take no SMs: the transfers hide behind compute with no slowdown
+        time[OFFLOAD_KEY] = (
+            overlapped_s(ot.fetch_s, window_f, layers, plan.overlap_param_gather, 0.0)
+            + overlapped_s(ot.fetch_s, window_b, layers, plan.overlap_param_gather, 0.0))
+        tail[OFFLOAD_KEY] = (
+            overlapped_s(ot.grad_down_s, window_b, layers, plan.overlap_dp_grad_reduce, 0.0)
+            + ot.step_s + ot.param_copy_s)
+        host = dict(zip(HOST_MEMORY_KEYS, (hs.weights, hs.gradients, hs.optimizer)))
     v = plan.virtual_stages
     act = st.inflight_chunks / v * sum(n * costs[t].act_bytes for t, n in st.layers.items())
     workspace = max([costs[t].workspace_bytes for t in st.layers] + [0.0])
@@ -427,4 +485,9 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
         "reserve": cluster.memory_reserve_gib * C.GiB,
     }
     total = sum(time.values())
-    return StageResult(st, time, total, tail, memory)
+    return StageResult(st, time, total, tail, memory, host)
+
+
+def _add_times(a: OffloadTimes, b: OffloadTimes) -> OffloadTimes:
+    return OffloadTimes(a.grad_down_s + b.grad_down_s, a.step_s + b.step_s,
+                        a.param_copy_s + b.param_copy_s, a.fetch_s + b.fetch_s)

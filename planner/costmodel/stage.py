@@ -136,8 +136,12 @@ def overlapped_s(comm, window, layers, overlap: bool, slowdown: float):
     return tail + exposed_s(comm - tail, window, slowdown)
 
 
-def optimizer_step_s(gpu: GPUSpec, params_local: float, zero: int, dp_cp: int) -> float:
-    """Adam step, memory-bound, on this GPU's shard of the stage's parameters."""
+def optimizer_step_s(gpu: GPUSpec, params_local: float, zero: int, dp_cp: int,
+                     offload_optimizer: bool = False) -> float:
+    """Adam step, memory-bound, on this GPU's shard of the stage's parameters (none on the
+    GPU when the optimizer is offloaded: the CPU runs it, ``offload.offload_times``)."""
+    if offload_optimizer:
+        return 0.0
     shard = params_local / (dp_cp if zero >= 1 else 1)
     return elementwise_time_s(gpu, shard * C.OPTIMIZER_STEP_BYTES)
 
@@ -163,13 +167,16 @@ class StateBytes:
     optimizer: float
 
 
-def state_bytes(params_local: float, zero: int, dp_cp: int, dtype: str) -> StateBytes:
-    """Weights, gradients and optimizer states per GPU under ZeRO sharding."""
+def state_bytes(params_local: float, zero: int, dp_cp: int, dtype: str,
+                offload_optimizer: bool = False, offload_params: bool = False) -> StateBytes:
+    """Weights, gradients and optimizer states per GPU under ZeRO sharding; what an
+    offload moves to the offload tier (``offload.host_state_bytes``) is not on the GPU."""
     w_bytes = C.WEIGHT_BYTES + (C.FP8_WEIGHT_CACHE_BYTES if dtype == "fp8" else 0.0)
     return StateBytes(
-        weights=params_local * w_bytes / (dp_cp if zero >= 3 else 1),
+        weights=0.0 if offload_params else params_local * w_bytes / (dp_cp if zero >= 3 else 1),
         gradients=params_local * C.GRAD_BYTES / (dp_cp if zero >= 2 else 1),
-        optimizer=params_local * C.OPTIMIZER_BYTES / (dp_cp if zero >= 1 else 1),
+        optimizer=0.0 if offload_optimizer else
+        params_local * C.OPTIMIZER_BYTES / (dp_cp if zero >= 1 else 1),
     )
 
 

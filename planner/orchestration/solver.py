@@ -142,6 +142,14 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     say = progress or (lambda _m: None)
     say("enumerating the search space")
     space = build_space(model, cluster, fixed, base, options)
+    oo, op = bool(space.fixed.get("offload_optimizer")), bool(space.fixed.get("offload_params"))
+    if (oo or op) and cluster.offload is None:
+        from planner.costmodel.offload import missing_tier_reason
+
+        raise InfeasibleError("no plan can offload on this cluster",
+                              [missing_tier_reason(oo, op, cluster.name)],
+                              ["a cluster with an offload tier (dgx-h100-superpod, "
+                               "dgx-b200-superpod, gb200-nvl72)", "drop the offload --fix"])
     if not space.outers:
         raise explain_empty(space)
     size = space.size()
@@ -252,9 +260,10 @@ def explain_infeasible(space: SearchSpace) -> InfeasibleError:
     p = best[1]
     top = ", ".join(f"{k} {v / GiB:.1f}" for k, v in sorted(
         best[2].memory_breakdown_bytes.items(), key=lambda kv: -kv[1])[:3])
+    offl = "".join(f", {k}" for k in ("offload_optimizer", "offload_params") if getattr(p, k))
     reasons = [
         f"needs {need:.1f} GiB per GPU even at maximum sharding (tp={p.tp}, pp={p.pp}, "
-        f"cp={p.cp}, ZeRO-{p.zero_stage}, recompute {p.recompute}, microbatch "
+        f"cp={p.cp}, ZeRO-{p.zero_stage}{offl}, recompute {p.recompute}, microbatch "
         f"{p.microbatch_size}: {top}); HBM is {hbm:g} GiB, "
         f"{hbm - cluster.memory_reserve_gib:g} GiB usable after the "
         f"{cluster.memory_reserve_gib:g} GiB reserve"
@@ -265,6 +274,9 @@ def explain_infeasible(space: SearchSpace) -> InfeasibleError:
         hints.append(f"about {math.ceil(factor * cluster.num_gpus / 8) * 8} GPUs or more "
                      f"(--gpus), if the states dominate")
     hints.append("a GPU with more HBM (h200: 140 GiB, b200: 168 GiB, mi300x: 179 GiB)")
+    if cluster.offload is None and best[2].memory_breakdown_bytes.get("optimizer", 0) > 0:
+        hints.append("an offload tier for the optimizer states (an `offload:` block in the "
+                     "cluster file; the catalog's dgx-h100-superpod has one)")
     if space.base.get("seq_len", 0) > 4096:
         hints.append(f"a shorter --seq-len than {space.base['seq_len']}, or context parallelism")
     if space.fixed:

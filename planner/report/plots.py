@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from planner.costmodel.evaluator import TIME_KEYS, Estimate
+from planner.costmodel.evaluator import OFFLOAD_KEY, TIME_KEYS, Estimate
 
 COLORS = {
     "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8172B3",
     "tp_comm": "#C44E52", "cp_comm": "#DD8452", "ep_comm": "#937860",
     "pp_comm": "#DA8BC3", "dp_comm": "#8C8C8C", "bubble": "#CCB974", "optimizer": "#64B5CD",
+    OFFLOAD_KEY: "#B07AA1",
 }
 
 
@@ -30,7 +31,7 @@ def plot_breakdown(items: Sequence[tuple[str, Estimate]], path: str | Path,
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * len(items)))
     labels = [label for label, _ in items]
     left = [0.0] * len(items)
-    for key in TIME_KEYS:
+    for key in TIME_KEYS + (OFFLOAD_KEY,):
         vals = [est.time_breakdown_s.get(key, 0.0) for _, est in items]
         if not any(vals):
             continue

@@ -37,6 +37,10 @@ def plan_line(plan: Plan) -> str:
         parts.append(f"v{plan.virtual_stages}")
     parts += [f"SP {'on' if plan.sequence_parallel else 'off'}", f"recompute {rec}",
               f"ZeRO-{plan.zero_stage}", plan.dtype]
+    off = [k for k, on in (("optimizer", plan.offload_optimizer),
+                           ("params", plan.offload_params)) if on]
+    if off:
+        parts.append(f"offload {' + '.join(off)}")
     return " | ".join(parts)
 
 
@@ -60,6 +64,10 @@ def estimate_tables(est: Estimate) -> Group:
             f"{est.memory_per_gpu_bytes / GiB:.1f} GiB of {est.hbm_capacity_bytes / GiB:g} GiB"
             f" (pipeline stage {est.worst_memory_stage})",
         )
+    if est.host_memory_per_gpu_bytes and est.host_capacity_bytes is not None:
+        summary.add_row(
+            "offload tier", f"{est.host_memory_per_gpu_bytes / GiB:.1f} GiB of "
+            f"{est.host_capacity_bytes / GiB:g} GiB per GPU")
     if est.mfu is not None:
         summary.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}")
         summary.add_row("throughput", f"{est.tokens_per_s:,.0f} tokens/s, "

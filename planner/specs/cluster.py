@@ -65,6 +65,31 @@ class TopologyLevel(Spec):
         return self.cost_usd_per_Gbps * self.capacity_Gbps
 
 
+class OffloadTier(Spec):
+    """An optional memory tier beside the GPUs: host DRAM (or pooled/disaggregated memory)
+    that can hold optimizer states and weights, as ZeRO-Offload (Ren et al., USENIX ATC
+    2021) and ZeRO-Infinity (Rajbhandari et al., SC21) use it. Every figure is per GPU:
+    a node's memory, link and CPUs are shared by its GPUs."""
+
+    name: str = "host memory"
+    capacity_gib_per_gpu: PositiveFloat = Field(
+        ..., description="tier capacity available to each GPU's offloaded states, GiB")
+    bandwidth_GBps: PositiveFloat = Field(
+        ..., description="GPU <-> tier link per GPU per direction (PCIe, NVLink-C2C), GB/s")
+    efficiency: float = Field(0.8, gt=0, le=1, description="achieved share of the link")
+    cpu_adam_params_per_s: PositiveFloat = Field(
+        ..., description="CPU Adam throughput per GPU (parameters updated per second)")
+    source: str | None = None
+
+    @property
+    def effective_Bps(self) -> float:
+        return self.bandwidth_GBps * 1e9 * self.efficiency
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.capacity_gib_per_gpu * 2**30
+
+
 class ClusterSpec(Spec):
     """A cluster: GPUs joined by an ordered list of network levels, innermost first."""
 
@@ -83,6 +108,8 @@ class ClusterSpec(Spec):
         64, description="chunks a collective is pipelined in across levels"
     )
     ramp: RampSpec | None = Field(None, description="RAMP optical network; expands to its levels")
+    offload: OffloadTier | None = Field(
+        None, description="optional host/pooled memory tier for optimizer and weight offload")
     aliases: list[str] = Field(default_factory=list)
     source: str | None = None
 

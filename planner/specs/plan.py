@@ -67,6 +67,12 @@ class Plan(Spec):
     )
     recompute: Recompute | dict[str, Recompute] = "none"
     zero_stage: int = Field(0, ge=0, le=3)
+    offload_optimizer: bool = Field(
+        False, description="ZeRO-Offload: fp32 master weights and Adam moments (and the "
+        "gradient shard they update) in the cluster's offload tier; the step runs on the CPU")
+    offload_params: bool = Field(
+        False, description="ZeRO-Infinity: the bf16 parameter shards of ZeRO stage 3 live in "
+        "the offload tier and are fetched for each forward and backward")
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     attention: Literal["flash", "standard"] = "flash"
     cp_comm: Literal["ring", "all_to_all", "all_gather"] = Field(
@@ -90,6 +96,10 @@ class Plan(Spec):
     def _check(self) -> "Plan":
         if self.sequence_parallel and self.tp_comm == "allreduce":
             raise ValueError("sequence_parallel=true needs tp_comm=rs_ag (reduce-scatter/all-gather)")
+        if self.offload_params and self.zero_stage != 3:
+            raise ValueError(
+                f"offload_params=true needs zero_stage=3 (ZeRO-Infinity offloads the parameter "
+                f"shards of ZeRO stage 3), got zero_stage={self.zero_stage}")
         if isinstance(self.recompute, dict):
             bad = [k for k in self.recompute if k not in LAYER_TYPES]
             if bad:
@@ -97,6 +107,19 @@ class Plan(Spec):
                     f"recompute has unknown layer types {bad}; expected keys from {list(LAYER_TYPES)}"
                 )
         return self
+
+    def to_dict(self) -> dict:
+        """Plain-data form; the offload switches are written only when on, so plans that do
+        not offload read exactly as before the offload tier existed."""
+        out = super().to_dict()
+        for k in ("offload_optimizer", "offload_params"):
+            if not out.get(k):
+                out.pop(k, None)
+        return out
+
+    @property
+    def offloads(self) -> bool:
+        return self.offload_optimizer or self.offload_params
 
     # ---- derived -------------------------------------------------------------
     @property
