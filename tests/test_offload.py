@@ -308,13 +308,14 @@ def test_cli_fix_offload_json(capsys):
 
 
 def test_cli_offload_without_tier_exits_1(capsys):
-    code, out, err = run(capsys, "solve", "-m", "llama3-70b", "-c", "dgx-a100-superpod",
+    code, out, err = run(capsys, "solve", "-m", "llama3-70b", "-c", "ramp-a100",
                          "--gpus", "8", "--global-batch", "64", "--fix",
                          "offload_optimizer=true", "--json")
     assert code == 1
     data = json.loads(out)
     assert data["solver"]["status"] == "infeasible"
     assert "needs an offload memory tier" in data["reasons"][0]
+    assert "dgx-a100-superpod" in data["hints"][0]
 
 
 def test_raw_formulation_with_a_tight_tier_matches_exhaustive():

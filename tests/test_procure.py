@@ -301,6 +301,9 @@ def test_catalog_templates_cover_every_gpu():
                                                 "a100-sxm-40gb", "a100-sxm-80gb"}
     h200 = next(t for t in templates if t.gpu.name == "h200")
     assert h200.name == "dgx-h100-superpod:h200" and h200.topology[0].bandwidth_GBps == 450
+    a100 = next(t for t in templates if t.gpu.name == "a100-sxm-40gb")
+    assert a100.name == "dgx-a100-superpod:a100-sxm-40gb"
+    assert a100.topology[1].bandwidth_GBps == 25 and a100.offload.bandwidth_GBps == 32
     only = catalog_templates(["h100", "b200"])
     assert {t.gpu.name for t in only} == {"h100-sxm", "b200"}
     with pytest.raises(InputError, match="closest"):

@@ -43,8 +43,11 @@ from planner.specs.pricing import HOURS_PER_YEAR, J_PER_KWH, PricingSpec
 OBJECTIVE_METRIC = {"cost": "cost_usd", "energy": "energy_mwh", "gpu_hours": "gpu_hours",
                     "time": "days"}
 METRICS = ("days", "cost_usd", "energy_mwh", "gpu_hours")
-#: Catalog cluster whose network and node figures a GPU without its own cluster borrows.
+#: Catalog cluster whose network, node and host figures a GPU without its own cluster
+#: borrows, by GPU; others borrow ``DERIVE_FROM``. The A100 40GB ships in the DGX A100
+#: (DGX A100 user guide: PCIe Gen4 host, HDR InfiniBand), not in a DGX H100.
 DERIVE_FROM = "dgx-h100-superpod"
+DERIVE_FROM_BY_GPU = {"a100-sxm-40gb": "dgx-a100-superpod"}
 #: Largest cluster considered unless --max-gpus says otherwise: twice the 16,384 H100 of
 #: Llama 3 405B's pre-training (Dubey et al. 2024, Sec. 3.3.1).
 DEFAULT_MAX_GPUS = 32768
@@ -113,10 +116,10 @@ def catalog_templates(gpus: Sequence[str] | None = None) -> list[ClusterSpec]:
 
     templates = [load_cluster(name) for name in catalog.names("clusters")]
     have = {c.gpu.name for c in templates}
-    base = load_cluster(DERIVE_FROM)
     for name in catalog.names("gpus"):
         gpu = load_gpu(name)
         if gpu.name not in have:
+            base = load_cluster(DERIVE_FROM_BY_GPU.get(gpu.name, DERIVE_FROM))
             templates.append(derived_template(base, gpu))
     if gpus:
         wanted = {load_gpu(g.strip()).name for g in gpus if g.strip()}

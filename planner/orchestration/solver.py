@@ -17,10 +17,11 @@ from formulations.tables import OBJECTIVES, build_tables
 from planner.costmodel.constants import GiB
 from planner.costmodel.energy import price_per_gpu_hour
 from planner.costmodel.evaluator import Estimate, check_structure, evaluate
+from planner import catalog
 from planner.errors import InfeasibleError, InputError
 from planner.plans import model_defaults
 from planner.specs.cluster import ClusterSpec
-from planner.specs.loaders import apply_overrides, plan_from_dict
+from planner.specs.loaders import apply_overrides, load_cluster, plan_from_dict
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
@@ -145,11 +146,11 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     oo, op = bool(space.fixed.get("offload_optimizer")), bool(space.fixed.get("offload_params"))
     if (oo or op) and cluster.offload is None:
         from planner.costmodel.offload import missing_tier_reason
-
+        tiered = [n for n in catalog.names("clusters") if load_cluster(n).offload is not None]
         raise InfeasibleError("no plan can offload on this cluster",
                               [missing_tier_reason(oo, op, cluster.name)],
-                              ["a cluster with an offload tier (dgx-h100-superpod, "
-                               "dgx-b200-superpod, gb200-nvl72)", "drop the offload --fix"])
+                              [f"a cluster with an offload tier ({', '.join(tiered)})",
+                               "drop the offload --fix"])
     if not space.outers:
         raise explain_empty(space)
     size = space.size()
