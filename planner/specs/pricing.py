@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from planner.errors import InputError
 from planner.specs.base import Spec
 
 PricingMode = Literal["rent", "own"]
@@ -57,12 +58,21 @@ def default_pricing_path() -> Path:
     return catalog_root() / "pricing" / "default.yaml"
 
 
+def check_entry(cls: type[Spec], entry: Any, where: str) -> None:
+    """A ``gpus.<name>`` or ``clusters.<name>`` entry is a mapping of ``cls``'s keys."""
+    keys = ", ".join(cls.model_fields)
+    if not isinstance(entry, dict):
+        raise InputError(f"{where}: expected a mapping with some of {keys}, got {entry!r}")
+    bad = cls.unknown_keys(entry)
+    if bad:
+        raise InputError(f"{where}: unknown keys {bad}; expected {keys}")
+
+
 def load_pricing(path: str | None = None, mode: PricingMode | None = None,
                  overrides: dict[str, Any] | None = None) -> PricingSpec:
     """The shipped defaults, updated key by key from ``path`` (a pricing YAML), then from
     ``overrides``; ``mode`` last. GPU keys may be catalog names or aliases."""
     from planner import catalog
-    from planner.errors import InputError
     from planner.specs.loaders import read_structured, validate
 
     data = read_structured(default_pricing_path())
@@ -83,26 +93,14 @@ def load_pricing(path: str | None = None, mode: PricingMode | None = None,
                 near = catalog.closest("gpus", str(name))
                 hint = f"; closest: {', '.join(near)}" if near else ""
                 raise InputError(f"{source}: gpus.{name}: unknown GPU{hint}")
-            if not isinstance(entry, dict):
-                raise InputError(f"{source}: gpus.{name}: expected a mapping with "
-                                 f"price_per_gpu_hour and/or capex_usd, got {entry!r}")
-            bad = GPUPrice.unknown_keys(entry)
-            if bad:
-                raise InputError(f"{source}: gpus.{name}: unknown keys {bad}; expected "
-                                 "price_per_gpu_hour, capex_usd")
+            check_entry(GPUPrice, entry, f"{source}: gpus.{name}")
             canonical = read_structured(path_).get("name", path_.stem).lower()
             gpus[canonical] = {**gpus.get(canonical, {}), **entry}
         # Cluster keys are checked against the templates of a query (planner.procure): a
         # template may be a file, not in the catalog.
         clusters = dict(data.get("clusters") or {})
         for name, entry in (layer.get("clusters") or {}).items():
-            if not isinstance(entry, dict):
-                raise InputError(f"{source}: clusters.{name}: expected a mapping with "
-                                 f"price_per_gpu_hour and/or cost_usd_per_Gbps, got {entry!r}")
-            bad = ClusterPrice.unknown_keys(entry)
-            if bad:
-                raise InputError(f"{source}: clusters.{name}: unknown keys {bad}; expected "
-                                 "price_per_gpu_hour, cost_usd_per_Gbps")
+            check_entry(ClusterPrice, entry, f"{source}: clusters.{name}")
             clusters[str(name)] = {**clusters.get(str(name), {}), **entry}
         data = {**data, **{k: v for k, v in layer.items() if k not in ("gpus", "clusters")},
                 "gpus": gpus, "clusters": clusters}
