@@ -127,6 +127,11 @@ class Estimate(Spec):
 
 
 # ---- structural checks -----------------------------------------------------------------
+class Uncostable(str):
+    """A structural reason after which the plan cannot be costed at all (more GPUs than
+    the cluster has, more stages than layers, offloads without a tier)."""
+
+
 def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
                     allow_idle_gpus: bool = False) -> list[str]:
     """Every reason the plan cannot run, short of memory."""
@@ -134,8 +139,8 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     world = plan.world_size
     n = cluster.num_gpus
     if world > n:
-        r.append(f"tp x cp x dp x pp = {plan.tp} x {plan.cp} x {plan.dp} x {plan.pp} = {world} "
-                 f"GPUs, but the cluster has {n}")
+        r.append(Uncostable(f"tp x cp x dp x pp = {plan.tp} x {plan.cp} x {plan.dp} x "
+                            f"{plan.pp} = {world} GPUs, but the cluster has {n}"))
     elif world < n and not allow_idle_gpus:
         r.append(f"tp x cp x dp x pp = {world} but the cluster has {n} GPUs; the product must "
                  "equal the GPU count (or allow idle GPUs)")
@@ -156,10 +161,11 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
                  f"microbatch_size = {plan.dp} x {plan.microbatch_size}")
     r += _moe_structure(model, plan)
     if plan.offloads and cluster.offload is None:
-        r.append(missing_tier_reason(plan.offload_optimizer, plan.offload_params, cluster.name))
+        r.append(Uncostable(missing_tier_reason(plan.offload_optimizer, plan.offload_params,
+                                                cluster.name)))
     s = plan.pp * plan.virtual_stages
     if s > model.num_layers:
-        r.append(f"pp x virtual_stages = {s} exceeds num_layers={model.num_layers}")
+        r.append(Uncostable(f"pp x virtual_stages = {s} exceeds num_layers={model.num_layers}"))
     elif model.num_layers % s and not plan.uneven_pipeline:
         r.append(f"num_layers={model.num_layers} is not divisible by pp x virtual_stages = {s} "
                  "(set uneven_pipeline: true to give the end stages fewer layers)")
@@ -314,8 +320,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     gpu = cluster.gpu
     base = dict(hbm_capacity_bytes=gpu.hbm_bytes, num_gpus=plan.world_size,
                 num_microbatches=plan.num_microbatches)
-    if any("not yet supported" in x or "exceeds num_layers" in x or "GPUs, but" in x
-           or "needs an offload memory tier" in x for x in reasons):
+    if any(isinstance(x, Uncostable) for x in reasons):
         return Estimate(feasible=False, reasons=reasons, **base)
     try:
         prep = prepare(model, cluster, plan)
