@@ -16,8 +16,9 @@ from formulations.space import DECISIONS, SearchSpace, SpaceOptions
 from formulations.tables import OBJECTIVES, build_tables
 from planner.costmodel.constants import GiB
 from planner.costmodel.energy import price_per_gpu_hour
-from planner.costmodel.evaluator import Estimate, check_structure, evaluate
 from planner import catalog
+from planner.costmodel.evaluator import Estimate, check_structure, evaluate
+from planner.costmodel.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
 from planner.plans import model_defaults
 from planner.specs.cluster import ClusterSpec
@@ -145,7 +146,6 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     space = build_space(model, cluster, fixed, base, options)
     oo, op = bool(space.fixed.get("offload_optimizer")), bool(space.fixed.get("offload_params"))
     if (oo or op) and cluster.offload is None:
-        from planner.costmodel.offload import missing_tier_reason
         tiered = [n for n in catalog.names("clusters") if load_cluster(n).offload is not None]
         raise InfeasibleError("no plan can offload on this cluster",
                               [missing_tier_reason(oo, op, cluster.name)],
