@@ -25,7 +25,8 @@ import numpy as np
 from formulations.build import VarMap, build_model
 from formulations.linear import Constraint, CpsatSession, MilpSession
 from formulations.space import RECOMPUTE, STATES, Inner
-from formulations.tables import Tables, objective_weights
+from formulations.tables import Tables
+from planner.costmodel.objective import Objective
 from planner.costmodel.evaluator import Estimate, evaluate
 from planner.costmodel.stage import overlapped_s
 from planner.specs.plan import Plan
@@ -68,9 +69,8 @@ class SearchResult:
 
 
 def exact_objective(tb: Tables, est: Estimate, world: int) -> float:
-    a, b = objective_weights(tb.objective, tb.space.cluster, world, 0.0)
     assert est.iteration_time_s is not None and est.gpu_busy_s is not None
-    return a * est.iteration_time_s + b * est.gpu_busy_s
+    return tb.objective.value(tb.space.cluster, world, est.iteration_time_s, est.gpu_busy_s)
 
 
 def within(est: Estimate, max_time_s: float | None) -> bool:
@@ -201,7 +201,7 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
 
 def time_lower_bounds(tb: Tables) -> np.ndarray:
     """A lower bound of the iteration time at every point, whatever the objective."""
-    if tb.objective in ("time", "tokens"):
+    if not tb.objective.uses_busy_time and tb.objective.name in ("time", "tokens"):
         return lower_bounds(tb)
     A = tb.arrays
     timed = replace(tb, arrays={**A, "w_time": np.ones_like(A["w_time"]),
@@ -353,13 +353,12 @@ def _result(backend: str, status: str, pool: dict[Key, Candidate], top_k: int,
     return SearchResult(backend, status, feas[:top_k], bound, stats, time.perf_counter() - t0)
 
 
-def run_exhaustive(tb_space, objective: str = "time", top_k: int = 1,
+def run_exhaustive(tb_space, objective: Objective | str = "time", top_k: int = 1,
                    time_limit_s: float = 1e9,
                    progress: Callable[[int, int], None] | None = None,
                    max_time_s: float | None = None) -> SearchResult:
     """Brute force: evaluate every plan of the space with the evaluator (the reference)."""
-    from formulations.tables import objective_weights as ow
-
+    objective = Objective.of(objective)
     space = tb_space
     t0 = time.perf_counter()
     stats = SearchStats(space_size=space.size())
@@ -377,8 +376,8 @@ def run_exhaustive(tb_space, objective: str = "time", top_k: int = 1,
             progress(done, stats.space_size)
         if not within(est, max_time_s):
             continue
-        a, b = ow(objective, space.cluster, plan.world_size, 0.0)
-        obj = a * est.iteration_time_s + b * est.gpu_busy_s
+        obj = objective.value(space.cluster, plan.world_size, est.iteration_time_s,
+                              est.gpu_busy_s)
         best.append((obj, repr((o, dom, inner)), plan, est))
         if len(best) > 4 * top_k:
             best.sort(key=lambda r: (r[0], r[1]))

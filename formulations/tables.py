@@ -23,7 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from formulations.space import RECOMPUTE, STATES, Outer, SearchSpace
-from planner.costmodel.energy import energy_coefficients
+from planner.costmodel.objective import Objective
 from planner.costmodel.evaluator import layer_setup, state_shape, strategy_from
 from planner.costmodel.layer import LayerShape, Net, layer_cost
 from planner.costmodel.moe import expert_spans
@@ -46,7 +46,6 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 MAX_GROUPS = 4
-OBJECTIVES = ("time", "tokens", "gpu_hours", "energy", "cost")
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ class Tables:
 
     space: SearchSpace
     points: list[tuple[Outer, tuple[int, ...] | None]]
-    objective: str
+    objective: Objective
     layer_types: tuple[str, ...]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -94,23 +93,6 @@ class Tables:
         outer, dom = self.points[q]
         inner = Inner.of(tuple(RECOMPUTE[i] for i in rc), bool(sp), int(z))
         return self.space.plan(outer, dom, inner)
-
-
-def objective_weights(objective: str, cluster, world: int, tokens_per_iter: float
-                      ) -> tuple[float, float]:
-    """Objective = ``a x T + b x busy`` per iteration (before a common positive scale)."""
-    if objective in ("time", "tokens"):
-        return 1.0, 0.0
-    if objective == "gpu_hours":
-        return world / 3600.0, 0.0
-    if objective == "cost":
-        from planner.costmodel.energy import price_per_gpu_hour
-
-        price = price_per_gpu_hour(cluster) or 1.0
-        return world * price / 3600.0, 0.0
-    if objective == "energy":
-        return energy_coefficients(cluster, world)
-    raise ValueError(f"unknown objective '{objective}'; expected one of {OBJECTIVES}")
 
 
 def _affine(fn, *args) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +133,8 @@ def _sp_options(space: SearchSpace, tp: int) -> list[bool]:
     return space.sp_options(Outer(tp, 1, 1, 1, 1, 1, False))
 
 
-def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
+def build_tables(space: SearchSpace, objective: Objective | str = "time") -> Tables:
+    objective = Objective.of(objective)
     model, cluster = space.model, space.cluster
     gpu, levels = cluster.gpu, tuple(cluster.topology)
     chunks = cluster.collective_chunks
@@ -337,7 +320,7 @@ def build_tables(space: SearchSpace, objective: str = "time") -> Tables:
     A["pp"] = np.array([o.pp for o in outers], np.int64)[qo]
     A["world"] = np.array([o.world for o in outers], np.int64)[qo]
     A["hw_scale"] = np.array([o.tp * o.cp * o.dp for o in outers], float)[qo] * A["m"]
-    w = np.array([objective_weights(objective, cluster, o.world, gb * seq) for o in outers])
+    w = np.array([objective.weights(cluster, o.world) for o in outers])
     A["w_time"], A["w_busy"] = w[qo, 0], w[qo, 1]
     A["rc_ok"] = rc_ok
     return Tables(space, points, objective, types, A)

@@ -13,10 +13,10 @@ from typing import Any, Callable, Literal
 
 from formulations.search import Candidate, SearchResult, run_exhaustive, run_search
 from formulations.space import DECISIONS, SearchSpace, SpaceOptions
-from formulations.tables import OBJECTIVES, build_tables
-from planner.costmodel.constants import GiB
-from planner.costmodel.energy import price_per_gpu_hour
+from formulations.tables import build_tables
 from planner import catalog
+from planner.costmodel.constants import GiB
+from planner.costmodel.objective import Objective
 from planner.costmodel.evaluator import Estimate, check_structure, evaluate
 from planner.costmodel.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
@@ -29,16 +29,11 @@ from planner.specs.plan import Plan
 Backend = Literal["cpsat", "milp", "exhaustive"]
 BACKENDS = ("cpsat", "milp", "exhaustive")
 
-#: Units in which each objective is reported.
-OBJECTIVE_UNITS = {"time": "s/iteration", "tokens": "days", "gpu_hours": "GPU-hours",
-                   "energy": "MWh", "cost": "USD"}
-
-
 @dataclass
 class SolvedPlan:
     plan: Plan
     estimate: Estimate
-    objective: float  # in OBJECTIVE_UNITS[objective]
+    objective: float  # in the objective's units
     solver_objective: float | None  # the formulation's value for this plan (a lower bound)
 
     def to_json(self) -> dict[str, Any]:
@@ -50,7 +45,7 @@ class SolvedPlan:
 class SolveResult:
     backend: str
     status: str  # optimal | feasible | time_limit
-    objective: str
+    objective: Objective
     plans: list[SolvedPlan]
     solve_time_s: float
     space_size: int
@@ -78,8 +73,8 @@ class SolveResult:
                 "backend": self.backend,
                 "status": self.status,
                 "solve_time_s": self.solve_time_s,
-                "objective": self.objective,
-                "objective_units": OBJECTIVE_UNITS[self.objective],
+                "objective": self.objective.name,
+                "objective_units": self.objective.units,
                 "solver_objective": b.solver_objective,
                 "evaluator_objective": b.objective,
                 "gap": self.gap,
@@ -91,17 +86,9 @@ class SolveResult:
         }
 
 
-def objective_scale(objective: str, plan: Plan, tokens: float | None) -> float:
-    """Factor from the per-iteration objective (seconds, GPU-seconds, joules, GPU-seconds x
-    price) to the reported units; over ``tokens`` when given."""
-    iters = tokens / (plan.global_batch_size * plan.seq_len) if tokens else 1.0
-    if objective == "time":
-        return 1.0 if not tokens else iters
-    if objective == "tokens":
-        return iters / 86400.0
-    if objective in ("gpu_hours", "cost"):
-        return iters  # weights already in hours (and USD)
-    return iters / 3.6e9  # J -> MWh
+def objective_scale(objective: Objective, plan: Plan, tokens: float | None) -> float:
+    """Factor from the per-iteration objective to its reported units."""
+    return objective.report_scale(plan.global_batch_size * plan.seq_len, tokens)
 
 
 def build_space(model: ModelSpec, cluster: ClusterSpec, fixed: dict[str, Any] | None = None,
@@ -122,7 +109,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, fixed: dict[str, Any] | 
 
 
 def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | None = None,
-          base: dict[str, Any] | None = None, objective: str = "time",
+          base: dict[str, Any] | None = None, objective: Objective | str = "time",
           backend: Backend = "cpsat", top_k: int = 1, time_limit_s: float = 60.0,
           presolve: bool = True, options: SpaceOptions | None = None,
           tokens: float | None = None,
@@ -131,15 +118,12 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
           max_iteration_time_s: float | None = None) -> SolveResult:
     """The ``top_k`` best plans (with ``max_iteration_time_s``, among those iterating within
     it: a deadline). Raises :class:`InfeasibleError` with reasons and hints."""
-    if objective not in OBJECTIVES:
-        raise InputError(f"--objective '{objective}': expected one of {', '.join(OBJECTIVES)}")
+    objective = Objective.of(objective)
     if backend not in BACKENDS:
         raise InputError(f"--backend '{backend}': expected one of {', '.join(BACKENDS)}")
     if top_k < 1:
         raise InputError(f"--top {top_k}: expected a positive integer")
-    if objective == "cost" and price_per_gpu_hour(cluster) is None:
-        raise InputError(f"--objective cost: neither cluster '{cluster.name}' nor GPU "
-                         f"'{cluster.gpu.name}' has a price_per_gpu_hour")
+    objective.check(cluster)
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
     say("enumerating the search space")
@@ -192,7 +176,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     return SolveResult(backend, status, objective, plans, wall, size, stats, tokens, pb)
 
 
-def _solved(c: Candidate, objective: str, tokens: float | None, backend: str,
+def _solved(c: Candidate, objective: Objective, tokens: float | None, backend: str,
             proven: bool) -> SolvedPlan:
     scale = objective_scale(objective, c.plan, tokens)
     # brute force has no model: its value is the exact one, and a bound only once complete

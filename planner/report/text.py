@@ -109,9 +109,7 @@ def print_estimate(console: Console, title: str, plan: Plan, est: Estimate,
 
 def solve_tables(console: Console, res) -> None:
     """Solver summary and the alternatives of ``planner solve``."""
-    from planner.orchestration.solver import OBJECTIVE_UNITS
-
-    units = OBJECTIVE_UNITS[res.objective]
+    units = res.objective.units
     gap = res.gap
     line = (f"{res.backend}: {res.status} in {res.solve_time_s:.2f} s over {res.space_size:,} "
             f"plans; {res.objective} = {res.best.objective:.6g} {units}")
