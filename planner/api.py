@@ -62,8 +62,8 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     c = load_cluster(cluster, gpus) if isinstance(cluster, str) else (
         cluster.resized(gpus) if gpus else cluster)
     fixed = apply_overrides({}, list((fix or {}).items()))
-    base = {k: v for k, v in dict(global_batch_size=global_batch_size, seq_len=seq_len,
-                                  dtype=dtype).items() if v is not None}
+    base = {k: v for k, v in (("global_batch_size", global_batch_size), ("seq_len", seq_len),
+                              ("dtype", dtype)) if v is not None}
     return _solve(m, c, fixed=fixed, base=base, objective=objective, backend=backend,
                   top_k=top_k, time_limit_s=time_limit_s, tokens=tokens, options=options)
 
@@ -109,8 +109,8 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     templates = named_templates(clusters, names) if clusters else catalog_templates(names)
     spec = load_pricing(prices if isinstance(prices, str) else None, pricing,  # type: ignore[arg-type]
                         prices if isinstance(prices, dict) else None)
-    base = {k: v for k, v in dict(global_batch_size=global_batch_size, seq_len=seq_len,
-                                  dtype=dtype).items() if v is not None}
+    base = {k: v for k, v in (("global_batch_size", global_batch_size), ("seq_len", seq_len),
+                              ("dtype", dtype)) if v is not None}
     return _procure(m, tokens, days=days, budget_usd=budget_usd, objective=objective,
                     templates=templates, max_gpus=max_gpus or DEFAULT_MAX_GPUS, counts=counts,
                     pricing=spec, pareto=pareto, base=base, options=options,

@@ -90,7 +90,7 @@ def evaluate(
     warnings: list[str] = []
     shortcuts = dict(tp=tp, pp=pp, dp=dp, cp=cp, microbatch_size=mbs,
                      global_batch_size=global_batch, seq_len=seq_len, dtype=dtype)
-    from planner.plans import build_plan
+    from planner.specs.plan_base import build_plan
 
     p = build_plan(m, c, plan, _overrides(set_, shortcuts), warnings)
     for w in warnings:

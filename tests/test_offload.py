@@ -20,7 +20,7 @@ from planner.costmodel.offload import host_state_bytes, offload_times, optimizer
 from planner.costmodel.stage import state_bytes
 from planner.errors import InfeasibleError
 from planner.orchestration.solver import solve
-from planner.plans import model_defaults
+from planner.specs.plan_base import model_defaults
 from planner.specs.cluster import OffloadTier
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan

@@ -27,7 +27,7 @@ from planner.orchestration.procure import (
     option_metrics,
     procure,
 )
-from planner.plans import model_defaults
+from planner.specs.plan_base import model_defaults
 from planner.specs.loaders import load_cluster, load_gpu
 from planner.specs.pricing import load_pricing
 

@@ -32,7 +32,7 @@ from planner.costmodel.evaluator import Estimate
 from planner.costmodel.layer import head_model_flops_per_token, layer_model_flops_per_token
 from planner.errors import InfeasibleError, InputError
 from planner.orchestration.solver import SolvedPlan, solve
-from planner.plans import model_defaults
+from planner.specs.plan_base import model_defaults, require_batch
 from planner.specs.cluster import ClusterSpec
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
@@ -528,9 +528,7 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     pricing = price_keys(pricing, templates)
     plan_base = model_defaults(model)
     plan_base.update(base or {})
-    if "global_batch_size" not in plan_base:
-        raise InputError(f"model '{model.name}' has no default global_batch_size; pass "
-                         "--global-batch N")
+    require_batch(model, plan_base)
     sequences, seq_len = int(plan_base["global_batch_size"]), int(plan_base["seq_len"])
     iterations = tokens / (sequences * seq_len)
     metric = OBJECTIVE_METRIC[objective]

@@ -20,7 +20,7 @@ from planner.costmodel.objective import Objective
 from planner.costmodel.evaluator import Estimate, check_structure, evaluate
 from planner.costmodel.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
-from planner.plans import model_defaults
+from planner.specs.plan_base import model_defaults, require_batch
 from planner.specs.cluster import ClusterSpec
 from planner.specs.loaders import apply_overrides, load_cluster, plan_from_dict
 from planner.specs.model import ModelSpec
@@ -100,9 +100,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, fixed: dict[str, Any] | 
     for k in ("global_batch_size", "seq_len", "dtype"):
         if k in fixed:
             base_data[k] = fixed.pop(k)
-    if "global_batch_size" not in base_data:
-        raise InputError(f"model '{model.name}' has no default global_batch_size; pass "
-                         "--global-batch N")
+    require_batch(model, base_data)
     # validate the fixed knobs as plan fields (types, ranges)
     plan_from_dict({**base_data, **fixed}, "--fix")
     return SearchSpace(model, cluster, base_data, fixed, options or SpaceOptions())

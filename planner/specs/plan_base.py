@@ -1,4 +1,5 @@
-"""Build a plan from a file, the model's defaults and command-line overrides."""
+"""The plan fields a query starts from: the model's defaults, the caller's batch, sequence
+length and dtype, and (for ``evaluate``) a plan file with command-line overrides."""
 
 from __future__ import annotations
 
@@ -24,6 +25,27 @@ def model_defaults(model: ModelSpec) -> dict[str, Any]:
     return out
 
 
+def plan_base(model: ModelSpec, *, global_batch_size: int | None = None,
+              seq_len: int | None = None, dtype: str | None = None,
+              source: str | None = None) -> dict[str, Any]:
+    """The base plan fields of a solve or procurement: the model's defaults, overridden by
+    the arguments given (``None`` keeps the default). Raises :class:`InputError` when
+    neither gives a global batch size."""
+    data = model_defaults(model)
+    data.update({k: v for k, v in (("global_batch_size", global_batch_size),
+                                   ("seq_len", seq_len), ("dtype", dtype)) if v is not None})
+    require_batch(model, data, source)
+    return data
+
+
+def require_batch(model: ModelSpec, data: dict[str, Any], source: str | None = None) -> None:
+    """Raise :class:`InputError` unless ``data`` has a global batch size."""
+    if "global_batch_size" not in data:
+        where = f"{source}: " if source else ""
+        raise InputError(f"{where}global_batch_size is not set and model '{model.name}' has no "
+                         "default; pass --global-batch N")
+
+
 def build_plan(model: ModelSpec, cluster: ClusterSpec, plan_path: str | None,
                overrides: list[tuple[str, Any]], warnings: list[str] | None = None) -> Plan:
     """A plan from ``plan_path`` (optional) plus overrides; missing fields come from the
@@ -39,11 +61,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, plan_path: str | None,
     data = apply_overrides(data, overrides)
     for key, value in model_defaults(model).items():
         data.setdefault(key, value)
-    if "global_batch_size" not in data:
-        raise InputError(
-            f"{source}: global_batch_size is not set and model '{model.name}' has no default; "
-            "pass --global-batch N"
-        )
+    require_batch(model, data, source)
     if "dp" not in data:
         used = 1
         for d in ("tp", "cp", "pp"):
