@@ -17,7 +17,18 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
+import numpy as np
+
 from planner.costmodel import constants as C
+from planner.costmodel.compose import (
+    Overlap,
+    bubble_s,
+    busy_s,
+    iteration_time_s,
+    stage_memory,
+    stage_time,
+    tail_time,
+)
 from planner.costmodel.layer import (
     LayerCost,
     LayerShape,
@@ -28,7 +39,7 @@ from planner.costmodel.layer import (
 )
 from planner.costmodel.energy import iteration_energy_j
 from planner.costmodel.network import PlacementError, combine, group_spans
-from planner.costmodel.pipeline import Stage, bubble_factor, distinct_stages, stage_layout
+from planner.costmodel.pipeline import Stage, distinct_stages, stage_layout
 from planner.costmodel.moe import expert_spans
 from planner.costmodel.offload import (
     OffloadTimes,
@@ -47,7 +58,6 @@ from planner.costmodel.stage import (
     embedding_cost,
     head_cost,
     optimizer_step_s,
-    overlapped_s,
     p2p_time_per_microbatch_s,
     state_bytes,
     tied_embedding_sync_s,
@@ -330,12 +340,12 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     bott = max(results, key=lambda s: s.total_s)
     tail = max(results, key=lambda s: sum(s.tail.values()))
     worst = max(results, key=lambda s: sum(s.memory.values()))
-
-    mean_s = sum(prep.counts[r.stage.rank] * r.total_s for r in results) / plan.pp
-    bubble = bubble_factor(plan.pp, plan.virtual_stages) * mean_s
-    t_iter = m * bott.total_s + bubble + sum(tail.tail.values())
+    stage_s = np.array([r.total_s for r in results])
+    counts = np.array([prep.counts[r.stage.rank] for r in results], float)
+    tails = np.array([sum(r.tail.values()) for r in results])
+    t_iter = iteration_time_s(m, plan.pp, plan.virtual_stages, stage_s, counts, tails)
     breakdown = {k: m * bott.time.get(k, 0.0) for k in TIME_KEYS}
-    breakdown["bubble"] = bubble
+    breakdown["bubble"] = bubble_s(plan.pp, plan.virtual_stages, stage_s, counts)
     breakdown["dp_comm"] += tail.tail["dp_comm"]
     breakdown["optimizer"] = tail.tail["optimizer"]
     tier = cluster.offload
@@ -360,10 +370,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
             f"({_top_memory(worst.memory)}); HBM is {gpu.hbm_gib:g} GiB"
         )
 
-    compute = ("forward", "backward", "recompute")
-    busy = (m * sum(prep.counts[r.stage.rank] * sum(r.time[k] for k in compute) for r in results)
-            / plan.pp
-            + sum(prep.counts[r.stage.rank] * r.tail["optimizer"] for r in results) / plan.pp)
+    work = np.array([sum(r.time[k] for k in ("forward", "backward", "recompute"))
+                     for r in results])
+    busy = busy_s(m, plan.pp, counts, work, np.array([r.tail["optimizer"] for r in results]))
 
     model_flops = plan.global_batch_size * model_flops_per_sequence(model, plan.seq_len)
     rec_flops = sum(model.layer_counts()[t] * (c.recompute_flops + c.padding_flops)
@@ -436,61 +445,67 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
     if experts:
         comm = add_dp_comm(comm, dp_comm(experts, plan.zero_stage, edp_spans,
                                          tuple(cluster.topology), cluster.collective_chunks))
-    kappa = gpu.efficiency.overlap_slowdown
-    time["dp_comm"] = (
-        overlapped_s(comm.mb_fwd_s, window_f, layers, plan.overlap_param_gather, kappa)
-        + overlapped_s(comm.mb_bwd_s, window_b, layers, plan.overlap_dp_grad_reduce, kappa))
+    ov = Overlap(plan.overlap_param_gather, plan.overlap_dp_grad_reduce,
+                 gpu.efficiency.overlap_slowdown)
     tied = 0.0
     if st.embedding or st.head:
         tied = tied_embedding_sync_s(model, plan.tp, plan.pp, pp_spans, tuple(cluster.topology))
     oo, op = plan.offload_optimizer, plan.offload_params
-    tail = {
-        "dp_comm": overlapped_s(comm.grad_s, window_b, layers, plan.overlap_dp_grad_reduce, kappa)
-        + overlapped_s(comm.param_s, window_f, layers, plan.overlap_param_gather, kappa) + tied,
-        "optimizer": optimizer_step_s(gpu, params, plan.zero_stage, dp_cp, oo),
-    }
+    optimizer = optimizer_step_s(gpu, params, plan.zero_stage, dp_cp, oo)
     states = state_bytes(params, plan.zero_stage, dp_cp, plan.dtype, oo, op)
     if experts:
-        tail["optimizer"] += optimizer_step_s(gpu, experts, plan.zero_stage, edp, oo)
+        optimizer += optimizer_step_s(gpu, experts, plan.zero_stage, edp, oo)
         states = add_states(states, state_bytes(experts, plan.zero_stage, edp, plan.dtype,
                                                 oo, op))
-    host: dict[str, float] = {}
+    ot, host = _offload(cluster, plan, params, experts, dp_cp, edp)
+    compute = sum(time[k] for k in ("forward", "backward", "recompute", "tp_comm", "cp_comm",
+                                    "ep_comm"))
+    stage = stage_time(compute, window_f, window_b, p2p, comm.mb_fwd_s, comm.mb_bwd_s,
+                       ot.fetch_s, layers, ov)
+    last = tail_time(optimizer, ot.step_s + ot.param_copy_s, tied, comm.grad_s, comm.param_s,
+                     ot.grad_down_s, window_f, window_b, layers, ov)
+    time["dp_comm"] = stage.dp_exposed_s
+    tail = {"dp_comm": last.dp_s, "optimizer": last.optimizer_s}
     if cluster.offload is not None:
-        ot = offload_times(cluster.offload, params, plan.zero_stage, dp_cp, plan.dtype, oo, op)
-        hs = host_state_bytes(params, plan.zero_stage, dp_cp, plan.dtype, oo, op)
-        if experts:
-            ot = _add_times(ot, offload_times(cluster.offload, experts, plan.zero_stage, edp,
-                                              plan.dtype, oo, op))
-            hs = add_states(hs, host_state_bytes(experts, plan.zero_stage, edp, plan.dtype,
-                                                 oo, op))
-        # DMA copy engines take no SMs: the transfers hide behind compute with no slowdown
-        time[OFFLOAD_KEY] = (
-            overlapped_s(ot.fetch_s, window_f, layers, plan.overlap_param_gather, 0.0)
-            + overlapped_s(ot.fetch_s, window_b, layers, plan.overlap_param_gather, 0.0))
-        tail[OFFLOAD_KEY] = (
-            overlapped_s(ot.grad_down_s, window_b, layers, plan.overlap_dp_grad_reduce, 0.0)
-            + ot.step_s + ot.param_copy_s)
-        host = dict(zip(HOST_MEMORY_KEYS, (hs.weights, hs.gradients, hs.optimizer)))
-    v = plan.virtual_stages
-    act = st.inflight_chunks / v * sum(n * costs[t].act_bytes for t, n in st.layers.items())
+        time[OFFLOAD_KEY] = stage.offload_exposed_s
+        tail[OFFLOAD_KEY] = last.offload_s
+    layer_act = sum(n * costs[t].act_bytes for t, n in st.layers.items())
     workspace = max([costs[t].workspace_bytes for t in st.layers] + [0.0])
     if st.head:
-        act += head.act_bytes
         workspace = max(workspace, head.workspace_bytes)
     shape = state_shape(model, plan.tp, plan.cp, plan.microbatch_size, plan.seq_len, plan.ep,
                         plan.etp)
     buffers = comm_buffer_bytes(model, shape, plan.zero_stage, tuple(st.layers) or model.layer_types)
+    mem = stage_memory(states.weights + states.gradients + states.optimizer, buffers, layer_act,
+                       st.inflight_chunks, plan.virtual_stages, workspace,
+                       head.act_bytes if st.head else 0.0, cluster.memory_reserve_gib * C.GiB)
     memory = {
         "weights": states.weights,
         "gradients": states.gradients,
         "optimizer": states.optimizer,
-        "activations": act,
-        "workspace": workspace,
-        "comm_buffers": buffers,
-        "reserve": cluster.memory_reserve_gib * C.GiB,
+        "activations": mem.activations,
+        "workspace": mem.workspace,
+        "comm_buffers": mem.comm_buffers,
+        "reserve": mem.reserve,
     }
-    total = sum(time.values())
-    return StageResult(st, time, total, tail, memory, host)
+    return StageResult(st, time, stage.total_s, tail, memory, host)
+
+
+_NO_OFFLOAD = OffloadTimes(0.0, 0.0, 0.0, 0.0)
+
+
+def _offload(cluster: ClusterSpec, plan: Plan, params: float, experts: float, dp_cp: int,
+             edp: int) -> tuple[OffloadTimes, dict[str, float]]:
+    """Offload-tier times and host bytes of a stage (zero without a tier)."""
+    if cluster.offload is None:
+        return _NO_OFFLOAD, {}
+    z, dt, oo, op = plan.zero_stage, plan.dtype, plan.offload_optimizer, plan.offload_params
+    ot = offload_times(cluster.offload, params, z, dp_cp, dt, oo, op)
+    hs = host_state_bytes(params, z, dp_cp, dt, oo, op)
+    if experts:
+        ot = _add_times(ot, offload_times(cluster.offload, experts, z, edp, dt, oo, op))
+        hs = add_states(hs, host_state_bytes(experts, z, edp, dt, oo, op))
+    return ot, dict(zip(HOST_MEMORY_KEYS, (hs.weights, hs.gradients, hs.optimizer)))
 
 
 def _add_times(a: OffloadTimes, b: OffloadTimes) -> OffloadTimes:

@@ -1,0 +1,151 @@
+"""How the cost terms combine: stage time, iteration time, memory and busy time, once.
+
+The evaluator (:mod:`planner.costmodel.evaluator`), the vectorized evaluator
+(:mod:`planner.costmodel.batch`), the presolve bounds (:mod:`formulations.search`) and
+the linear rows (:mod:`formulations.build`) all combine the same per-layer and per-stage
+terms; they do it through these functions, which work on Python floats and on numpy
+arrays alike (a leading axis per plan, the stage groups on ``axis``)::
+
+    stage  S = compute + p2p + E(dp_fwd, W_f) + E(dp_bwd, W_b) + E0(fetch, W_f) + E0(fetch, W_b)
+    tail   R = optimizer + tied + E(grad, W_b) + E(param, W_f) + E0(down, W_b) + cpu_step
+    T      = m max_g S_g + bubble_factor(pp, v) sum_g count_g S_g / pp + max_g R_g
+    memory = states + buffers + inflight / v x activations + workspace + head_act + reserve
+    busy   = (m sum_g count_g work_g + sum_g count_g optimizer_g) / pp
+
+``E`` is the exposed part of a bucketed collective behind a compute window
+(:func:`overlapped_s`), ``E0`` the same for DMA copies, which take no SMs (slowdown 0).
+docs/cost-model.md states the terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.costmodel.compute import exposed_s
+from planner.costmodel.pipeline import bubble_factor
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """The plan's overlap switches and the compute slowdown while NCCL runs beside it."""
+
+    param_gather: bool
+    grad_reduce: bool
+    slowdown: float
+
+
+def overlapped_s(comm, window, layers, overlap: bool, slowdown: float):
+    """Exposed part of a bucketed collective overlapped with ``window`` of compute. The
+    last bucket (one layer's share) cannot overlap. Works on numpy arrays.
+
+    Equal to ``max(c - (1 - k) w, c (1/l + k (1 - 1/l)))`` for ``c, w >= 0``: the two
+    linear pieces :func:`exposure_pieces` gives the formulations."""
+    if not overlap:
+        return comm
+    tail = comm / np.maximum(layers, 1)
+    return tail + exposed_s(comm - tail, window, slowdown)
+
+
+def exposure_pieces(layers: int, slowdown: float) -> tuple[tuple[float, float], ...]:
+    """``overlapped_s(c, w, layers, True, slowdown)`` as the maximum of linear pieces
+    ``a c + b w``: the pairs ``(a, b)``."""
+    last = 1.0 / max(layers, 1)
+    return (1.0, -(1.0 - slowdown)), (last + slowdown * (1.0 - last), 0.0)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One stage (group) per microbatch; fields are floats or arrays."""
+
+    total_s: object
+    dp_exposed_s: object  # ZeRO-2/3 traffic per microbatch that compute does not hide
+    offload_exposed_s: object  # parameter fetches from the offload tier not hidden
+
+
+def stage_time(compute_s, window_fwd_s, window_bwd_s, p2p_s, dp_fwd_s, dp_bwd_s, fetch_s,
+               layers, ov: Overlap) -> StageTime:
+    """Per-microbatch time of a stage: its kernels and TP/CP/EP exchanges (``compute_s``),
+    the pipeline sends, and the exposed per-microbatch data-parallel and offload traffic."""
+    k = ov.slowdown
+    dp = (overlapped_s(dp_fwd_s, window_fwd_s, layers, ov.param_gather, k)
+          + overlapped_s(dp_bwd_s, window_bwd_s, layers, ov.grad_reduce, k))
+    off = (overlapped_s(fetch_s, window_fwd_s, layers, ov.param_gather, 0.0)
+           + overlapped_s(fetch_s, window_bwd_s, layers, ov.param_gather, 0.0))
+    return StageTime(compute_s + p2p_s + dp + off, dp, off)
+
+
+@dataclass(frozen=True)
+class TailTime:
+    """What a stage does once per iteration, after its last backward."""
+
+    dp_s: object  # gradient reduction / parameter gather not hidden, tied-embedding sync
+    optimizer_s: object  # the optimizer step on the GPU
+    offload_s: object  # gradients down to the tier (exposed part), CPU step, upload
+
+    @property
+    def total_s(self):
+        return self.dp_s + self.optimizer_s + self.offload_s
+
+
+def tail_time(optimizer_s, cpu_step_s, tied_s, grad_s, param_s, down_s, window_fwd_s,
+              window_bwd_s, layers, ov: Overlap) -> TailTime:
+    k = ov.slowdown
+    dp = (overlapped_s(grad_s, window_bwd_s, layers, ov.grad_reduce, k)
+          + overlapped_s(param_s, window_fwd_s, layers, ov.param_gather, k) + tied_s)
+    off = overlapped_s(down_s, window_bwd_s, layers, ov.grad_reduce, 0.0) + cpu_step_s
+    return TailTime(dp, optimizer_s, off)
+
+
+def bubble_coefficient(pp, v):
+    """Bubble time per unit of the summed stage time ``sum_g count_g S_g``:
+    ``bubble_factor(pp, v) / pp`` (the fill and drain pass through every stage at the
+    mean stage time)."""
+    return bubble_factor(pp, v) / pp
+
+
+def iteration_time_s(m, pp, v, stage_s, counts, tail_s, axis: int = -1):
+    """Iteration time from the stage groups' per-microbatch times ``stage_s``, how many
+    pipeline ranks share each (``counts``; 0 for padding groups) and their tails."""
+    steady = m * np.max(stage_s, axis=axis)
+    bubble = bubble_coefficient(pp, v) * np.sum(counts * stage_s, axis=axis)
+    out = steady + bubble + np.max(tail_s, axis=axis)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def bubble_s(pp, v, stage_s, counts, axis: int = -1):
+    """The bubble part of :func:`iteration_time_s` (for the breakdown)."""
+    out = bubble_coefficient(pp, v) * np.sum(counts * stage_s, axis=axis)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes per GPU of one stage; fields are floats or arrays."""
+
+    states: object  # weights + gradients + optimizer on the GPU
+    activations: object
+    workspace: object
+    comm_buffers: object
+    reserve: object
+
+    @property
+    def total(self):
+        return self.states + self.activations + self.workspace + self.comm_buffers + self.reserve
+
+
+def stage_memory(states_bytes, buffers_bytes, layer_act_bytes, inflight, v, workspace_bytes,
+                 head_act_bytes, reserve_bytes) -> StageMemory:
+    """``layer_act_bytes``: one microbatch's activations of all the stage's layers over its
+    ``v`` chunks; ``inflight`` chunk-microbatches are alive at the peak; the LM head's
+    inputs (``head_act_bytes``) live once."""
+    act = inflight / v * layer_act_bytes + head_act_bytes
+    return StageMemory(states_bytes, act, workspace_bytes, buffers_bytes, reserve_bytes)
+
+
+def busy_s(m, pp, counts, work_s, optimizer_s, axis: int = -1):
+    """Mean kernel time per GPU per iteration: every rank's forward, backward and
+    recomputation for ``m`` microbatches and its optimizer step, over the ``pp`` ranks."""
+    out = (m * np.sum(counts * work_s, axis=axis) + np.sum(counts * optimizer_s, axis=axis)) / pp
+    return float(out) if np.ndim(out) == 0 else out
