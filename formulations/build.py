@@ -42,12 +42,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
 from formulations.linear import Expr, LinearModel
 from formulations.space import RECOMPUTE
-from formulations.tables import Tables
+from planner.costmodel.compose import (
+    Overlap,
+    bubble_coefficient,
+    iteration_time_s,
+    stage_time,
+    tail_time,
+)
+from planner.costmodel.tables import Tables
 
 KAPPA_DEN = 1000
 #: Largest magnitude a row may reach. CP-SAT's presolve and LP work in doubles: rows whose
@@ -119,7 +127,7 @@ def build_model(tb: Tables, points: list[int] | None = None,
                 max_time_s: float | None = None) -> tuple[LinearModel, VarMap]:
     """The model over ``points``; with ``max_time_s``, only plans whose model iteration time
     (at most the evaluator's plus one tick) is within it."""
-    space, A = tb.space, tb.arrays
+    space, A = tb.space, tb.terms
     cluster = space.cluster
     o0, d0 = tb.points[0]
     base = space.plan(o0, d0, next(space.inners(o0)))
@@ -135,14 +143,14 @@ def build_model(tb: Tables, points: list[int] | None = None,
     lm = LinearModel()
     vm = VarMap(pts, strat)
 
-    w_time, w_busy = A["w_time"][pts], A["w_busy"][pts]
+    w_time, w_busy = A.time_weight[pts], A.busy_weight[pts]
     need_busy = bool(np.any(w_busy > 0))
     time_only = not need_busy and np.allclose(w_time, w_time[0])
     t_ub_s = max(_time_bound_s(tb, q) for q in pts)
     # the largest factor a time is multiplied by: v pp (m + 1) in the iteration row, and
     # KAPPA_DEN x layers x 2 in the overlap-exposure rows
-    mult = max(max(int(A["v"][q] * A["pp"][q] * (A["m"][q] + 1)),
-                   2 * KAPPA_DEN * int(np.max(A["g_layers"][q]))) for q in pts)
+    mult = max(max(int(A.v[q] * A.pp[q] * (A.m[q] + 1)),
+                   2 * KAPPA_DEN * int(np.max(A.group_layers[q]))) for q in pts)
     ticks = choose_ticks(t_ub_s, max(mult, 1 if time_only else 10**OBJ_DIGITS))
     vm.ticks = ticks
     lm.units["time"] = ticks.per_s / 1e6  # the MILP sees microseconds
@@ -157,10 +165,10 @@ def build_model(tb: Tables, points: list[int] | None = None,
 
     for j, q in enumerate(pts):
         yq = vm.y[q]
-        m, v, pp = int(A["m"][q]), int(A["v"][q]), int(A["pp"][q])
-        us = [ui for ui, (rc, sp) in enumerate(strat) if A["ok_sp"][q, sp]
-              and all(A["rc_ok"][t, rc[t]] for t in range(nt))]
-        zs = [z for z in range(A["ok_z"].shape[1]) if A["ok_z"][q, z]]
+        m, v, pp = int(A.m[q]), int(A.v[q]), int(A.pp[q])
+        us = [ui for ui, (rc, sp) in enumerate(strat) if A.sp_ok[q, sp]
+              and all(A.rc_ok[t, rc[t]] for t in range(nt))]
+        zs = [z for z in range(A.state_ok.shape[1]) if A.state_ok[q, z]]
         xq = {u: lm.binary(f"x{q}_{u}") for u in us}
         wq = {z: lm.binary(f"w{q}_{z}") for z in zs}
         vm.x.update({(q, u): i for u, i in xq.items()})
@@ -168,7 +176,7 @@ def build_model(tb: Tables, points: list[int] | None = None,
         lm.add({**{i: 1 for i in xq.values()}, yq: -1}, lb=0, ub=0)
         lm.add({**{i: 1 for i in wq.values()}, yq: -1}, lb=0, ub=0)
 
-        groups = [g for g in range(A["g_valid"].shape[1]) if A["g_valid"][q, g]]
+        groups = [g for g in range(A.group_valid.shape[1]) if A.group_valid[q, g]]
         per = {g: _group_terms(A, q, g, [strat[u] for u in us]) for g in groups}
         Tq = lm.var(f"T{q}", 0, t_ub, dim="time")
         if max_time_s is not None:  # T[q] <= limit y[q]; one tick of slack keeps every plan
@@ -177,18 +185,18 @@ def build_model(tb: Tables, points: list[int] | None = None,
         s_vars: dict[int, int] = {}
         for g in groups:
             t_ = per[g]
-            layers = int(A["g_layers"][q, g])
+            layers = int(A.group_layers[q, g])
             wf = {xq[u]: up(val) for u, val in zip(us, t_["fwd"])}
             wb = {xq[u]: up(val) for u, val in zip(us, t_["bwd"])}
             s_row: Expr = {xq[u]: down(val) for u, val in zip(us, t_["total"])}
-            s_row[yq] = s_row.get(yq, 0) + down(A["p2p"][q])
-            for arr, win, on, tag in ((A["g_mbf"][q, g], wf, ovl_param, "mbf"),
-                                      (A["g_mbb"][q, g], wb, ovl_grad, "mbb")):
+            s_row[yq] = s_row.get(yq, 0) + down(A.p2p_s[q])
+            for arr, win, on, tag in ((A.dp_fwd_s[q, g], wf, ovl_param, "mbf"),
+                                      (A.dp_bwd_s[q, g], wb, ovl_grad, "mbb")):
                 if any(arr[z] > 0 for z in zs):
                     e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(arr[z]) for z in zs}, win,
                                   on, layers, kappa_n)
                     s_row[e] = 1
-            fetch = A["g_fetch"][q, g]  # offloaded parameters, fetched for each pass
+            fetch = A.fetch_s[q, g]  # offloaded parameters, fetched for each pass
             if any(fetch[z] > 0 for z in zs):
                 for win, tag in ((wf, "ff"), (wb, "fb")):
                     e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(fetch[z]) for z in zs}, win,
@@ -199,83 +207,98 @@ def build_model(tb: Tables, points: list[int] | None = None,
             s_row[S] = -1
             lm.add(s_row, ub=0, dim="time")
 
-            tail_row: Expr = {wq[z]: down(A["g_opt"][q, g, z] + A["g_off"][q, g, z])
+            tail_row: Expr = {wq[z]: down(A.optimizer_s[q, g, z] + A.cpu_step_s[q, g, z])
                               for z in zs}
-            tail_row[yq] = tail_row.get(yq, 0) + down(A["g_tied"][q, g])
-            for arr, win, on, tag in ((A["g_grad"][q, g], wb, ovl_grad, "grad"),
-                                      (A["g_param"][q, g], wf, ovl_param, "param")):
+            tail_row[yq] = tail_row.get(yq, 0) + down(A.tied_s[q, g])
+            for arr, win, on, tag in ((A.dp_grad_s[q, g], wb, ovl_grad, "grad"),
+                                      (A.dp_param_s[q, g], wf, ovl_param, "param")):
                 if any(arr[z] > 0 for z in zs):
                     e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(arr[z]) for z in zs}, win,
                                   on, layers, kappa_n)
                     tail_row[e] = 1
-            if any(A["g_down"][q, g, z] > 0 for z in zs):  # gradient shard to the tier
-                e = _exposure(lm, f"down{q}_{g}", {wq[z]: down(A["g_down"][q, g, z]) for z in zs},
+            if any(A.grad_down_s[q, g, z] > 0 for z in zs):  # gradient shard to the tier
+                e = _exposure(lm, f"down{q}_{g}", {wq[z]: down(A.grad_down_s[q, g, z]) for z in zs},
                               wb, ovl_grad, layers, 0)
                 tail_row[e] = 1
             tail_row[tail] = -1
             lm.add(tail_row, ub=0, dim="time")
 
-            infl = int(A["g_infl"][q, g])
-            mem: Expr = {wq[z]: v * int(A["g_states"][q, g, z] + A["buffers"][q, z]) for z in zs}
+            infl = int(A.group_inflight[q, g])
+            mem: Expr = {wq[z]: v * int(A.states_bytes[q, g, z] + A.buffers_bytes[q, z]) for z in zs}
             for u, act, fixed in zip(us, t_["act"], t_["fixed_mem"]):
                 mem[xq[u]] = infl * int(act) + v * int(fixed)
             mem[yq] = -v * (cap - reserve)
             lm.add(mem, ub=0, dim="memory")
-            if any(A["g_host"][q, g, z] > 0 for z in zs):
-                host: Expr = {wq[z]: int(A["g_host"][q, g, z]) for z in zs}
+            if any(A.host_bytes[q, g, z] > 0 for z in zs):
+                host: Expr = {wq[z]: int(A.host_bytes[q, g, z]) for z in zs}
                 host[yq] = -host_cap
                 lm.add(host, ub=0, dim="memory")
 
-        bub = {s_vars[g]: (pp - 1) * int(A["g_cnt"][q, g]) for g in groups}
-        for g in groups:
-            row = dict(bub)
-            row[s_vars[g]] = row.get(s_vars[g], 0) + v * pp * m
-            row[tail] = v * pp
-            row[Tq] = -v * pp
-            lm.add(row, ub=0, dim="time")
+        _iteration_rows(lm, Tq, tail, s_vars, [int(A.group_count[q, g]) for g in groups],
+                        m, pp, v)
         lm.objective[Tq] = int(math.floor(w_time[j] * scale))
         if need_busy:
             busy = lm.var(f"BUSY{q}", 0, t_ub, dim="time")
             row = {busy: -pp}
             for g in groups:
-                cnt = int(A["g_cnt"][q, g])
+                cnt = int(A.group_count[q, g])
                 for u, f, b in zip(us, per[g]["fwd"], per[g]["bwd"]):
                     row[xq[u]] = row.get(xq[u], 0) + m * cnt * down(f + b)
                 for z in zs:
-                    row[wq[z]] = row.get(wq[z], 0) + cnt * down(A["g_opt"][q, g, z])
+                    row[wq[z]] = row.get(wq[z], 0) + cnt * down(A.optimizer_s[q, g, z])
             lm.add(row, ub=0, dim="time")
             lm.objective[busy] = int(math.floor(w_busy[j] * scale))
     check_magnitudes(lm)
     return lm, vm
 
 
+def _iteration_rows(lm: LinearModel, T: int, tail: int, s_vars: dict[int, int],
+                    counts: list[int], m: int, pp: int, v: int) -> None:
+    """Linearizes :func:`planner.costmodel.compose.iteration_time_s`: for every group g,
+    ``T >= m S_g + c sum_g' count_g' S_g' + TAIL`` with ``c = bubble_coefficient(pp, v)``
+    (the schedule's own bubble), multiplied through by c's denominator."""
+    c = Fraction(bubble_coefficient(pp, v)).limit_denominator(10**6)
+    assert abs(float(c) - bubble_coefficient(pp, v)) <= 1e-12 * max(float(c), 1.0)
+    den = c.denominator
+    bub = {S: c.numerator * n for S, n in zip(s_vars.values(), counts)}
+    for S in s_vars.values():
+        row = dict(bub)
+        row[S] = row.get(S, 0) + den * m
+        row[tail] = den
+        row[T] = -den
+        lm.add(row, ub=0, dim="time")
+
+
 def _group_terms(A: dict[str, np.ndarray], q: int, g: int,
                  strats: list[tuple[tuple[int, ...], int]]) -> dict[str, list[float]]:
     """Per-microbatch time, overlap windows and memory of group g for each strategy."""
-    n = A["g_n"][q, g]
-    emb, head = A["g_emb"][q, g], A["g_head"][q, g]
+    n = A.group_type_layers[q, g]
+    emb, head = A.group_embedding[q, g], A.group_head[q, g]
     out: dict[str, list[float]] = {k: [] for k in ("total", "fwd", "bwd", "act", "fixed_mem")}
     for rc, sp in strats:
         def lay(name: str) -> float:
-            return float(sum(n[t] * A[f"layer_{name}"][q, t, rc[t], sp]
+            return float(sum(n[t] * getattr(A, f"layer_{name}")[q, t, rc[t], sp]
                              for t in range(len(rc)) if n[t]))
 
-        out["total"].append(lay("total") + emb * A["emb_total"][q, sp]
-                            + head * A["head_total"][q, sp])
-        out["fwd"].append(lay("fwd") + emb * A["emb_fwd"][q, sp] + head * A["head_fwd"][q, sp])
-        out["bwd"].append(lay("bwdrec") + emb * A["emb_bwd"][q, sp]
-                          + head * A["head_bwd"][q, sp])
-        out["act"].append(lay("act"))
-        ws = max([A["layer_ws"][q, t, rc[t], sp] for t in range(len(rc)) if n[t]] + [0.0])
+        out["total"].append(lay("total_s") + emb * A.emb_total_s[q, sp]
+                            + head * A.head_total_s[q, sp])
+        out["fwd"].append(lay("fwd_s") + emb * A.emb_fwd_s[q, sp] + head * A.head_fwd_s[q, sp])
+        out["bwd"].append(lay("bwd_s") + emb * A.emb_bwd_s[q, sp]
+                          + head * A.head_bwd_s[q, sp])
+        out["act"].append(lay("act_bytes"))
+        ws = max([A.layer_workspace_bytes[q, t, rc[t], sp] for t in range(len(rc)) if n[t]] + [0.0])
         if head:
-            ws = max(ws, A["head_ws"][q, sp])
-        out["fixed_mem"].append(ws + (A["head_act"][q, sp] if head else 0.0))
+            ws = max(ws, A.head_workspace_bytes[q, sp])
+        out["fixed_mem"].append(ws + (A.head_act_bytes[q, sp] if head else 0.0))
     return out
 
 
 def _exposure(lm: LinearModel, name: str, comm: Expr, window: Expr, overlap: bool, layers: int,
               kappa_n: int) -> int:
-    """Variable >= exposed time of collective ``comm`` overlapped with ``window``."""
+    """Variable >= exposed time of collective ``comm`` overlapped with ``window``: linearizes
+    :func:`planner.costmodel.compose.overlapped_s` as its two pieces
+    (:func:`planner.costmodel.compose.exposure_pieces` with ``kappa = kappa_n / KAPPA_DEN``),
+    each multiplied through to integers."""
     e = lm.var(name, 0, max(lm.bounds(comm)[1], 0), dim="time")
     if not overlap:
         lm.add({**comm, e: -1}, ub=0, dim="time")
@@ -302,18 +325,24 @@ def _objective_scale(w_time: np.ndarray, w_busy: np.ndarray) -> float:
 
 
 def _time_bound_s(tb: Tables, q: int) -> float:
-    A = tb.arrays
-    g_ok = A["g_valid"][q]
-    n = A["g_n"][q]
-    lay = np.max(A["layer_total"][q].reshape(n.shape[1], -1), axis=1)
-    ends = max(np.max(A["emb_total"][q]), 0) + max(np.max(A["head_total"][q]), 0)
-    comm = sum(np.max(A[f"g_{k}"][q], axis=1) for k in ("mbf", "mbb", "fetch", "fetch"))
-    s = (n @ lay + ends + A["p2p"][q] + comm) * g_ok
-    tail = np.max(sum(np.max(A[f"g_{k}"][q], axis=1)
-                      for k in ("grad", "param", "opt", "off", "down"))
-                  + A["g_tied"][q])
-    m, v, pp = A["m"][q], A["v"][q], A["pp"][q]
-    return float((m + (pp - 1) / v) * np.max(s) + tail) * 1.01
+    """An upper bound of the iteration time of every plan at point q: the evaluator's
+    composition with each term at its largest over the inner choices and no overlap."""
+    A = tb.terms
+    n = A.group_type_layers[q]
+    lay = np.max(A.layer_total_s[q].reshape(n.shape[1], -1), axis=1)
+    ends = max(np.max(A.emb_total_s[q]), 0) + max(np.max(A.head_total_s[q]), 0)
+    top = {k: np.max(getattr(A, k)[q], axis=1) for k in (
+        "dp_fwd_s", "dp_bwd_s", "fetch_s", "dp_grad_s", "dp_param_s", "optimizer_s",
+        "cpu_step_s", "grad_down_s")}
+    no = Overlap(False, False, 0.0)
+    stage = stage_time(n @ lay + ends, 0.0, 0.0, A.p2p_s[q], top["dp_fwd_s"], top["dp_bwd_s"],
+                       top["fetch_s"], A.group_layers[q], no)
+    tail = tail_time(top["optimizer_s"], top["cpu_step_s"], A.tied_s[q], top["dp_grad_s"],
+                     top["dp_param_s"], top["grad_down_s"], 0.0, 0.0, A.group_layers[q], no)
+    ok = A.group_valid[q]
+    t = iteration_time_s(A.m[q], A.pp[q], A.v[q], np.where(ok, stage.total_s, 0.0),
+                         A.group_count[q] * ok, np.where(ok, tail.total_s, 0.0))
+    return float(t) * 1.01
 
 
 __all__ = ["build_model", "VarMap", "Ticks", "strategies"]

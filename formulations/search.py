@@ -24,11 +24,11 @@ import numpy as np
 
 from formulations.build import VarMap, build_model
 from formulations.linear import Constraint, CpsatSession, MilpSession
-from formulations.space import RECOMPUTE, STATES, Inner
-from formulations.tables import Tables
-from planner.costmodel.objective import Objective
+from formulations.space import RECOMPUTE, Inner
+from planner.costmodel.tables import Tables
+from planner.costmodel.compose import Overlap, busy_s, iteration_time_s, stage_time, tail_time
+from planner.costmodel.objective import TIME, Objective
 from planner.costmodel.evaluator import Estimate, evaluate
-from planner.costmodel.stage import overlapped_s
 from planner.specs.plan import Plan
 
 Key = tuple[int, tuple[int, ...], int, int]  # (q, recompute per type, sp, state option)
@@ -110,7 +110,7 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     is charged its exposure behind the *longest* window any fitting option offers
     (exposure falls with the window).
     """
-    A = tb.arrays
+    A = tb.terms
     cluster = tb.space.cluster
     base_plan = tb.plan(0, tuple(0 for _ in tb.layer_types), 0, 0) if tb.num_points else None
     kappa = cluster.gpu.efficiency.overlap_slowdown
@@ -119,20 +119,20 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     cap = cluster.gpu.hbm_bytes
     reserve = cluster.memory_reserve_gib * 2**30
     inf = np.inf
-    Q, G = A["g_valid"].shape
-    Z = A["ok_z"].shape[1]
-    ok = A["rc_ok"][None, :, :, None] & A["ok_sp"][:, None, None, :]  # (Q, T, 3, 2)
-    valid = A["g_valid"]
-    spmask = np.where(A["ok_sp"], 0.0, inf)
-    head_act = np.min(A["head_act"] + spmask, axis=1)
+    Q, G = A.group_valid.shape
+    Z = A.state_ok.shape[1]
+    ok = A.rc_ok[None, :, :, None] & A.sp_ok[:, None, None, :]  # (Q, T, 3, 2)
+    valid = A.group_valid
+    spmask = np.where(A.sp_ok, 0.0, inf)
+    head_act = np.min(A.head_act_bytes + spmask, axis=1)
     # memory without layer activations, per ZeRO stage: (Q, G, Z)
-    base = (A["g_states"] + A["buffers"][:, None, :] + reserve
-            + (A["g_head"] * head_act[:, None])[:, :, None])
-    host_ok = (A["g_host"] <= (cluster.offload.capacity_bytes if cluster.offload else 0.0)) \
-        | ~A["g_valid"][:, :, None]  # the offload tier's capacity, (Q, G, Z)
-    base = np.where(A["ok_z"][:, None, :] & host_ok, base, inf)
-    infl_v = A["g_infl"] / A["v"][:, None]
-    act = infl_v[:, :, None, None, None] * A["g_n"][:, :, :, None, None] * A["layer_act"][:, None]
+    base = (A.states_bytes + A.buffers_bytes[:, None, :] + reserve
+            + (A.group_head * head_act[:, None])[:, :, None])
+    host_ok = (A.host_bytes <= (cluster.offload.capacity_bytes if cluster.offload else 0.0)) \
+        | ~A.group_valid[:, :, None]  # the offload tier's capacity, (Q, G, Z)
+    base = np.where(A.state_ok[:, None, :] & host_ok, base, inf)
+    infl_v = A.group_inflight / A.v[:, None]
+    act = infl_v[:, :, None, None, None] * A.group_type_layers[:, :, :, None, None] * A.layer_act_bytes[:, None]
     act = np.where(ok[:, None], act, inf)  # (Q, G, T, 3, 2)
     act_min = np.min(act.reshape(Q, G, act.shape[2], -1), axis=3)
     others = act_min.sum(axis=2, keepdims=True) - act_min
@@ -143,69 +143,62 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     feasible = ok[:, None] & np.all(fits, axis=1)  # (Q, Z, T, 3, 2)
 
     def best(name: str, fn, fill: float) -> np.ndarray:
-        vals = np.where(feasible, A[f"layer_{name}"][:, None], fill)
+        vals = np.where(feasible, getattr(A, f"layer_{name}")[:, None], fill)
         return fn(vals.reshape(Q, Z, vals.shape[2], -1), axis=3)  # (Q, Z, T)
 
-    lmin = best("total", np.min, inf)
-    fmax = best("fwd", np.max, 0.0)
-    bmax = best("bwdrec", np.max, 0.0)
-    n = A["g_n"]  # (Q, G, T)
+    lmin = best("total_s", np.min, inf)
+    fmax = best("fwd_s", np.max, 0.0)
+    bmax = best("bwd_s", np.max, 0.0)
+    n = A.group_type_layers  # (Q, G, T)
 
     def per_group(x: np.ndarray) -> np.ndarray:  # (Q, Z, T) -> (Q, Z, G)
         with np.errstate(invalid="ignore"):
             return np.where(n[:, None] > 0, n[:, None] * x[:, :, None, :], 0.0).sum(axis=3)
 
-    emb = np.min(A["emb_total"] + spmask, axis=1)[:, None, None]
-    head = np.min(A["head_total"] + spmask, axis=1)[:, None, None]
-    e_emb, e_head = A["g_emb"][:, None, :], A["g_head"][:, None, :]
-    s_lb = (per_group(lmin) + e_emb * emb + e_head * head + A["p2p"][:, None, None])
-    wf = per_group(fmax) + e_emb * np.max(A["emb_fwd"], axis=1)[:, None, None] \
-        + e_head * np.max(A["head_fwd"], axis=1)[:, None, None]
-    wb = per_group(bmax) + e_emb * np.max(A["emb_bwd"], axis=1)[:, None, None] \
-        + e_head * np.max(A["head_bwd"], axis=1)[:, None, None]
-    layers = A["g_layers"][:, None, :]
+    emb = np.min(A.emb_total_s + spmask, axis=1)[:, None, None]
+    head = np.min(A.head_total_s + spmask, axis=1)[:, None, None]
+    e_emb, e_head = A.group_embedding[:, None, :], A.group_head[:, None, :]
+    s_lb = per_group(lmin) + e_emb * emb + e_head * head  # kernels and TP/CP/EP exchanges
+    wf = per_group(fmax) + e_emb * np.max(A.emb_fwd_s, axis=1)[:, None, None] \
+        + e_head * np.max(A.head_fwd_s, axis=1)[:, None, None]
+    wb = per_group(bmax) + e_emb * np.max(A.emb_bwd_s, axis=1)[:, None, None] \
+        + e_head * np.max(A.head_bwd_s, axis=1)[:, None, None]
+    layers = A.group_layers[:, None, :]
 
-    def zg(name: str) -> np.ndarray:  # (Q, G, Z) -> (Q, Z, G)
-        return np.transpose(A[name], (0, 2, 1))
+    def zg(arr: np.ndarray) -> np.ndarray:  # (Q, G, Z) -> (Q, Z, G)
+        return np.transpose(arr, (0, 2, 1))
 
-    s_lb = s_lb + overlapped_s(zg("g_mbf"), wf, layers, ovl_param, kappa) \
-        + overlapped_s(zg("g_mbb"), wb, layers, ovl_grad, kappa)
-    tail = (zg("g_opt") + A["g_tied"][:, None, :]
-            + overlapped_s(zg("g_grad"), wb, layers, ovl_grad, kappa)
-            + overlapped_s(zg("g_param"), wf, layers, ovl_param, kappa))
-    if cluster.offload is not None:  # the tier's terms, on the state options that use them
-        fz = [k for k in range(Z) if STATES[k][2]]  # parameters fetched for each pass
-        dz = [k for k in range(Z) if STATES[k][1]]  # gradient shard sent down
-        fetch = zg("g_fetch")[:, fz]
-        s_lb[:, fz] += overlapped_s(fetch, wf[:, fz], layers, ovl_param, 0.0) \
-            + overlapped_s(fetch, wb[:, fz], layers, ovl_param, 0.0)
-        tail = tail + zg("g_off")
-        tail[:, dz] += overlapped_s(zg("g_down")[:, dz], wb[:, dz], layers, ovl_grad, 0.0)
+    # the evaluator's composition over the optimistic terms (fetch, down and the CPU step
+    # are zero on the state options that do not use the offload tier)
+    ov = Overlap(ovl_param, ovl_grad, kappa)
+    stage = stage_time(s_lb, wf, wb, A.p2p_s[:, None, None], zg(A.dp_fwd_s), zg(A.dp_bwd_s),
+                       zg(A.fetch_s), layers, ov)
+    tail = tail_time(zg(A.optimizer_s), zg(A.cpu_step_s), A.tied_s[:, None, :],
+                     zg(A.dp_grad_s), zg(A.dp_param_s), zg(A.grad_down_s), wf, wb, layers, ov)
     gmask = valid[:, None, :]
-    s_lb = np.where(gmask, s_lb, 0.0)
-    m, v, pp = A["m"][:, None], A["v"][:, None], A["pp"][:, None]
-    cnt = A["g_cnt"][:, None, :]
-    t_lb = (m * s_lb.max(axis=2) + (pp - 1) / (v * pp) * (cnt * s_lb).sum(axis=2)
-            + np.where(gmask, tail, 0.0).max(axis=2))
-    out = A["w_time"][:, None] * t_lb
-    if np.any(A["w_busy"] > 0):
-        fb = np.where(feasible, (A["layer_fwd"] + A["layer_bwdrec"])[:, None], inf)
+    m, v, pp = A.m[:, None], A.v[:, None], A.pp[:, None]
+    cnt = A.group_count[:, None, :] * gmask
+    t_lb = iteration_time_s(m, pp, v, np.where(gmask, stage.total_s, 0.0), cnt,
+                            np.where(gmask, tail.total_s, 0.0), axis=2)
+    out = A.time_weight[:, None] * t_lb
+    if np.any(A.busy_weight > 0):
+        fb = np.where(feasible, (A.layer_fwd_s + A.layer_bwd_s)[:, None], inf)
         fb_min = np.min(fb.reshape(Q, Z, fb.shape[2], -1), axis=3)
-        ends = (np.min(A["emb_fwd"] + A["emb_bwd"] + spmask, axis=1)[:, None, None] * e_emb
-                + np.min(A["head_fwd"] + A["head_bwd"] + spmask, axis=1)[:, None, None] * e_head)
+        ends = (np.min(A.emb_fwd_s + A.emb_bwd_s + spmask, axis=1)[:, None, None] * e_emb
+                + np.min(A.head_fwd_s + A.head_bwd_s + spmask, axis=1)[:, None, None] * e_head)
         work = np.where(gmask, per_group(fb_min) + ends, 0.0)
-        busy = (m * (cnt * work).sum(axis=2) + (cnt * np.where(gmask, zg("g_opt"), 0.0)).sum(axis=2)) / pp
-        out = out + A["w_busy"][:, None] * busy
-    return np.where(np.isfinite(lmin).all(axis=2) & A["ok_z"], out, inf)
+        busy = busy_s(m, pp, cnt, work, np.where(gmask, zg(A.optimizer_s), 0.0), axis=2)
+        out = out + A.busy_weight[:, None] * busy
+    return np.where(np.isfinite(lmin).all(axis=2) & A.state_ok, out, inf)
 
 
 def time_lower_bounds(tb: Tables) -> np.ndarray:
     """A lower bound of the iteration time at every point, whatever the objective."""
     if not tb.objective.uses_busy_time and tb.objective.name in ("time", "tokens"):
         return lower_bounds(tb)
-    A = tb.arrays
-    timed = replace(tb, arrays={**A, "w_time": np.ones_like(A["w_time"]),
-                                            "w_busy": np.zeros_like(A["w_busy"])})
+    A = tb.terms
+    timed = replace(tb, objective=TIME, terms=replace(
+        A, time_weight=np.ones_like(A.time_weight), busy_weight=np.zeros_like(A.busy_weight)))
     return lower_bounds(timed)
 
 

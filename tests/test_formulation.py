@@ -12,7 +12,7 @@ from formulations.build import build_model
 from formulations.linear import CpsatSession, MilpSession
 from formulations.search import evaluate_key, inner_keys, lower_bounds, run_search
 from formulations.space import SearchSpace, SpaceOptions
-from formulations.tables import build_tables
+from planner.costmodel.tables import build_tables
 from planner.specs.plan_base import model_defaults
 
 from conftest import small_cluster, tiny_model

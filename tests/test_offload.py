@@ -14,7 +14,7 @@ from formulations.build import build_model
 from formulations.linear import CpsatSession
 from formulations.search import evaluate_key, inner_keys, lower_bounds, run_search
 from formulations.space import STATES, SearchSpace, SpaceOptions
-from formulations.tables import build_tables
+from planner.costmodel.tables import build_tables
 from planner.costmodel.evaluator import OFFLOAD_KEY, evaluate
 from planner.costmodel.offload import host_state_bytes, offload_times, optimizer_shard
 from planner.costmodel.stage import state_bytes

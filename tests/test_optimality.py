@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from formulations.search import run_exhaustive, run_search
-from formulations.tables import build_tables
+from planner.costmodel.tables import build_tables
 from planner.costmodel.evaluator import evaluate
 
 from instances import instances, offload_instances

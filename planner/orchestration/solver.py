@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal
 
 from formulations.search import Candidate, SearchResult, run_exhaustive, run_search
 from formulations.space import DECISIONS, SearchSpace, SpaceOptions
-from formulations.tables import build_tables
+from planner.costmodel.tables import build_tables
 from planner import catalog
 from planner.costmodel.constants import GiB
 from planner.costmodel.objective import Objective

@@ -1,11 +1,12 @@
-"""Coefficient tables of the formulations, computed by the evaluator's own functions.
+"""Coefficient tables: every cost term of every point of a search space, computed by the
+evaluator's own functions, as named numpy arrays (:class:`Terms`).
 
 For every point ``q = (outer, domain)`` of the search space and every inner choice
 (recomputation per layer type, sequence parallelism, state option ``z``: the ZeRO stage
 and the offloads of :data:`formulations.space.STATES`) the tables hold the
-terms that the evaluator composes; the formulations only re-express the composition
-(sums, products with per-``q`` constants, maxima, overlap exposure) as constraints.
-Nothing in this module computes physics of its own.
+terms that the evaluator composes. :mod:`planner.costmodel.compose` combines them (the
+vectorized evaluator, the presolve bounds); the formulations re-express the same
+composition as linear rows. Nothing in this module computes physics of its own.
 
 Stage *groups*: pipeline ranks that hold the same layers, embedding and head have the
 same time; memory grows with the in-flight microbatches, so a group keeps its maximum.
@@ -17,12 +18,13 @@ types), and the arrays grow to the largest count.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from formulations.space import RECOMPUTE, STATES, Outer, SearchSpace
+from typing import Any, Iterable, Protocol
+
 from planner.costmodel.objective import Objective
 from planner.costmodel.evaluator import layer_setup, state_shape, strategy_from
 from planner.costmodel.layer import LayerShape, Net, layer_cost
@@ -30,6 +32,7 @@ from planner.costmodel.moe import expert_spans
 from planner.costmodel.network import combine, spans_for
 from planner.costmodel.offload import host_state_bytes, offload_times
 from planner.costmodel.pipeline import Stage, stage_layout
+from planner.costmodel.points import RECOMPUTE, STATES, Inner, Outer
 from planner.costmodel.stage import (
     comm_buffer_bytes,
     dp_comm,
@@ -42,10 +45,93 @@ from planner.costmodel.stage import (
     state_bytes,
     tied_embedding_sync_s,
 )
+from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 MAX_GROUPS = 4
+#: Short names of the assembly below -> :class:`Terms` fields.
+NAMES = {'layer_total': 'layer_total_s', 'layer_fwd': 'layer_fwd_s', 'layer_bwdrec': 'layer_bwd_s', 'layer_act': 'layer_act_bytes', 'layer_ws': 'layer_workspace_bytes', 'layer_recflops': 'layer_extra_flops', 'emb_total': 'emb_total_s', 'emb_fwd': 'emb_fwd_s', 'emb_bwd': 'emb_bwd_s', 'head_total': 'head_total_s', 'head_fwd': 'head_fwd_s', 'head_bwd': 'head_bwd_s', 'head_act': 'head_act_bytes', 'head_ws': 'head_workspace_bytes', 'p2p': 'p2p_s', 'g_tied': 'tied_s', 'g_mbf': 'dp_fwd_s', 'g_mbb': 'dp_bwd_s', 'g_grad': 'dp_grad_s', 'g_param': 'dp_param_s', 'g_opt': 'optimizer_s', 'g_states': 'states_bytes', 'g_off': 'cpu_step_s', 'g_down': 'grad_down_s', 'g_fetch': 'fetch_s', 'g_host': 'host_bytes', 'm': 'm', 'g_valid': 'group_valid', 'g_n': 'group_type_layers', 'g_emb': 'group_embedding', 'g_head': 'group_head', 'g_cnt': 'group_count', 'g_infl': 'group_inflight', 'g_layers': 'group_layers', 'ok_sp': 'sp_ok', 'ok_z': 'state_ok', 'buffers': 'buffers_bytes', 'v': 'v', 'pp': 'pp', 'world': 'world', 'w_time': 'time_weight', 'w_busy': 'busy_weight', 'rc_ok': 'rc_ok'}
+
+
+class PointSource(Protocol):
+    """What the tables need of a search space (:class:`formulations.space.SearchSpace`, or
+    the plan sets of the vectorized evaluator)."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    base: dict[str, Any]
+    fixed: dict[str, Any]
+    order: tuple[str, ...]
+    layer_types: tuple[str, ...]
+    outers: list[Outer]
+
+    def placements(self, o: Outer) -> list[tuple[int, ...] | None]: ...
+    def sp_options(self, o: Outer) -> list[bool]: ...
+    def state_options(self, o: Outer) -> list[int]: ...
+    def recompute_options(self) -> list[tuple[str, ...]]: ...
+    def inners(self, o: Outer) -> Iterable[Inner]: ...
+    def plan(self, o: Outer, domain: tuple[int, ...] | None, inner: Inner) -> Plan: ...
+
+    @property
+    def num_states(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Per point ``q`` (axis 0). Layer terms are indexed ``[q, type, recompute, sp]``; end
+    terms ``[q, sp]``; group terms ``[q, g]`` (``[q, g, type]`` for layer counts,
+    ``[q, g, z]`` for terms of the state option ``z``). Times in seconds per microbatch
+    unless said, memory in bytes per GPU."""
+
+    # layers, per microbatch
+    layer_total_s: np.ndarray  # kernels + TP/CP/EP exchanges
+    layer_fwd_s: np.ndarray
+    layer_bwd_s: np.ndarray  # backward + recomputation
+    layer_act_bytes: np.ndarray
+    layer_workspace_bytes: np.ndarray
+    layer_extra_flops: np.ndarray  # recomputation and expert padding FLOPs (HFU)
+    # embedding (first stage) and LM head (last stage)
+    emb_total_s: np.ndarray
+    emb_fwd_s: np.ndarray
+    emb_bwd_s: np.ndarray
+    head_total_s: np.ndarray
+    head_fwd_s: np.ndarray
+    head_bwd_s: np.ndarray
+    head_act_bytes: np.ndarray
+    head_workspace_bytes: np.ndarray
+    # per point
+    m: np.ndarray  # microbatches per iteration
+    v: np.ndarray
+    pp: np.ndarray
+    world: np.ndarray
+    p2p_s: np.ndarray
+    sp_ok: np.ndarray  # (Q, 2)
+    state_ok: np.ndarray  # (Q, Z)
+    buffers_bytes: np.ndarray  # (Q, Z)
+    time_weight: np.ndarray  # objective per second of iteration time
+    busy_weight: np.ndarray  # objective per second of GPU busy time
+    # stage groups
+    group_valid: np.ndarray
+    group_type_layers: np.ndarray  # (Q, G, T)
+    group_embedding: np.ndarray
+    group_head: np.ndarray
+    group_count: np.ndarray  # pipeline ranks in the group
+    group_inflight: np.ndarray  # chunk-microbatches alive at the group's peak
+    group_layers: np.ndarray  # layers of the group (at least 1)
+    tied_s: np.ndarray  # once per iteration
+    # per state option (Q, G, Z): data-parallel traffic, optimizer, states, offload tier
+    dp_fwd_s: np.ndarray  # per microbatch, behind forward
+    dp_bwd_s: np.ndarray  # per microbatch, behind backward
+    dp_grad_s: np.ndarray  # once per iteration
+    dp_param_s: np.ndarray  # once per iteration
+    optimizer_s: np.ndarray
+    states_bytes: np.ndarray
+    cpu_step_s: np.ndarray  # CPU optimizer step and parameter upload, exposed
+    grad_down_s: np.ndarray  # gradient shard to the tier, behind backward
+    fetch_s: np.ndarray  # parameter shard from the tier, per microbatch and pass
+    host_bytes: np.ndarray
+    rc_ok: np.ndarray  # (T, 3): recomputation modes allowed per layer type
 
 
 @dataclass(frozen=True)
@@ -74,22 +160,17 @@ class Tables:
     """Arrays indexed by point q (axis 0); layer options by (type, recompute, sp); state
     options (ZeRO stage, offloads) by z."""
 
-    space: SearchSpace
+    space: PointSource
     points: list[tuple[Outer, tuple[int, ...] | None]]
     objective: Objective
     layer_types: tuple[str, ...]
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self.arrays[key]
+    terms: Terms
 
     @property
     def num_points(self) -> int:
         return len(self.points)
 
     def plan(self, q: int, rc: tuple[int, ...], sp: int, z: int) -> Plan:
-        from formulations.space import Inner
-
         outer, dom = self.points[q]
         inner = Inner.of(tuple(RECOMPUTE[i] for i in rc), bool(sp), int(z))
         return self.space.plan(outer, dom, inner)
@@ -129,11 +210,11 @@ def _state_slopes(gpu, tier, n: int, dtype: str, Z: int) -> dict[str, np.ndarray
     return out
 
 
-def _sp_options(space: SearchSpace, tp: int) -> list[bool]:
+def _sp_options(space: PointSource, tp: int) -> list[bool]:
     return space.sp_options(Outer(tp, 1, 1, 1, 1, 1, False))
 
 
-def build_tables(space: SearchSpace, objective: Objective | str = "time") -> Tables:
+def build_tables(space: PointSource, objective: Objective | str = "time") -> Tables:
     objective = Objective.of(objective)
     model, cluster = space.model, space.cluster
     gpu, levels = cluster.gpu, tuple(cluster.topology)
@@ -247,7 +328,7 @@ def build_tables(space: SearchSpace, objective: Objective | str = "time") -> Tab
                         c = layer_cost(model, gpu, net, shape, strat)
                         LT[k, :, ti, ri, int(sp)] = (c.total_s, c.fwd_s, c.bwd_s + c.recompute_s,
                                                      c.act_bytes, c.workspace_bytes,
-                                                     c.recompute_flops)
+                                                     c.recompute_flops + c.padding_flops)
     enames = ("emb_total", "emb_fwd", "emb_bwd", "head_total", "head_fwd", "head_bwd",
               "head_act", "head_ws")
     ET = np.zeros((len(keys["end"]), len(enames), 2))
@@ -281,7 +362,7 @@ def build_tables(space: SearchSpace, objective: Objective | str = "time") -> Tab
 
     # ---- assemble per-point arrays -------------------------------------------------------
     qo = np.array(q_outer, dtype=np.int64)
-    A: dict[str, np.ndarray] = {}
+    A: dict[str, Any] = {}
     kl = np.array(q_keys["layer"])
     for i, name in enumerate(lnames):
         A[f"layer_{name}"] = LT[kl, i]
@@ -315,12 +396,11 @@ def build_tables(space: SearchSpace, objective: Objective | str = "time") -> Tab
                        ("g_layers", g_layers), ("ok_sp", o_sp), ("ok_z", o_z),
                        ("buffers", o_buf)):
         A[name] = arr_[qo]
-    A["g_has"] = A["g_n"] > 0
     A["v"] = np.array([o.v for o in outers], np.int64)[qo]
     A["pp"] = np.array([o.pp for o in outers], np.int64)[qo]
     A["world"] = np.array([o.world for o in outers], np.int64)[qo]
-    A["hw_scale"] = np.array([o.tp * o.cp * o.dp for o in outers], float)[qo] * A["m"]
     w = np.array([objective.weights(cluster, o.world) for o in outers])
     A["w_time"], A["w_busy"] = w[qo, 0], w[qo, 1]
     A["rc_ok"] = rc_ok
-    return Tables(space, points, objective, types, A)
+    terms = Terms(**{NAMES[k]: v for k, v in A.items()})
+    return Tables(space, points, objective, types, terms)

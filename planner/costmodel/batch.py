@@ -1,0 +1,295 @@
+"""The vectorized evaluator: many plans at once, through the same terms and composition.
+
+:func:`evaluate_columns` evaluates a columnar batch, plans given as indices into
+coefficient tables (:mod:`planner.costmodel.tables`: point ``q``, recomputation per layer
+type, sequence parallelism, state option), with numpy over the stage groups through
+:mod:`planner.costmodel.compose`, the composition the scalar evaluator uses.
+:func:`evaluate_many` takes a list of :class:`~planner.specs.plan.Plan` objects, tabulates
+the points they use, and answers with the same arrays; plans the tables cannot hold (a
+structural rule broken, a placement that does not fit the topology) go through the scalar
+evaluator, so every entry equals :func:`planner.costmodel.evaluator.evaluate` on its plan
+(to float rounding, relative 1e-12 in practice).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+import numpy as np
+
+from planner.costmodel.compose import (
+    Overlap,
+    busy_s,
+    iteration_time_s,
+    stage_memory,
+    stage_time,
+    tail_time,
+)
+from planner.costmodel.energy import energy_coefficients
+from planner.costmodel.evaluator import check_structure, evaluate
+from planner.costmodel.layer import model_flops_per_sequence
+from planner.costmodel.network import PlacementError, spans_for
+from planner.costmodel.objective import TIME, Objective
+from planner.costmodel.points import DECISIONS, RECOMPUTE, STATES, Inner, Outer
+from planner.costmodel.tables import Tables, build_tables
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import WORLD_DIMS, Plan
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """One entry per plan. ``costable`` is False where a plan cannot be costed at all
+    (more GPUs than the cluster has, more stages than layers, offload without a tier, a
+    placement that does not fit); its times and memory are NaN and it is infeasible."""
+
+    feasible: np.ndarray
+    costable: np.ndarray
+    iteration_time_s: np.ndarray
+    memory_per_gpu_bytes: np.ndarray
+    host_memory_per_gpu_bytes: np.ndarray  # 0 on clusters without an offload tier
+    gpu_busy_s: np.ndarray
+    energy_j: np.ndarray
+    mfu: np.ndarray
+    hfu: np.ndarray
+    tokens_per_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.feasible)
+
+    @classmethod
+    def concat(cls, parts: Sequence["Estimates"]) -> "Estimates":
+        return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                      for f in fields(cls)})
+
+    def take(self, index: np.ndarray) -> "Estimates":
+        return Estimates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+# ---- the columnar core -------------------------------------------------------------------
+def _per_type(arr: np.ndarray, q: np.ndarray, rc: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """``arr[q, t, rc[:, t], sp]`` for every type t: (P, T)."""
+    t = np.arange(arr.shape[1])[None, :]
+    return arr[q[:, None], t, rc, sp[:, None]]
+
+
+def evaluate_columns(tb: Tables, q: np.ndarray, rc: np.ndarray, sp: np.ndarray,
+                     z: np.ndarray) -> Estimates:
+    """Plans ``(q[i], rc[i], sp[i], z[i])`` of the tables ``tb``: point, recomputation index
+    per layer type (into :data:`RECOMPUTE`), sequence parallelism (0/1), state option (into
+    :data:`STATES`). Every plan must be one the tables hold (``tb.terms.sp_ok``,
+    ``state_ok`` and ``rc_ok`` true), as every plan of a search space is."""
+    A, cluster = tb.terms, tb.space.cluster
+    q, sp, z = (np.asarray(a, np.int64) for a in (q, sp, z))
+    rc = np.asarray(rc, np.int64).reshape(len(q), -1)
+    g_ok = A.group_valid[q]  # (P, G)
+    n = A.group_type_layers[q].astype(float)  # (P, G, T)
+    emb, head = A.group_embedding[q], A.group_head[q]
+    pick = lambda arr: _per_type(arr, q, rc, sp)  # noqa: E731
+    on_ends = lambda e, h: emb * e[q, sp][:, None] + head * h[q, sp][:, None]  # noqa: E731
+    compute = np.einsum("pgt,pt->pg", n, pick(A.layer_total_s)) + on_ends(A.emb_total_s,
+                                                                           A.head_total_s)
+    wf = np.einsum("pgt,pt->pg", n, pick(A.layer_fwd_s)) + on_ends(A.emb_fwd_s, A.head_fwd_s)
+    wb = np.einsum("pgt,pt->pg", n, pick(A.layer_bwd_s)) + on_ends(A.emb_bwd_s, A.head_bwd_s)
+    by_z = lambda arr: arr[q, :, z]  # noqa: E731  (P, G)
+    settings = tb.space.plan(*tb.points[0], next(iter(tb.space.inners(tb.points[0][0]))))
+    ov = Overlap(settings.overlap_param_gather, settings.overlap_dp_grad_reduce,
+                 cluster.gpu.efficiency.overlap_slowdown)
+    layers = A.group_layers[q]
+    stage = stage_time(compute, wf, wb, A.p2p_s[q][:, None], by_z(A.dp_fwd_s), by_z(A.dp_bwd_s),
+                       by_z(A.fetch_s), layers, ov)
+    tail = tail_time(by_z(A.optimizer_s), by_z(A.cpu_step_s), A.tied_s[q], by_z(A.dp_grad_s),
+                     by_z(A.dp_param_s), by_z(A.grad_down_s), wf, wb, layers, ov)
+    m, v, pp = A.m[q], A.v[q], A.pp[q]
+    counts = A.group_count[q] * g_ok
+    t_iter = iteration_time_s(m, pp, v, np.where(g_ok, stage.total_s, 0.0), counts,
+                              np.where(g_ok, tail.total_s, 0.0), axis=1)
+    busy = busy_s(m, pp, counts, wf + wb, np.where(g_ok, by_z(A.optimizer_s), 0.0), axis=1)
+    mem, host = _memory(tb, q, rc, sp, z, n, g_ok)
+    ok = (mem <= cluster.gpu.hbm_bytes) & A.sp_ok[q, sp] & A.state_ok[q, z]
+    if cluster.offload is not None:
+        ok &= host <= cluster.offload.capacity_bytes
+    return _finish(tb, q, rc, sp, ok, t_iter, mem, host, busy)
+
+
+def _memory(tb: Tables, q, rc, sp, z, n, g_ok) -> tuple[np.ndarray, np.ndarray]:
+    """HBM and offload-tier bytes of the worst stage group of each plan."""
+    A, cluster = tb.terms, tb.space.cluster
+    act = np.einsum("pgt,pt->pg", n, _per_type(A.layer_act_bytes, q, rc, sp))
+    ws_t = _per_type(A.layer_workspace_bytes, q, rc, sp)  # (P, T)
+    ws = np.max(np.where(n > 0, ws_t[:, None, :], 0.0), axis=2)
+    head = A.group_head[q].astype(bool)
+    ws = np.where(head, np.maximum(ws, A.head_workspace_bytes[q, sp][:, None]), ws)
+    mem = stage_memory(A.states_bytes[q, :, z], A.buffers_bytes[q, z][:, None], act,
+                       A.group_inflight[q], A.v[q][:, None], ws,
+                       np.where(head, A.head_act_bytes[q, sp][:, None], 0.0),
+                       cluster.memory_reserve_gib * 2**30)
+    total = np.max(np.where(g_ok, mem.total, -np.inf), axis=1)
+    host = np.max(np.where(g_ok, A.host_bytes[q, :, z], 0.0), axis=1)
+    return total, host
+
+
+def _finish(tb: Tables, q, rc, sp, ok, t_iter, mem, host, busy) -> Estimates:
+    """Throughput, FLOPs utilization and energy from the times."""
+    A, space, cluster = tb.terms, tb.space, tb.space.cluster
+    seq, gb = space.base["seq_len"], space.base["global_batch_size"]
+    dtype = space.base.get("dtype", "bf16")
+    outers = [o for o, _ in tb.points]
+    replicas = np.array([o.tp * o.cp * o.dp for o in outers], float)[q]  # GPUs per stage
+    counts = np.array([space.model.layer_counts()[t] for t in tb.layer_types], float)
+    extra = _per_type(A.layer_extra_flops, q, rc, sp) @ counts  # per microbatch and replica
+    model_flops = gb * model_flops_per_sequence(space.model, seq)
+    hw_flops = model_flops + extra * replicas * A.m[q]
+    world = A.world[q].astype(float)
+    peak = cluster.gpu.peak_flops(dtype)
+    coef = {w: energy_coefficients(cluster, int(w)) for w in np.unique(world)}
+    a_j = np.array([coef[w][0] for w in world])
+    b_j = np.array([coef[w][1] for w in world])
+    return Estimates(
+        feasible=ok, costable=np.ones(len(q), bool), iteration_time_s=t_iter,
+        memory_per_gpu_bytes=mem, host_memory_per_gpu_bytes=host, gpu_busy_s=busy,
+        energy_j=a_j * t_iter + b_j * busy, mfu=model_flops / (t_iter * world * peak),
+        hfu=hw_flops / (t_iter * world * peak), tokens_per_s=gb * seq / t_iter)
+
+
+# ---- lists of plans ----------------------------------------------------------------------
+class PlanSet:
+    """The points a list of plans with the same settings uses, as a point source for
+    :func:`build_tables` (every inner choice tabulated at each point)."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan]):
+        first = plans[0]
+        self.model, self.cluster, self._first = model, cluster, first
+        self.base = {"seq_len": first.seq_len, "global_batch_size": first.global_batch_size,
+                     "dtype": first.dtype}
+        self.fixed = {"tp_comm": first.tp_comm or "allreduce"}
+        self.order = tuple(first.placement.order)
+        self.layer_types = model.layer_types
+        self.points: list[tuple[Outer, tuple[int, ...] | None]] = []
+        self._domains: dict[Outer, list[tuple[int, ...] | None]] = {}
+        self.keys = [self._add(p) for p in plans]
+        self.outers = list(self._domains)
+
+    def _add(self, plan: Plan) -> tuple[int, tuple[int, ...], int, int]:
+        moe = self.model.moe is not None
+        o = Outer(plan.tp, plan.cp, plan.pp, plan.dp, plan.microbatch_size,
+                  plan.virtual_stages, self.model.num_layers % (plan.pp * plan.virtual_stages)
+                  != 0, plan.ep, plan.etp if moe else 1, plan.cp_comm)
+        given = plan.placement.domain
+        dom = tuple(int(given.get(d, 1)) for d in WORLD_DIMS) if given else None
+        doms = self._domains.setdefault(o, [])
+        if dom not in doms:
+            doms.append(dom)
+        rc = tuple(RECOMPUTE.index(plan.recompute_for(t)) for t in self.layer_types)
+        z = STATES.index((plan.zero_stage, plan.offload_optimizer, plan.offload_params))
+        return (o, dom), rc, int(plan.sequence_parallel and plan.tp > 1), z
+
+    def placements(self, o: Outer) -> list[tuple[int, ...] | None]:
+        return self._domains[o]
+
+    def sp_options(self, o: Outer) -> list[bool]:
+        return [False, True] if o.tp > 1 else [False]
+
+    @property
+    def num_states(self) -> int:
+        return len(STATES) if self.cluster.offload is not None else 4
+
+    def state_options(self, o: Outer) -> list[int]:
+        return list(range(self.num_states))
+
+    def recompute_options(self) -> list[tuple[str, ...]]:
+        return list(itertools.product(RECOMPUTE, repeat=len(self.layer_types)))
+
+    def inners(self, o: Outer):
+        for rc in self.recompute_options():
+            for sp in self.sp_options(o):
+                for k in self.state_options(o):
+                    yield Inner.of(rc, sp, k)
+
+    def plan(self, o: Outer, domain: tuple[int, ...] | None, inner: Inner) -> Plan:
+        """The settings every plan of the set shares (the degrees are not used)."""
+        return self._first
+
+
+def _settings_key(plan: Plan) -> str:
+    """What the plans of one table must share: every field that is not a decision, the
+    placement order and the TP exchange."""
+    data = plan.to_dict()
+    shared = {k: v for k, v in data.items() if k not in DECISIONS}
+    shared["order"] = list(plan.placement.order)
+    shared["tp_comm"] = plan.tp_comm or "allreduce"
+    return json.dumps(shared, sort_keys=True, default=str)
+
+
+def _tabulable(model: ModelSpec, cluster: ClusterSpec, plan: Plan, allow_idle: bool) -> bool:
+    if check_structure(model, cluster, plan, allow_idle):
+        return False
+    given = plan.placement.domain
+    dom = tuple(int(given.get(d, 1)) for d in WORLD_DIMS) if given else None
+    try:
+        spans_for(tuple(plan.degree(d) for d in WORLD_DIMS), dom, tuple(plan.placement.order),
+                  tuple(cluster.topology))
+    except PlacementError:
+        return False
+    return True
+
+
+def evaluate_many(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan],
+                  allow_idle_gpus: bool = False) -> Estimates:
+    """Every plan of ``plans``, as arrays in the same order (see :class:`Estimates`)."""
+    plans = list(plans)
+    parts: list[tuple[np.ndarray, Estimates]] = []
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(plans):
+        if _tabulable(model, cluster, p, allow_idle_gpus):
+            groups.setdefault(_settings_key(p), []).append(i)
+        else:
+            parts.append((np.array([i]), _scalar(model, cluster, p, allow_idle_gpus)))
+    for idx in groups.values():
+        ps = PlanSet(model, cluster, [plans[i] for i in idx])
+        tb = build_tables(ps, TIME)
+        where = {pt: k for k, pt in enumerate(tb.points)}
+        keys = ps.keys
+        est = evaluate_columns(tb, np.array([where[k[0]] for k in keys]),
+                               np.array([k[1] for k in keys]).reshape(len(idx), -1),
+                               np.array([k[2] for k in keys]), np.array([k[3] for k in keys]))
+        parts.append((np.array(idx), est))
+    return _scatter(len(plans), parts)
+
+
+def _scatter(size: int, parts: list[tuple[np.ndarray, Estimates]]) -> Estimates:
+    """One batch in plan order from batches of plan indices."""
+    out = {f.name: np.zeros(size, bool if f.name in ("feasible", "costable") else float)
+           for f in fields(Estimates)}
+    for idx, est in parts:
+        for name, arr in out.items():
+            arr[idx] = getattr(est, name)
+    return Estimates(**out)
+
+
+def _scalar(model: ModelSpec, cluster: ClusterSpec, plan: Plan, allow_idle: bool) -> Estimates:
+    """One plan through the scalar evaluator, as a one-entry batch."""
+    est = evaluate(model, cluster, plan, allow_idle)
+    nan = float("nan")
+    val: dict[str, Any] = {
+        "feasible": est.feasible, "costable": est.iteration_time_s is not None,
+        "iteration_time_s": est.iteration_time_s, "memory_per_gpu_bytes":
+        est.memory_per_gpu_bytes, "host_memory_per_gpu_bytes":
+        est.host_memory_per_gpu_bytes or 0.0, "gpu_busy_s": est.gpu_busy_s,
+        "energy_j": est.energy_j, "mfu": est.mfu, "hfu": est.hfu,
+        "tokens_per_s": est.tokens_per_s}
+    return Estimates(**{k: np.array([nan if v is None else v]) for k, v in val.items()})
+
+
+def objective_values(tb: Tables, q: np.ndarray, est: Estimates,
+                     objective: Objective | None = None) -> np.ndarray:
+    """The per-iteration objective of each plan (the tables' objective by default)."""
+    if objective is None:
+        return tb.terms.time_weight[q] * est.iteration_time_s \
+            + tb.terms.busy_weight[q] * est.gpu_busy_s
+    world = tb.terms.world[q]
+    weights = np.array([objective.weights(tb.space.cluster, int(w)) for w in world])
+    return weights[:, 0] * est.iteration_time_s + weights[:, 1] * est.gpu_busy_s
