@@ -16,7 +16,7 @@ import argparse
 import json
 import time
 
-from formulations.search import run_exhaustive
+from formulations.exhaustive import run_exhaustive
 from planner.orchestration.solver import build_space, solve
 from planner.specs.loaders import load_cluster, load_model
 

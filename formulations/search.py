@@ -346,43 +346,5 @@ def _result(backend: str, status: str, pool: dict[Key, Candidate], top_k: int,
     return SearchResult(backend, status, feas[:top_k], bound, stats, time.perf_counter() - t0)
 
 
-def run_exhaustive(tb_space, objective: Objective | str = "time", top_k: int = 1,
-                   time_limit_s: float = 1e9,
-                   progress: Callable[[int, int], None] | None = None,
-                   max_time_s: float | None = None) -> SearchResult:
-    """Brute force: evaluate every plan of the space with the evaluator (the reference)."""
-    objective = Objective.of(objective)
-    space = tb_space
-    t0 = time.perf_counter()
-    stats = SearchStats(space_size=space.size())
-    best: list[tuple[float, str, Plan, Estimate]] = []
-    status = "optimal"
-    done = 0
-    for o, dom, inner in space:
-        if time.perf_counter() - t0 > time_limit_s:
-            status = "time_limit"
-            break
-        plan = space.plan(o, dom, inner)
-        est = evaluate(space.model, space.cluster, plan, space.options.allow_idle_gpus)
-        done += 1
-        if progress and done % 2000 == 0:
-            progress(done, stats.space_size)
-        if not within(est, max_time_s):
-            continue
-        obj = objective.value(space.cluster, plan.world_size, est.iteration_time_s,
-                              est.gpu_busy_s)
-        best.append((obj, repr((o, dom, inner)), plan, est))
-        if len(best) > 4 * top_k:
-            best.sort(key=lambda r: (r[0], r[1]))
-            del best[top_k:]
-    stats.evaluations = done
-    best.sort(key=lambda r: (r[0], r[1]))
-    cands = [Candidate((0, (), 0, 0), p, e, obj) for obj, _, p, e in best[:top_k]]
-    if not cands and status == "optimal":
-        status = "infeasible"
-    return SearchResult("exhaustive", status, cands, cands[0].objective if cands else None,
-                        stats, time.perf_counter() - t0)
-
-
-__all__ = ["run_search", "run_exhaustive", "presolve", "lower_bounds", "SearchResult", "Candidate",
+__all__ = ["run_search", "presolve", "lower_bounds", "SearchResult", "Candidate",
            "Inner"]

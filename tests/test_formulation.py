@@ -104,3 +104,34 @@ def test_ortools_and_highspy_load_together():
     import pulp
 
     assert pulp.HiGHS().available()
+
+
+def test_linear_rows_reproduce_the_composition_on_random_points():
+    """Each row builder linearizes a function of planner.costmodel.compose (stage time,
+    tail, iteration time with the schedule's bubble, memory, busy time): with a plan fixed,
+    the model's objective is compose's value for it (through the vectorized evaluator),
+    for a busy-time objective too, on a cluster with an offload tier."""
+    import numpy as np
+
+    from planner.costmodel.batch import evaluate_columns, objective_values
+    from planner.specs.loaders import load_cluster
+
+    model = tiny_model(num_layers=6, global_batch_size=16, tied_embeddings=True)
+    cluster = load_cluster("dgx-h100-superpod", 16)
+    space = SearchSpace(model, cluster, model_defaults(model), {}, OPTS)
+    tb = build_tables(space, "energy")
+    rng = random.Random(11)
+    keys = [k for q in rng.sample(range(tb.num_points), 10) for k in inner_keys(tb, q)]
+    checked = 0
+    for key in rng.sample(keys, 25):
+        q, rc, sp, z = key
+        est = evaluate_columns(tb, np.array([q]), np.array([rc]), np.array([sp]), np.array([z]))
+        if not est.feasible[0]:
+            continue
+        composed = float(objective_values(tb, np.array([q]), est)[0])
+        res, vm = _model_value(tb, key)
+        assert res.status == "optimal"
+        assert res.objective / (vm.obj_scale * vm.ticks.per_s) == pytest.approx(composed,
+                                                                                 rel=1e-5)
+        checked += 1
+    assert checked >= 8

@@ -321,7 +321,7 @@ def test_cli_offload_without_tier_exits_1(capsys):
 def test_raw_formulation_with_a_tight_tier_matches_exhaustive():
     """Without the presolve, on a small GPU with a small tier (both memories bind), the
     model alone finds and proves the exhaustive optimum, for CP-SAT and MILP."""
-    from formulations.search import run_exhaustive
+    from formulations.exhaustive import run_exhaustive
 
     model = tiny_model(num_layers=8, hidden_size=2048, num_attention_heads=16,
                        ffn_hidden_size=8192, global_batch_size=8)
@@ -342,7 +342,7 @@ def test_raw_formulation_with_a_tight_tier_matches_exhaustive():
 def test_moe_experts_offload_with_their_own_shards():
     """Routed experts are sharded over the expert-data-parallel group: their offloaded states
     follow that sharding, and the model still agrees with brute force."""
-    from formulations.search import run_exhaustive
+    from formulations.exhaustive import run_exhaustive
 
     model = tiny_model(num_layers=2, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
                        ffn_hidden_size=1024, seq_len=512, global_batch_size=4,

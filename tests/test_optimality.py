@@ -12,7 +12,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formulations.search import run_exhaustive, run_search
+from formulations.exhaustive import run_exhaustive
+from formulations.search import run_search
 from planner.costmodel.tables import build_tables
 from planner.costmodel.evaluator import evaluate
 

@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from formulations.search import Candidate, SearchResult, run_exhaustive, run_search
+from formulations.exhaustive import run_exhaustive
+from formulations.search import Candidate, SearchResult, run_search
 from formulations.space import DECISIONS, SearchSpace, SpaceOptions
 from planner.costmodel.tables import build_tables
 from planner import catalog
