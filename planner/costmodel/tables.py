@@ -214,193 +214,250 @@ def _sp_options(space: PointSource, tp: int) -> list[bool]:
     return space.sp_options(Outer(tp, 1, 1, 1, 1, 1, False))
 
 
-def build_tables(space: PointSource, objective: Objective | str = "time") -> Tables:
-    objective = Objective.of(objective)
-    model, cluster = space.model, space.cluster
-    gpu, levels = cluster.gpu, tuple(cluster.topology)
-    chunks = cluster.collective_chunks
-    types = space.layer_types
-    nt = len(types)
-    outers = space.outers
-    # settings shared by every plan (attention kernel, dtype, overlap), from any plan
-    base = next((space.plan(o, None, i) for o in outers for i in space.inners(o)), None)
-    seq = space.base["seq_len"]
-    gb = space.base["global_batch_size"]
-    dtype = space.base.get("dtype", "bf16")
-    o_m_list = [gb // (o.dp * o.mbs) for o in outers]
-    all_groups = [stage_groups(model, o.pp, o.v, m_, o.uneven) for o, m_ in zip(outers, o_m_list)]
-    O, G = len(outers), max([MAX_GROUPS] + [len(g) for g in all_groups])
-    rc_opts = space.recompute_options()
-    rc_ok = np.array([[mode in opts for mode in RECOMPUTE] for opts in zip(*rc_opts)]) \
-        if rc_opts else np.zeros((nt, 3), bool)
+@dataclass(frozen=True)
+class _Ctx:
+    """What every part of the tabulation reads."""
 
-    # ---- per outer configuration --------------------------------------------------------
-    o_m = np.array([gb // (o.dp * o.mbs) for o in outers], dtype=np.int64)
-    o_sp = np.zeros((O, 2), bool)
-    Z = space.num_states
-    zero_of = np.array([STATES[k][0] for k in range(Z)], np.int64)
-    tier = cluster.offload
-    o_z = np.zeros((O, Z), bool)
-    o_buf = np.zeros((O, Z))
-    g_valid = np.zeros((O, G), bool)
-    g_n = np.zeros((O, G, nt), np.int64)
-    g_emb, g_head, g_cnt, g_infl, g_layers = (np.zeros((O, G), np.int64) for _ in range(5))
-    g_params = np.zeros((O, G))
-    g_eparams = np.zeros((O, G))  # routed-expert parameters (MoE)
-    # per parameter (every term is linear in the parameters), dense and routed experts
-    o_shard = np.zeros(O, np.int64)  # dp x cp: the group ZeRO shards the states over
-    o_eshard = np.zeros(O, np.int64)  # the expert-data-parallel group (MoE)
+    space: PointSource
+    model: ModelSpec
+    cluster: ClusterSpec
+    levels: tuple
+    types: tuple[str, ...]
+    seq: int
+    gb: int
+    dtype: str
+    base: Plan  # the settings every plan shares (attention kernel, dtype, overlaps)
+    rc_ok: np.ndarray  # (T, 3)
+    num_states: int
+
+    def tp_comm(self, sp: bool) -> str:
+        return self.space.fixed.get("tp_comm") or ("rs_ag" if sp else "allreduce")
+
+
+def build_tables(space: PointSource, objective: Objective | str = "time") -> Tables:
+    """Every term of every point of ``space``, for every inner choice it allows."""
+    objective = Objective.of(objective)
+    outers = space.outers
+    rc_opts = space.recompute_options()
+    nt = len(space.layer_types)
+    ctx = _Ctx(space, space.model, space.cluster, tuple(space.cluster.topology),
+               space.layer_types, space.base["seq_len"], space.base["global_batch_size"],
+               space.base.get("dtype", "bf16"),
+               next((space.plan(o, None, i) for o in outers for i in space.inners(o)), None),
+               np.array([[mode in opts for mode in RECOMPUTE] for opts in zip(*rc_opts)])
+               if rc_opts else np.zeros((nt, 3), bool), space.num_states)
+    per_outer = _outer_arrays(ctx)
+    points, q_outer, keys, q_keys = _point_keys(ctx)
+    A = _assemble(ctx, per_outer, np.array(q_outer, dtype=np.int64), keys, q_keys)
+    w = np.array([objective.weights(ctx.cluster, o.world) for o in outers]).reshape(-1, 2)
+    qo = np.array(q_outer, dtype=np.int64)
+    A["w_time"], A["w_busy"] = w[qo, 0], w[qo, 1]
+    A["rc_ok"] = ctx.rc_ok
+    terms = Terms(**{NAMES[k]: v for k, v in A.items()})
+    return Tables(space, points, objective, ctx.types, terms)
+
+
+def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
+    """Per outer configuration (axis 0): stage groups, allowed options, buffers, parameters
+    per group and the per-parameter state terms."""
+    space, model, types = ctx.space, ctx.model, ctx.types
+    outers = space.outers
+    ms = [ctx.gb // (o.dp * o.mbs) for o in outers]
+    groups = [stage_groups(model, o.pp, o.v, m, o.uneven) for o, m in zip(outers, ms)]
+    O, G, Z = len(outers), max([MAX_GROUPS] + [len(g) for g in groups]), ctx.num_states
+    out: dict[str, np.ndarray] = {
+        "m": np.array(ms, np.int64).reshape(O), "ok_sp": np.zeros((O, 2), bool),
+        "ok_z": np.zeros((O, Z), bool), "buffers": np.zeros((O, Z)),
+        "g_valid": np.zeros((O, G), bool), "g_n": np.zeros((O, G, len(types)), np.int64),
+        "g_params": np.zeros((O, G)), "g_eparams": np.zeros((O, G)),
+        **{k: np.zeros((O, G), np.int64) for k in ("g_emb", "g_head", "g_cnt", "g_infl",
+                                                    "g_layers")}}
+    shard, eshard = np.zeros(O, np.int64), np.zeros(O, np.int64)
     for oi, o in enumerate(outers):
-        shape = LayerShape(o.tp, o.cp, o.mbs, seq)
-        for sp in space.sp_options(o):
-            o_sp[oi, int(sp)] = True
+        out["ok_sp"][oi, [int(sp) for sp in space.sp_options(o)]] = True
         bufs: dict[int, float] = {}  # by ZeRO stage
         for k in space.state_options(o):
             z = STATES[k][0]
             if z not in bufs:
-                bufs[z] = comm_buffer_bytes(
-                    model, state_shape(model, o.tp, o.cp, o.mbs, seq, o.ep, o.etp), z, types)
-            o_z[oi, k] = True
-            o_buf[oi, k] = bufs[z]
-        groups = all_groups[oi]
-        for gi, grp in enumerate(groups):
-            layers = dict(grp.layers)
-            g_valid[oi, gi] = True
-            g_emb[oi, gi], g_head[oi, gi] = grp.embedding, grp.head
-            g_cnt[oi, gi], g_infl[oi, gi] = grp.count, grp.inflight
-            g_layers[oi, gi] = max(sum(layers.values()), 1)
-            for ti, t in enumerate(types):
-                g_n[oi, gi, ti] = layers.get(t, 0)
-            g_params[oi, gi], g_eparams[oi, gi] = stage_params_split(
-                model, o.tp, o.pp, layers, grp.embedding, grp.head, o.ep, o.etp)
-        o_shard[oi] = o.dp * o.cp
-        o_eshard[oi] = expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp)
-    # per-parameter state terms for each group size, gathered per outer: (O, Z) each
-    sizes = sorted(set(o_shard.tolist()) | set(o_eshard.tolist()))
-    per_size = [_state_slopes(gpu, tier, n, dtype, Z) for n in sizes]
-    pos = {n: i for i, n in enumerate(sizes)}
-    slopes: dict[str, np.ndarray] = {}
-    for pre, shard in (("", o_shard), ("e", o_eshard)):
-        idx = np.array([pos[int(n)] for n in shard], np.int64)
-        for name in per_size[0]:
-            slopes[pre + name] = np.array([d[name] for d in per_size])[idx]
+                shape = state_shape(model, o.tp, o.cp, o.mbs, ctx.seq, o.ep, o.etp)
+                bufs[z] = comm_buffer_bytes(model, shape, z, types)
+            out["ok_z"][oi, k], out["buffers"][oi, k] = True, bufs[z]
+        for gi, grp in enumerate(groups[oi]):
+            _group_row(out, oi, gi, grp, o, ctx)
+        shard[oi] = o.dp * o.cp  # the group ZeRO shards the states over
+        eshard[oi] = expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp)  # routed experts' group
+    out.update(_state_slopes_per_outer(ctx, shard, eshard))
+    return out
 
-    # ---- per point: keys into tables of unique terms ------------------------------------
+
+def _group_row(out: dict[str, np.ndarray], oi: int, gi: int, grp: Group, o: Outer,
+               ctx: _Ctx) -> None:
+    layers = dict(grp.layers)
+    out["g_valid"][oi, gi] = True
+    out["g_emb"][oi, gi], out["g_head"][oi, gi] = grp.embedding, grp.head
+    out["g_cnt"][oi, gi], out["g_infl"][oi, gi] = grp.count, grp.inflight
+    out["g_layers"][oi, gi] = max(sum(layers.values()), 1)
+    for ti, t in enumerate(ctx.types):
+        out["g_n"][oi, gi, ti] = layers.get(t, 0)
+    out["g_params"][oi, gi], out["g_eparams"][oi, gi] = stage_params_split(
+        ctx.model, o.tp, o.pp, layers, grp.embedding, grp.head, o.ep, o.etp)
+
+
+def _state_slopes_per_outer(ctx: _Ctx, shard: np.ndarray, eshard: np.ndarray
+                            ) -> dict[str, np.ndarray]:
+    """Per-parameter state terms for each ZeRO group size, gathered per outer: (O, Z)."""
+    gpu, tier = ctx.cluster.gpu, ctx.cluster.offload
+    sizes = sorted(set(shard.tolist()) | set(eshard.tolist()))
+    per_size = [_state_slopes(gpu, tier, n, ctx.dtype, ctx.num_states) for n in sizes]
+    pos = {n: i for i, n in enumerate(sizes)}
+    out: dict[str, np.ndarray] = {}
+    for pre, sh in (("slope_", shard), ("eslope_", eshard)):
+        idx = np.array([pos[int(n)] for n in sh], np.int64)
+        for name in (per_size[0] if per_size else {}):
+            out[pre + name] = np.array([d[name] for d in per_size])[idx]
+    return out
+
+
+KEY_KINDS = ("layer", "end", "p2p", "dp", "edp", "tied")
+
+
+def _point_keys(ctx: _Ctx):
+    """The points (outer, domain) and, per point, keys into tables of unique terms (points
+    that share degrees and a domain share spans: computed once)."""
+    space, moe = ctx.space, ctx.model.moe is not None
     points: list[tuple[Outer, tuple[int, ...] | None]] = []
     q_outer: list[int] = []
-    keys: dict[str, dict] = {"layer": {}, "end": {}, "p2p": {}, "dp": {}, "edp": {}, "tied": {}}
-    q_keys: dict[str, list[int]] = {k: [] for k in keys}
+    keys: dict[str, dict] = {k: {} for k in KEY_KINDS}
+    q_keys: dict[str, list[int]] = {k: [] for k in KEY_KINDS}
+    span_cache: dict[tuple, tuple] = {}
 
-    def key_index(kind: str, key) -> int:
+    def index(kind: str, key) -> None:
         table = keys[kind]
-        if key not in table:
-            table[key] = len(table)
-        return table[key]
+        q_keys[kind].append(table.setdefault(key, len(table)))
 
-    for oi, o in enumerate(outers):
+    for oi, o in enumerate(space.outers):
         for dom in space.placements(o):
-            tp_s, cp_s, dp_s, pp_s = spans_for((o.tp, o.cp, o.dp, o.pp), dom, space.order, levels)
+            sk = (o.tp, o.cp, o.dp, o.pp, dom, o.ep, o.etp)
+            if sk not in span_cache:
+                tp_s, cp_s, dp_s, pp_s = spans_for((o.tp, o.cp, o.dp, o.pp), dom, space.order,
+                                                   ctx.levels)
+                ex = expert_spans(tp_s, cp_s, dp_s, o.ep, o.etp) if moe else ((), (), ())
+                span_cache[sk] = (tp_s, cp_s, pp_s, combine(dp_s, cp_s), ex)
+            tp_s, cp_s, pp_s, dpcp_s, (ep_s, etp_s, edp_s) = span_cache[sk]
             points.append((o, dom))
             q_outer.append(oi)
-            ep_s, etp_s, edp_s = expert_spans(tp_s, cp_s, dp_s, o.ep, o.etp) if model.moe \
-                else ((), (), ())
-            q_keys["layer"].append(key_index("layer", (o.tp, o.cp, o.mbs, o.ep, o.etp, o.cpc,
-                                                       tp_s, cp_s, ep_s, etp_s)))
-            q_keys["end"].append(key_index("end", (o.tp, o.cp, o.mbs, tp_s)))
-            q_keys["p2p"].append(key_index("p2p", (o.tp, o.cp, o.mbs, o.v, o.pp, pp_s)))
-            q_keys["dp"].append(key_index("dp", combine(dp_s, cp_s)))
-            q_keys["edp"].append(key_index("edp", edp_s))
-            q_keys["tied"].append(key_index("tied", (o.tp, o.pp, pp_s)))
+            index("layer", (o.tp, o.cp, o.mbs, o.ep, o.etp, o.cpc, tp_s, cp_s, ep_s, etp_s))
+            index("end", (o.tp, o.cp, o.mbs, tp_s))
+            index("p2p", (o.tp, o.cp, o.mbs, o.v, o.pp, pp_s))
+            index("dp", dpcp_s)
+            index("edp", edp_s)
+            index("tied", (o.tp, o.pp, pp_s))
+    return points, q_outer, keys, q_keys
 
-    # ---- unique terms, from the evaluator's functions -----------------------------------
-    lnames = ("total", "fwd", "bwdrec", "act", "ws", "recflops")
-    LT = np.zeros((len(keys["layer"]), len(lnames), nt, 3, 2))
-    for (tp, cp, mbs, ep, etp, cpc, tp_s, cp_s, ep_s, etp_s), k in keys["layer"].items():
-        setup = layer_setup(model, levels, chunks, tp, cp, mbs, seq, ep, etp, tp_s, cp_s, ep_s,
-                            etp_s)
-        for sp in _sp_options(space, tp):
-            tp_comm = space.fixed.get("tp_comm") or ("rs_ag" if sp else "allreduce")
-            for ti, t in enumerate(types):
+
+LAYER_FIELDS = ("layer_total", "layer_fwd", "layer_bwdrec", "layer_act", "layer_ws",
+                "layer_recflops")
+END_FIELDS = ("emb_total", "emb_fwd", "emb_bwd", "head_total", "head_fwd", "head_bwd",
+              "head_act", "head_ws")
+
+
+def _layer_table(ctx: _Ctx, keys: dict) -> np.ndarray:
+    """Per unique layer key: :data:`LAYER_FIELDS` x type x recompute x sp."""
+    LT = np.zeros((len(keys), len(LAYER_FIELDS), len(ctx.types), 3, 2))
+    for (tp, cp, mbs, ep, etp, cpc, tp_s, cp_s, ep_s, etp_s), k in keys.items():
+        setup = layer_setup(ctx.model, ctx.levels, ctx.cluster.collective_chunks, tp, cp, mbs,
+                            ctx.seq, ep, etp, tp_s, cp_s, ep_s, etp_s)
+        for sp in _sp_options(ctx.space, tp):
+            for ti, t in enumerate(ctx.types):
                 shape, net = setup[t]
                 for ri, mode in enumerate(RECOMPUTE):
-                    if rc_ok[ti, ri]:
-                        strat = strategy_from(base, mode, sp, tp_comm, t, cpc)
-                        c = layer_cost(model, gpu, net, shape, strat)
+                    if ctx.rc_ok[ti, ri]:
+                        strat = strategy_from(ctx.base, mode, sp, ctx.tp_comm(sp), t, cpc)
+                        c = layer_cost(ctx.model, ctx.cluster.gpu, net, shape, strat)
                         LT[k, :, ti, ri, int(sp)] = (c.total_s, c.fwd_s, c.bwd_s + c.recompute_s,
                                                      c.act_bytes, c.workspace_bytes,
                                                      c.recompute_flops + c.padding_flops)
-    enames = ("emb_total", "emb_fwd", "emb_bwd", "head_total", "head_fwd", "head_bwd",
-              "head_act", "head_ws")
-    ET = np.zeros((len(keys["end"]), len(enames), 2))
-    for (tp, cp, mbs, tp_s), k in keys["end"].items():
-        net = Net(levels, tp_s, (1,) * len(levels), chunks)
-        shape = LayerShape(tp, cp, mbs, seq)
-        for sp in _sp_options(space, tp):
-            tp_comm = space.fixed.get("tp_comm") or ("rs_ag" if sp else "allreduce")
-            strat = strategy_from(base, "none", sp, tp_comm)
-            e = embedding_cost(model, gpu, net, shape, strat)
-            h = head_cost(model, gpu, net, shape, strat)
+    return LT
+
+
+def _end_table(ctx: _Ctx, keys: dict) -> np.ndarray:
+    """Per unique end key: :data:`END_FIELDS` x sp."""
+    ET = np.zeros((len(keys), len(END_FIELDS), 2))
+    chunks, gpu = ctx.cluster.collective_chunks, ctx.cluster.gpu
+    for (tp, cp, mbs, tp_s), k in keys.items():
+        net = Net(ctx.levels, tp_s, (1,) * len(ctx.levels), chunks)
+        shape = LayerShape(tp, cp, mbs, ctx.seq)
+        for sp in _sp_options(ctx.space, tp):
+            strat = strategy_from(ctx.base, "none", sp, ctx.tp_comm(sp))
+            e = embedding_cost(ctx.model, gpu, net, shape, strat)
+            h = head_cost(ctx.model, gpu, net, shape, strat)
             ET[k, :, int(sp)] = (e.fwd_s + e.bwd_s + e.tp_comm_s, e.fwd_s, e.bwd_s,
                                  h.fwd_s + h.bwd_s + h.tp_comm_s, h.fwd_s, h.bwd_s,
                                  h.act_bytes, h.workspace_bytes)
-    PT = np.array([p2p_time_per_microbatch_s(model, LayerShape(tp, cp, mbs, seq), v, pp, pp_s,
-                                             levels)
+    return ET
+
+
+def _dp_table(ctx: _Ctx, keys: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per unique span key: slope and intercept of the DP traffic, [key, zero, field]."""
+    S, I = np.zeros((len(keys), 4, 4)), np.zeros((len(keys), 4, 4))
+    for spans, k in keys.items():
+        if spans:
+            for z in range(4):
+                S[k, z], I[k, z] = _affine(_dp_fields, z, spans, ctx.levels,
+                                           ctx.cluster.collective_chunks)
+    return S, I
+
+
+def _assemble(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys: dict,
+              q_keys: dict) -> dict[str, Any]:
+    """Per-point arrays from the per-outer arrays and the tables of unique terms."""
+    model, levels = ctx.model, ctx.levels
+    A: dict[str, Any] = {}
+    LT = _layer_table(ctx, keys["layer"])[np.array(q_keys["layer"], np.int64)]
+    A.update({name: LT[:, i] for i, name in enumerate(LAYER_FIELDS)})
+    ET = _end_table(ctx, keys["end"])[np.array(q_keys["end"], np.int64)]
+    A.update({name: ET[:, i] for i, name in enumerate(END_FIELDS)})
+    PT = np.array([p2p_time_per_microbatch_s(model, LayerShape(tp, cp, mbs, ctx.seq), v, pp,
+                                             pp_s, levels)
                    for (tp, cp, mbs, v, pp, pp_s) in keys["p2p"]])
     TT = np.array([tied_embedding_sync_s(model, tp, pp, pp_s, levels)
                    for (tp, pp, pp_s) in keys["tied"]])
-    DS = np.zeros((len(keys["dp"]), 4, 4))  # [spans, z, field] slope
-    DI = np.zeros((len(keys["dp"]), 4, 4))  # intercept
-    for spans, k in keys["dp"].items():
-        for z in range(4):
-            DS[k, z], DI[k, z] = _affine(_dp_fields, z, spans, levels, chunks)
-    ES = np.zeros((len(keys["edp"]), 4, 4))
-    EI = np.zeros((len(keys["edp"]), 4, 4))
-    for spans, k in keys["edp"].items():
-        if spans:
-            for z in range(4):
-                ES[k, z], EI[k, z] = _affine(_dp_fields, z, spans, levels, chunks)
+    A["p2p"] = PT[np.array(q_keys["p2p"], np.int64)] if len(PT) else np.zeros(0)
+    A["g_tied"] = (TT[np.array(q_keys["tied"], np.int64)][:, None]
+                   * (o["g_emb"][qo] | o["g_head"][qo])) if len(TT) else np.zeros((0, 1))
+    A.update(_group_state_terms(ctx, o, qo, keys, q_keys))
+    for name in ("m", "g_valid", "g_n", "g_emb", "g_head", "g_cnt", "g_infl", "g_layers",
+                 "ok_sp", "ok_z", "buffers"):
+        A[name] = o[name][qo]
+    outers = ctx.space.outers
+    for name in ("v", "pp", "world"):
+        A[name] = np.array([getattr(x, name) for x in outers], np.int64).reshape(-1)[qo]
+    return A
 
-    # ---- assemble per-point arrays -------------------------------------------------------
-    qo = np.array(q_outer, dtype=np.int64)
-    A: dict[str, Any] = {}
-    kl = np.array(q_keys["layer"])
-    for i, name in enumerate(lnames):
-        A[f"layer_{name}"] = LT[kl, i]
-    ke = np.array(q_keys["end"])
-    for i, name in enumerate(enames):
-        A[name] = ET[ke, i]
-    A["p2p"] = PT[np.array(q_keys["p2p"])] if len(PT) else np.zeros(0)
-    A["g_tied"] = TT[np.array(q_keys["tied"])][:, None] * (g_emb[qo] | g_head[qo])
-    kd = np.array(q_keys["dp"])
-    params = g_params[qo][:, :, None]  # (Q, G, 1)
-    dp_val = DS[kd][:, None, :, :] * params[..., None] + DI[kd][:, None, :, :]  # (Q, G, 4z, 4f)
-    # routed experts: the same traffic over the expert-data-parallel group, added after
-    kx = np.array(q_keys["edp"])
-    eparams = g_eparams[qo][:, :, None]
-    e_val = ES[kx][:, None, :, :] * eparams[..., None] + EI[kx][:, None, :, :]
+
+def _group_state_terms(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys: dict,
+                       q_keys: dict) -> dict[str, np.ndarray]:
+    """(Q, G, Z) terms: DP traffic (dense, then routed experts over their group), and every
+    per-parameter state term (optimizer, states, offload tier)."""
+    DS, DI = _dp_table(ctx, keys["dp"])
+    ES, EI = _dp_table(ctx, keys["edp"])
+    kd, kx = np.array(q_keys["dp"], np.int64), np.array(q_keys["edp"], np.int64)
+    params = o["g_params"][qo][:, :, None]  # (Q, G, 1)
+    eparams = o["g_eparams"][qo][:, :, None]
+    dp_val = DS[kd][:, None] * params[..., None] + DI[kd][:, None]  # (Q, G, 4z, 4f)
+    e_val = ES[kx][:, None] * eparams[..., None] + EI[kx][:, None]
     dp_val = dp_val + np.where(eparams[..., None] > 0, e_val, 0.0)
+    zero_of = np.array([STATES[k][0] for k in range(ctx.num_states)], np.int64)
     dp_val = dp_val[:, :, zero_of, :]  # ZeRO stage of each state option: (Q, G, Z, 4f)
-    valid_z = o_z[qo][:, None, :]
-    for i, name in enumerate(("mbf", "mbb", "grad", "param")):
-        A[f"g_{name}"] = np.where(valid_z & g_valid[qo][:, :, None], dp_val[..., i], 0.0)
+    valid = o["ok_z"][qo][:, None, :] & o["g_valid"][qo][:, :, None]
+    out = {f"g_{name}": np.where(valid, dp_val[..., i], 0.0)
+           for i, name in enumerate(("mbf", "mbb", "grad", "param"))}
+    # g_off: CPU step and parameter copy (exposed, once per iteration); g_down: gradient
+    # shard to the tier (overlaps backward); g_fetch: parameter shard from the tier, per
+    # microbatch and pass; g_host: offload-tier bytes
     for name, key in (("g_opt", "opt"), ("g_states", "st"), ("g_off", "off"),
                       ("g_down", "down"), ("g_fetch", "fetch"), ("g_host", "host")):
-        # g_off: CPU step and parameter copy (exposed, once per iteration); g_down: gradient
-        # shard to the tier (overlaps backward); g_fetch: parameter shard from the tier, per
-        # microbatch and pass; g_host: offload-tier bytes
-        A[name] = slopes[key][qo][:, None, :] * params
-        if model.moe is not None:
-            A[name] = A[name] + slopes["e" + key][qo][:, None, :] * eparams
-    for name, arr_ in (("m", o_m), ("g_valid", g_valid), ("g_n", g_n), ("g_emb", g_emb),
-                       ("g_head", g_head), ("g_cnt", g_cnt), ("g_infl", g_infl),
-                       ("g_layers", g_layers), ("ok_sp", o_sp), ("ok_z", o_z),
-                       ("buffers", o_buf)):
-        A[name] = arr_[qo]
-    A["v"] = np.array([o.v for o in outers], np.int64)[qo]
-    A["pp"] = np.array([o.pp for o in outers], np.int64)[qo]
-    A["world"] = np.array([o.world for o in outers], np.int64)[qo]
-    w = np.array([objective.weights(cluster, o.world) for o in outers])
-    A["w_time"], A["w_busy"] = w[qo, 0], w[qo, 1]
-    A["rc_ok"] = rc_ok
-    terms = Terms(**{NAMES[k]: v for k, v in A.items()})
-    return Tables(space, points, objective, types, terms)
+        out[name] = o["slope_" + key][qo][:, None, :] * params
+        if ctx.model.moe is not None:
+            out[name] = out[name] + o["eslope_" + key][qo][:, None, :] * eparams
+    return out
