@@ -11,8 +11,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from formulations.search import Candidate, SearchResult, SearchStats, evaluate_key, inner_keys
-from planner.costmodel.batch import evaluate_columns
+from formulations.search import Candidate, SearchResult, SearchStats, evaluate_key
+from planner.costmodel.batch import evaluate_columns, inner_columns
 from planner.costmodel.objective import Objective
 from planner.costmodel.tables import Tables, build_tables
 
@@ -23,16 +23,13 @@ CHUNK_PLANS = 200_000
 MARGIN = 1e-9
 
 
-def _chunks(tb: Tables) -> Iterator[list[tuple]]:
-    """Inner keys of the space, point after point, in pieces of about ``CHUNK_PLANS``."""
-    batch: list[tuple] = []
-    for q in range(tb.num_points):
-        batch += inner_keys(tb, q)
-        if len(batch) >= CHUNK_PLANS:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def _chunks(tb: Tables) -> Iterator[tuple[np.ndarray, ...]]:
+    """Inner choices of the space as columns, point after point, in pieces of about
+    ``CHUNK_PLANS`` plans."""
+    q, rc, sp, z = inner_columns(tb)
+    for start in range(0, len(q), CHUNK_PLANS):
+        sl = slice(start, start + CHUNK_PLANS)
+        yield q[sl], rc[sl], sp[sl], z[sl]
 
 
 def run_exhaustive(space, objective: Objective | str = "time", top_k: int = 1,
@@ -47,13 +44,11 @@ def run_exhaustive(space, objective: Objective | str = "time", top_k: int = 1,
     status, done = "optimal", 0
     kept: list[tuple] = []  # keys that may be among the K best
     kth = math.inf
-    for keys in _chunks(tb):
+    for q, rc, sp, z in _chunks(tb):
         if time.perf_counter() - t0 > time_limit_s:
             status = "time_limit"
             break
-        q = np.array([k[0] for k in keys])
-        est = evaluate_columns(tb, q, np.array([k[1] for k in keys]).reshape(len(keys), -1),
-                               np.array([k[2] for k in keys]), np.array([k[3] for k in keys]))
+        est = evaluate_columns(tb, q, rc, sp, z)
         obj = tb.terms.time_weight[q] * est.iteration_time_s \
             + tb.terms.busy_weight[q] * est.gpu_busy_s
         ok = est.feasible if max_time_s is None else (
@@ -62,8 +57,9 @@ def run_exhaustive(space, objective: Objective | str = "time", top_k: int = 1,
         if np.isfinite(obj).any():
             kth = min(kth, float(np.partition(obj, min(top_k, len(obj)) - 1)[
                 min(top_k, len(obj)) - 1]))
-        kept += [keys[i] for i in np.flatnonzero(obj <= kth * (1 + MARGIN))]
-        done += len(keys)
+        kept += [(int(q[i]), tuple(int(x) for x in rc[i]), int(sp[i]), int(z[i]))
+                 for i in np.flatnonzero(obj <= kth * (1 + MARGIN))]
+        done += len(q)
         if progress:
             progress(done, stats.space_size)
     stats.evaluations = done

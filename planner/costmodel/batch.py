@@ -155,6 +155,37 @@ def _finish(tb: Tables, q, rc, sp, ok, t_iter, mem, host, busy) -> Estimates:
         hfu=hw_flops / (t_iter * world * peak), tokens_per_s=gb * seq / t_iter)
 
 
+def inner_columns(tb: Tables, points: Sequence[int] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every inner choice at ``points`` (default: all) as columns ``(q, rc, sp, z)``, point
+    after point, each point's choices in the order of ``space.inners``."""
+    space = tb.space
+    qs = np.arange(tb.num_points) if points is None else np.asarray(points, np.int64)
+    rcs = np.array([[RECOMPUTE.index(r) for r in rc] for rc in space.recompute_options()],
+                   np.int64).reshape(-1, len(tb.layer_types))
+    blocks: dict[tuple, list[int]] = {}  # points with the same sp and state options
+    for q in qs.tolist():
+        o = tb.points[q][0]
+        sig = (tuple(int(x) for x in space.sp_options(o)), tuple(space.state_options(o)))
+        blocks.setdefault(sig, []).append(q)
+    parts = []
+    for (sps, zs), members in blocks.items():
+        combo = [(r, s_, z_) for r in range(len(rcs)) for s_ in sps for z_ in zs]
+        r_i, s_i, z_i = (np.array(c, np.int64).reshape(-1) for c in zip(*combo)) if combo \
+            else (np.zeros(0, np.int64),) * 3
+        mq = np.array(members, np.int64)
+        parts.append((np.repeat(mq, len(combo)), np.tile(r_i, len(mq)), np.tile(s_i, len(mq)),
+                      np.tile(z_i, len(mq))))
+    q = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+    rank = np.zeros(tb.num_points, np.int64)
+    rank[qs] = np.arange(len(qs))  # the points' order as given
+    order = np.argsort(rank[q], kind="stable")
+    r = np.concatenate([p[1] for p in parts])[order] if parts else np.zeros(0, np.int64)
+    sp = np.concatenate([p[2] for p in parts])[order] if parts else np.zeros(0, np.int64)
+    z = np.concatenate([p[3] for p in parts])[order] if parts else np.zeros(0, np.int64)
+    return q[order], rcs[r], sp, z
+
+
 # ---- lists of plans ----------------------------------------------------------------------
 class PlanSet:
     """The points a list of plans with the same settings uses, as a point source for
