@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from os import PathLike
+from typing import TYPE_CHECKING, Any
 
 from planner.costmodel.evaluator import Estimate
 from planner.costmodel.evaluator import evaluate as _evaluate
@@ -11,8 +13,12 @@ from planner.specs.loaders import load_cluster, load_gpu, load_model, plan_from_
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
-__all__ = ["evaluate", "evaluate_plan", "load_cluster", "load_gpu", "load_model", "load_plan",
-           "procure", "solve"]
+if TYPE_CHECKING:
+    from formulations.space import SpaceOptions
+    from planner.costmodel.objective import Objective
+    from planner.orchestration import SolveResult
+
+__all__ = ["evaluate", "load_cluster", "load_gpu", "load_model", "load_plan", "procure", "solve"]
 
 
 def load_plan(path: str, **overrides: Any) -> Plan:
@@ -38,34 +44,84 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Plan | di
     return _evaluate(m, c, p, allow_idle_gpus=allow_idle_gpus)
 
 
-evaluate_plan = evaluate
-
-
 def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | None = None,
-          fix: dict[str, Any] | None = None, global_batch_size: int | None = None,
-          seq_len: int | None = None, dtype: str | None = None, objective: str = "time",
+          plan: str | PathLike[str] | Mapping[str, Any] | None = None,
+          fix: Mapping[str, Any] | Iterable[str | tuple[str, Any]] | None = None,
+          global_batch_size: int | None = None, seq_len: int | None = None,
+          dtype: str | None = None, objective: str | Objective = "time",
           backend: str = "cpsat", top_k: int = 1, time_limit_s: float = 60.0,
-          tokens: float | None = None, options: Any = None):
+          tokens: float | None = None, presolve: bool = True,
+          max_microbatch: int | None = None, max_virtual_stages: int | None = None,
+          allow_idle_gpus: bool | None = None, even_pipeline: bool | None = None,
+          options: SpaceOptions | None = None, max_iteration_time_s: float | None = None,
+          progress: Callable[[str], None] | None = None,
+          log: Callable[[str], None] | None = None) -> SolveResult:
     """The best plan(s) for ``model`` on ``cluster``, proven optimal over the search space.
 
-    ``fix`` pins plan fields (``{"tp": 8, "recompute": "full"}``, dotted keys such as
-    ``"placement.domain.tp"`` too); the rest are chosen. Returns a
-    :class:`planner.orchestration.SolveResult` (``.best.plan``, ``.best.estimate``, ``.plans``,
-    ``.status``, ``.to_json()``); raises :class:`planner.errors.InfeasibleError` (with
-    ``reasons`` and ``hints``) when nothing fits, :class:`planner.errors.InputError` on bad
-    input.
+    ``model`` and ``cluster`` may be catalog names or file paths; ``gpus`` resizes the
+    cluster's outermost level. ``plan`` (a partial plan YAML path or mapping) and ``fix``
+    pin plan fields: ``fix`` is a mapping (``{"tp": 8, "recompute": "full"}``, dotted keys
+    such as ``"placement.domain.tp"`` too) or a sequence of ``(field, value)`` pairs or
+    ``"FIELD=VALUE"`` strings, applied in order over ``plan``; the rest are chosen.
+    ``global_batch_size``, ``seq_len`` and ``dtype`` override the model's defaults.
+    ``objective`` is a name (``"time"``, ``"tokens"``, ``"gpu_hours"``, ``"energy"``,
+    ``"cost"``) or a :class:`planner.costmodel.objective.Objective`. ``max_microbatch``,
+    ``max_virtual_stages``, ``allow_idle_gpus`` and ``even_pipeline`` bound the search space
+    (``None`` keeps ``options``' value, by default :class:`formulations.space.SpaceOptions`'s);
+    ``presolve=False`` skips the bound presolve; ``max_iteration_time_s`` keeps only plans
+    iterating within it. ``progress`` and ``log`` are called with lines of text (progress,
+    solver log) as the search goes.
+
+    Returns a :class:`planner.orchestration.SolveResult` (``.best.plan``, ``.best.estimate``,
+    ``.plans``, ``.status``, ``.to_json()``); raises :class:`planner.errors.InfeasibleError`
+    (with ``reasons`` and ``hints``) when nothing fits, :class:`planner.errors.InputError` on
+    bad input.
     """
     from planner.orchestration import solve as _solve
-    from planner.specs.loaders import apply_overrides
+    from planner.specs.plan_base import base_overrides
 
     m = load_model(model) if isinstance(model, str) else model
     c = load_cluster(cluster, gpus) if isinstance(cluster, str) else (
         cluster.resized(gpus) if gpus else cluster)
-    fixed = apply_overrides({}, list((fix or {}).items()))
-    base = {k: v for k, v in (("global_batch_size", global_batch_size), ("seq_len", seq_len),
-                              ("dtype", dtype)) if v is not None}
-    return _solve(m, c, fixed=fixed, base=base, objective=objective, backend=backend,
-                  top_k=top_k, time_limit_s=time_limit_s, tokens=tokens, options=options)
+    opts = _space_options(options, max_microbatch=max_microbatch,
+                          max_virtual_stages=max_virtual_stages,
+                          allow_idle_gpus=allow_idle_gpus, even_pipeline=even_pipeline)
+    return _solve(m, c, fixed=_fixed_fields(plan, fix),
+                  base=base_overrides(global_batch_size, seq_len, dtype), objective=objective,
+                  backend=backend, top_k=top_k, time_limit_s=time_limit_s, presolve=presolve,
+                  options=opts, tokens=tokens, progress=progress, log=log,
+                  max_iteration_time_s=max_iteration_time_s)
+
+
+def _fixed_fields(plan: str | PathLike[str] | Mapping[str, Any] | None,
+                  fix: Mapping[str, Any] | Iterable[str | tuple[str, Any]] | None) -> dict[str, Any]:
+    """The fixed plan fields of a solve: ``plan`` (a path or a mapping), then ``fix``."""
+    from planner.specs.loaders import apply_overrides, load_plan_dict, parse_override
+
+    if isinstance(plan, Mapping):
+        fixed = dict(plan)
+    else:
+        fixed = load_plan_dict(str(plan)) if plan else {}
+    items = fix.items() if isinstance(fix, Mapping) else [fix] if isinstance(fix, str) else (fix or [])
+    pairs = [parse_override(f) if isinstance(f, str) else tuple(f) for f in items]
+    return apply_overrides(fixed, pairs)  # type: ignore[arg-type]
+
+
+def _space_options(options: SpaceOptions | None, *, max_microbatch: int | None,
+                   max_virtual_stages: int | None, allow_idle_gpus: bool | None,
+                   even_pipeline: bool | None) -> SpaceOptions | None:
+    """``options`` with the given bounds replaced (``None`` leaves a bound as it is)."""
+    changes: dict[str, Any] = {k: v for k, v in (
+        ("max_microbatch", max_microbatch), ("max_virtual_stages", max_virtual_stages),
+        ("allow_idle_gpus", allow_idle_gpus),
+        ("allow_uneven", None if even_pipeline is None else not even_pipeline)) if v is not None}
+    if not changes:
+        return options
+    from dataclasses import replace
+
+    from formulations.space import SpaceOptions as _SpaceOptions
+
+    return replace(options or _SpaceOptions(), **changes)
 
 
 def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
@@ -100,6 +156,7 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     """
     from planner.orchestration.procure import DEFAULT_MAX_GPUS, catalog_templates, named_templates
     from planner.orchestration.procure import procure as _procure
+    from planner.specs.plan_base import base_overrides
     from planner.specs.pricing import load_pricing
 
     m = load_model(model) if isinstance(model, str) else model
@@ -109,9 +166,8 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     templates = named_templates(clusters, names) if clusters else catalog_templates(names)
     spec = load_pricing(prices if isinstance(prices, str) else None, pricing,  # type: ignore[arg-type]
                         prices if isinstance(prices, dict) else None)
-    base = {k: v for k, v in (("global_batch_size", global_batch_size), ("seq_len", seq_len),
-                              ("dtype", dtype)) if v is not None}
     return _procure(m, tokens, days=days, budget_usd=budget_usd, objective=objective,
                     templates=templates, max_gpus=max_gpus or DEFAULT_MAX_GPUS, counts=counts,
-                    pricing=spec, pareto=pareto, base=base, options=options,
+                    pricing=spec, pareto=pareto,
+                    base=base_overrides(global_batch_size, seq_len, dtype), options=options,
                     time_limit_s=time_limit_s, workers=workers, progress=progress)

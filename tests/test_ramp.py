@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.cli_collective import collective_result
+from planner.cli.collective import collective_result
 from planner.costmodel.energy import network_capex_usd_per_gpu, network_power_w_per_gpu
 from planner.costmodel.evaluator import evaluate
 from planner.costmodel.network import collective_breakdown, ramp_io_fraction

@@ -25,6 +25,14 @@ def model_defaults(model: ModelSpec) -> dict[str, Any]:
     return out
 
 
+def base_overrides(global_batch_size: int | None = None, seq_len: int | None = None,
+                   dtype: str | None = None) -> dict[str, Any]:
+    """The base plan fields the caller gives: those of ``global_batch_size``, ``seq_len`` and
+    ``dtype`` that are not ``None`` (the rest keep the model's defaults)."""
+    return {k: v for k, v in (("global_batch_size", global_batch_size), ("seq_len", seq_len),
+                              ("dtype", dtype)) if v is not None}
+
+
 def plan_base(model: ModelSpec, *, global_batch_size: int | None = None,
               seq_len: int | None = None, dtype: str | None = None,
               source: str | None = None) -> dict[str, Any]:
@@ -32,8 +40,7 @@ def plan_base(model: ModelSpec, *, global_batch_size: int | None = None,
     the arguments given (``None`` keeps the default). Raises :class:`InputError` when
     neither gives a global batch size."""
     data = model_defaults(model)
-    data.update({k: v for k, v in (("global_batch_size", global_batch_size),
-                                   ("seq_len", seq_len), ("dtype", dtype)) if v is not None})
+    data.update(base_overrides(global_batch_size, seq_len, dtype))
     require_batch(model, data, source)
     return data
 

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import typer
 
+from planner.cli.console import _emit_json, out
 from planner.errors import InputError
 
 OPS = {
@@ -169,7 +170,6 @@ def collective(
     """Time one collective on a multi-dimensional topology, and its traffic per dimension."""
     from rich.table import Table
 
-    from planner.cli import _emit_json, out
     from planner.specs.units import parse_size_bytes
 
     kind = _op(op)

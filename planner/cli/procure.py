@@ -6,10 +6,11 @@ The search is planner/orchestration/procure.py's; docs/procure.md states the sem
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
+from planner.cli.console import DTYPE_HELP, SEQ_LEN_HELP, LazyStatus, _emit_json, err, out
 from planner.errors import InfeasibleError, InputError
 from planner.orchestration.procure import DEFAULT_MAX_GPUS
 
@@ -69,8 +70,8 @@ def procure(
     csv_: bool = typer.Option(False, "--csv", help="Print CSV, one row per option solved."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch "
                                                "(sequences); default from the model."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length; default from the model."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp8; default from the model."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help=SEQ_LEN_HELP),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
     time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds per inner solve."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Inner solves at once "
                                           "(default: the CPUs)."),
@@ -78,8 +79,6 @@ def procure(
     """Choose what to buy or rent: the cheapest cluster and plan that train a model on a
     token budget within a deadline (or the fastest within a budget)."""
     from planner.api import procure as run_procure
-    from planner.cli import LazyStatus, _emit_json, err, out
-    from planner.report.procure import print_procurement, procurement_csv
 
     if json_ and csv_:
         raise InputError("--json and --csv: choose one")
@@ -102,20 +101,29 @@ def procure(
     finally:
         status.stop()
     if result is not None:
-        if plot:
-            from planner.report.plots import plot_pareto
-
-            plot_pareto(result, plot)
-        if json_:
-            data = result.to_json()
-            if failure is not None:
-                data.update(message=str(failure), reasons=failure.reasons, hints=failure.hints)
-            _emit_json(data)
-        elif csv_:
-            print(procurement_csv(result), end="")
-        else:
-            print_procurement(out, result, fronts)
-            if plot:
-                out.print(f"wrote {plot}")
+        _show(result, failure, plot=plot, json_=json_, csv_=csv_, fronts=fronts)
     if failure is not None:
         raise failure
+
+
+def _show(result: Any, failure: InfeasibleError | None, *, plot: Optional[str], json_: bool,
+          csv_: bool, fronts: bool) -> None:
+    """The procurement as a plot, one JSON object, CSV or tables (with the failure, if any,
+    in the JSON object)."""
+    from planner.report.procure import print_procurement, procurement_csv
+
+    if plot:
+        from planner.report.plots import plot_pareto
+
+        plot_pareto(result, plot)
+    if json_:
+        data = result.to_json()
+        if failure is not None:
+            data.update(message=str(failure), reasons=failure.reasons, hints=failure.hints)
+        _emit_json(data)
+    elif csv_:
+        print(procurement_csv(result), end="")
+    else:
+        print_procurement(out, result, fronts)
+        if plot:
+            out.print(f"wrote {plot}")

@@ -1,0 +1,66 @@
+"""``planner catalog``: the shipped GPUs, clusters and models."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from planner import catalog
+from planner.cli.console import _emit_json, out
+
+
+class CatalogKind(str, Enum):
+    gpus = "gpus"
+    clusters = "clusters"
+    models = "models"
+
+
+def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
+    from planner.specs.loaders import load_cluster, load_gpu, load_model
+
+    rows: list[dict[str, Any]] = []
+    if kind is CatalogKind.gpus:
+        for n in catalog.names("gpus"):
+            g = load_gpu(n)
+            rows.append(dict(name=g.name, bf16_tflops=g.peak_flops("bf16") / 1e12,
+                             fp8_tflops=g.peak_tflops.get("fp8"), hbm_gib=g.hbm_gib,
+                             hbm_TBps=g.hbm_TBps, nvlink_GBps=g.nvlink_GBps, tdp_w=g.tdp_w,
+                             usd_per_gpu_hour=g.price_per_gpu_hour, aliases=g.aliases))
+    elif kind is CatalogKind.clusters:
+        for n in catalog.names("clusters"):
+            c = load_cluster(n)
+            topo = " > ".join(f"{lv.name}({lv.size}, {lv.bandwidth_GBps:g} GB/s)" for lv in c.topology)
+            rows.append(dict(name=c.name, gpu=c.gpu.name, num_gpus=c.num_gpus, topology=topo,
+                             aliases=c.aliases))
+    else:
+        from planner.costmodel.layer import total_params
+
+        for n in catalog.names("models"):
+            mm = load_model(n)
+            rows.append(dict(name=mm.name, params_b=round(total_params(mm) / 1e9, 2),
+                             layers=mm.num_layers, hidden=mm.hidden_size,
+                             heads=f"{mm.num_attention_heads}/{mm.kv_heads}",
+                             ffn=f"{mm.ffn_hidden_size} {mm.ffn_type}", vocab=mm.vocab_size,
+                             seq_len=mm.seq_len, moe=bool(mm.moe), aliases=mm.aliases))
+    return rows
+
+
+def catalog_cmd(
+    kind: CatalogKind = typer.Argument(..., help="gpus, clusters or models"),
+    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List the shipped GPUs, clusters or models."""
+    rows = _rows(kind)
+    if json_:
+        _emit_json(rows)
+        return
+    table = Table(title=f"catalog: {kind.value}", header_style="bold")
+    for col in rows[0]:
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*[", ".join(v) if isinstance(v, list) else ("-" if v is None else str(v))
+                        for v in r.values()])
+    out.print(table)

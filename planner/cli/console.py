@@ -1,0 +1,86 @@
+"""What the ``planner`` commands share: the consoles, the progress spinner, the JSON
+emitter, the error printer, help strings and choice enums.
+
+The command modules import from here and from the layers below (api, specs, report),
+never from ``planner.cli`` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import Enum
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from planner.errors import InfeasibleError, PlannerError
+
+out = Console()
+err = Console(stderr=True)
+
+MODEL_HELP = "Catalog name (`planner catalog models`), model YAML, or Hugging Face config.json."
+CLUSTER_HELP = "Catalog name (`planner catalog clusters`) or cluster YAML."
+GPUS_HELP = "Resize the cluster's outermost level."
+SEQ_LEN_HELP = "Sequence length; default from the model."
+DTYPE_HELP = "bf16, fp16 or fp8; default from the model."
+
+
+class ObjectiveName(str, Enum):
+    """``planner solve --objective`` choices."""
+
+    time = "time"
+    tokens = "tokens"
+    gpu_hours = "gpu-hours"
+    energy = "energy"
+    cost = "cost"
+
+
+class BackendName(str, Enum):
+    """``planner solve --backend`` choices."""
+
+    cpsat = "cpsat"
+    milp = "milp"
+    exhaustive = "exhaustive"
+
+
+def _emit_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False))
+
+
+class LazyStatus:
+    """A spinner on stderr that appears only once a search has run for a second."""
+
+    def __init__(self, console: Console, enabled: bool):
+        self.console, self.enabled = console, enabled and console.is_terminal
+        self.t0 = time.perf_counter()
+        self.status = None
+        self.last = "starting"
+
+    def __call__(self, message: str) -> None:
+        self.last = message
+        if not self.enabled:
+            return
+        if self.status is None and time.perf_counter() - self.t0 > 1.0:
+            self.status = self.console.status(escape(message))
+            self.status.start()
+        elif self.status is not None:
+            self.status.update(escape(message))
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def print_error(e: PlannerError) -> None:
+    """An error as ``main`` shows it on stderr: infeasible with its reasons and hints, or
+    one line for bad input."""
+    if isinstance(e, InfeasibleError):
+        err.print(f"[bold red]infeasible:[/] {escape(str(e))}")
+        for r in e.reasons:
+            err.print(f"  - {escape(r)}")
+        for h in e.hints:
+            err.print(f"  [cyan]hint:[/] {escape(h)}")
+    else:
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)

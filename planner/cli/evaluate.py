@@ -1,0 +1,69 @@
+"""``planner evaluate``: what one training plan costs."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+
+from planner.cli.console import CLUSTER_HELP, GPUS_HELP, MODEL_HELP, _emit_json, err, out
+
+
+def _overrides(sets: list[str], shortcuts: dict[str, Any]) -> list[tuple[str, Any]]:
+    from planner.specs.loaders import parse_override
+
+    pairs = [parse_override(s) for s in sets]
+    pairs += [(k, v) for k, v in shortcuts.items() if v is not None]
+    return pairs
+
+
+def evaluate(
+    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
+    cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
+    plan: Optional[str] = typer.Option(None, "--plan", "-p", help="Plan YAML (see docs/formats.md)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help=GPUS_HELP),
+    set_: list[str] = typer.Option([], "--set", help="Override a plan field: FIELD=VALUE (repeatable)."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline-parallel degree."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (default: GPUs / (tp cp pp))."),
+    cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel degree."),
+    mbs: Optional[int] = typer.Option(None, "--mbs", help="Microbatch size (sequences)."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch (sequences)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (tokens)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp8."),
+    json_: bool = typer.Option(False, "--json", help="Print the stable JSON object instead of tables."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Write a stacked-bar PNG of the time breakdown."),
+) -> None:
+    """Predict what one training plan costs: iteration time, memory, MFU and breakdowns."""
+    from planner.api import evaluate as run_evaluate
+    from planner.costmodel.network import PlacementError, domain_factors
+    from planner.report.text import print_estimate
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.plan_base import build_plan
+
+    m = load_model(model)
+    c = load_cluster(cluster, gpus)
+    warnings: list[str] = []
+    shortcuts = dict(tp=tp, pp=pp, dp=dp, cp=cp, microbatch_size=mbs,
+                     global_batch_size=global_batch, seq_len=seq_len, dtype=dtype)
+    p = build_plan(m, c, plan, _overrides(set_, shortcuts), warnings)
+    for w in warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}")
+    est = run_evaluate(m, c, p)
+    if plot:
+        from planner.report.plots import plot_breakdown
+
+        plot_breakdown([(f"{m.name} on {c.num_gpus}x {c.gpu.name}", est)], plot)
+    if json_:
+        _emit_json({"plan": p.to_dict(), **est.to_json()})
+    else:
+        try:
+            domain = domain_factors(p, c.domain_size)
+        except PlacementError:
+            domain = None
+        print_estimate(out, f"{m.name} on {c.name} ({c.num_gpus}x {c.gpu.name})", p, est, domain)
+        if plot:
+            out.print(f"wrote {plot}")
+    if not est.feasible:
+        raise typer.Exit(1)

@@ -1,0 +1,107 @@
+"""``planner solve``: the best plan over the search space, through :func:`planner.api.solve`."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+
+from planner.cli.console import (
+    CLUSTER_HELP,
+    DTYPE_HELP,
+    GPUS_HELP,
+    MODEL_HELP,
+    SEQ_LEN_HELP,
+    BackendName,
+    LazyStatus,
+    ObjectiveName,
+    _emit_json,
+    err,
+    out,
+)
+from planner.errors import InfeasibleError
+
+
+def solve(
+    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
+    cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help=GPUS_HELP),
+    objective: ObjectiveName = typer.Option(ObjectiveName.time, "--objective", help="What to minimize."),
+    backend: BackendName = typer.Option(BackendName.cpsat, "--backend",
+                                        help="cpsat (default), milp, or exhaustive (brute force)."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds before giving up the proof."),
+    top: int = typer.Option(1, "--top", help="Return the K best distinct plans."),
+    fix: list[str] = typer.Option([], "--fix", help="Fix a plan field: FIELD=VALUE (repeatable), "
+                                  "e.g. --fix tp=8 --fix recompute=full --fix placement.domain.tp=8."),
+    plan: Optional[str] = typer.Option(None, "--plan", "-p", help="Partial plan YAML: its fields are fixed."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch (sequences); default from the model."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help=SEQ_LEN_HELP),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
+    tokens: Optional[float] = typer.Option(None, "--tokens", help="Token budget: report totals (days, GPU-hours, MWh, USD)."),
+    out_path: Optional[str] = typer.Option(None, "--out", help="Write the best plan as a plan YAML."),
+    json_: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show the solver log."),
+    no_presolve: bool = typer.Option(False, "--no-presolve", help="Skip the bound presolve (slower)."),
+    allow_idle_gpus: bool = typer.Option(False, "--allow-idle-gpus", help="Plans may leave GPUs idle."),
+    even_pipeline: bool = typer.Option(False, "--even-pipeline", help="Layers must divide pp x virtual stages."),
+    max_microbatch: int = typer.Option(16, "--max-microbatch", help="Largest microbatch to consider."),
+    max_virtual_stages: int = typer.Option(8, "--max-virtual-stages", help="Most interleaved chunks per GPU."),
+) -> None:
+    """Find the best parallelization plan, proven optimal over the search space."""
+    from planner.api import solve as run_solve
+    from planner.specs.loaders import load_cluster, load_model
+
+    m = load_model(model)
+    c = load_cluster(cluster, gpus)
+    obj = objective.value.replace("-", "_")
+    status = LazyStatus(err, not json_)
+    log = (lambda line: err.print(escape(line), highlight=False)) if verbose else None
+    try:
+        res = run_solve(m, c, plan=plan, fix=fix, global_batch_size=global_batch,
+                        seq_len=seq_len, dtype=dtype, objective=obj, backend=backend.value,
+                        top_k=top, time_limit_s=time_limit, tokens=tokens,
+                        presolve=not no_presolve, max_microbatch=max_microbatch,
+                        max_virtual_stages=max_virtual_stages, allow_idle_gpus=allow_idle_gpus,
+                        even_pipeline=even_pipeline, progress=status, log=log)
+    except InfeasibleError as e:
+        if json_:  # scripts still get one object, then the reasons on stderr and exit 1
+            _emit_infeasible(e, backend.value, obj)
+        raise
+    finally:
+        status.stop()
+    if out_path:
+        _write_plan(res.best.plan, out_path)
+    if json_:
+        _emit_json(res.to_json())
+        return
+    _print_result(res, m, c, out_path)
+
+
+def _emit_infeasible(e: InfeasibleError, backend: str, objective: str) -> None:
+    _emit_json({"plan": None, "estimate": None,
+                "solver": {"backend": backend, "status": "infeasible", "objective": objective},
+                "alternatives": [], "message": str(e), "reasons": e.reasons, "hints": e.hints})
+
+
+def _write_plan(plan: Any, path: str) -> None:
+    import yaml
+
+    with open(path, "w") as fh:
+        yaml.safe_dump(plan.to_dict(), fh, sort_keys=False)
+
+
+def _print_result(res: Any, m: Any, c: Any, out_path: Optional[str]) -> None:
+    from planner.costmodel.network import PlacementError, domain_factors
+    from planner.report.text import print_estimate, solve_tables
+
+    best = res.best
+    try:
+        domain = domain_factors(best.plan, c.domain_size)
+    except PlacementError:
+        domain = None
+    print_estimate(out, f"best plan: {m.name} on {c.name} ({c.num_gpus}x {c.gpu.name})",
+                   best.plan, best.estimate, domain)
+    solve_tables(out, res)
+    if out_path:
+        out.print(f"wrote {out_path}")
