@@ -17,7 +17,8 @@ every term of the evaluator is a constant per (q, u) or (q, z), taken from
     S[q,g]   >= sum_u stage_u x[q,u] + p2p y[q] + E_mb[q,g]                 (stage time, group g)
     TAIL[q]  >= sum_z (opt_z + off_z) w[q,z] + tied y[q] + E_dp[q,g] + E_down[q,g]
                                                                             (after the last backward)
-    v pp T[q] >= v pp m S[q,g] + (pp - 1) sum_g' count_g' S[q,g'] + v pp TAIL[q]   (every g)
+    T[q] >= m S[q,g] + c(pp, v) sum_g' count_g' S[q,g'] + TAIL[q]          (every g)
+        with c = compose.bubble_coefficient(pp, v), the schedule's bubble, as a fraction
     v (sum_z (states_z + buffers_z) w[q,z] + sum_u (workspace_u + head_u) x[q,u])
         + inflight_g sum_u act_u x[q,u] <= v (HBM - reserve) y[q]          (memory, every g)
     sum_z host_z w[q,z] <= host capacity y[q]                              (offload tier, every g)
@@ -25,7 +26,8 @@ every term of the evaluator is a constant per (q, u) or (q, z), taken from
 
 ``E`` is the exposed part of an overlapped collective ``c`` behind compute ``w``, exact
 as the maximum of two linear pieces, ``max(c - (1 - kappa) w, c (1/l + kappa (1 - 1/l)))``
-(derived from :func:`planner.costmodel.stage.overlapped_s`). The offload tier's link
+(:func:`planner.costmodel.compose.exposure_pieces` of
+:func:`planner.costmodel.compose.overlapped_s`). The offload tier's link
 transfers (``E_down``, and the per-microbatch parameter fetches in the stage time) use the
 same two pieces with ``kappa = 0``: DMA copies take no SMs.
 
@@ -55,7 +57,7 @@ from planner.costmodel.compose import (
     stage_time,
     tail_time,
 )
-from planner.costmodel.tables import Tables
+from planner.costmodel.tables import Key, Tables
 
 KAPPA_DEN = 1000
 #: Largest magnitude a row may reach. CP-SAT's presolve and LP work in doubles: rows whose
@@ -64,7 +66,6 @@ KAPPA_DEN = 1000
 SAFE = 2**53 // 64
 OBJ_DIGITS = 6
 
-Key = tuple[int, tuple[int, ...], int, int]  # (q, recompute index per type, sp, zero)
 
 
 @dataclass(frozen=True)
@@ -123,133 +124,192 @@ def strategies(tb: Tables) -> list[tuple[tuple[int, ...], int]]:
     return [(rc, sp) for rc in rcs for sp in (0, 1)]
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What every row of one model reads: integer capacities, overlap switches, ticks."""
+
+    kappa_n: int  # overlap slowdown x KAPPA_DEN, rounded down
+    ovl_param: bool
+    ovl_grad: bool
+    usable: int  # HBM - reserve, bytes
+    host_cap: int
+    ticks: Ticks
+    t_ub: int  # ticks
+
+    @property
+    def down(self):
+        return self.ticks.down
+
+    @property
+    def up(self):
+        return self.ticks.up
+
+
+@dataclass
+class _Point:
+    """The variables of one point q."""
+
+    q: int
+    y: int
+    x: dict[int, int]  # strategy u -> var
+    w: dict[int, int]  # state option z -> var
+    us: list[int]
+    zs: list[int]
+
+
 def build_model(tb: Tables, points: list[int] | None = None,
                 max_time_s: float | None = None) -> tuple[LinearModel, VarMap]:
     """The model over ``points``; with ``max_time_s``, only plans whose model iteration time
     (at most the evaluator's plus one tick) is within it."""
-    space, A = tb.space, tb.terms
-    cluster = space.cluster
-    o0, d0 = tb.points[0]
-    base = space.plan(o0, d0, next(space.inners(o0)))
-    kappa_n = int(math.floor(cluster.gpu.efficiency.overlap_slowdown * KAPPA_DEN))
-    ovl_param, ovl_grad = base.overlap_param_gather, base.overlap_dp_grad_reduce
-    cap = int(math.floor(cluster.gpu.hbm_bytes))
-    host_cap = (int(math.floor(cluster.offload.capacity_bytes))
-                if cluster.offload is not None else 0)
-    reserve = int(math.floor(cluster.memory_reserve_gib * 2**30))
+    A = tb.terms
     pts = list(range(tb.num_points)) if points is None else list(points)
-    strat = strategies(tb)
-    nt = len(tb.layer_types)
-    lm = LinearModel()
-    vm = VarMap(pts, strat)
-
+    lm, vm = LinearModel(), VarMap(pts, strategies(tb))
     w_time, w_busy = A.time_weight[pts], A.busy_weight[pts]
     need_busy = bool(np.any(w_busy > 0))
     time_only = not need_busy and np.allclose(w_time, w_time[0])
+    st = _setup(tb, pts, time_only)
+    vm.ticks = st.ticks
+    lm.units["time"] = st.ticks.per_s / 1e6  # the MILP sees microseconds
+    vm.obj_scale = 1.0 / float(w_time[0]) if time_only else _objective_scale(w_time, w_busy)
+    for q in pts:
+        vm.y[q] = lm.binary(f"y{q}")
+    lm.add({i: 1 for i in vm.y.values()}, lb=1, ub=1)
+    for j, q in enumerate(pts):
+        pt = _point_vars(lm, vm, tb, q)
+        groups = [g for g in range(A.group_valid.shape[1]) if A.group_valid[q, g]]
+        per = {g: _group_terms(A, q, g, [vm.strategies[u] for u in pt.us]) for g in groups}
+        T = lm.var(f"T{q}", 0, st.t_ub, dim="time")
+        if max_time_s is not None:  # T[q] <= limit y[q]; one tick of slack keeps every plan
+            lm.add({T: 1, pt.y: -min(st.down(max_time_s) + 1, st.t_ub)}, ub=0, dim="time")
+        tail = lm.var(f"TAIL{q}", 0, st.t_ub, dim="time")
+        s_vars = {}
+        for g in groups:
+            wf = {pt.x[u]: st.up(val) for u, val in zip(pt.us, per[g]["fwd"])}
+            wb = {pt.x[u]: st.up(val) for u, val in zip(pt.us, per[g]["bwd"])}
+            s_vars[g] = _stage_row(lm, st, A, pt, g, per[g], wf, wb)
+            _tail_row(lm, st, A, pt, g, wf, wb, tail)
+            _memory_rows(lm, st, A, pt, g, per[g])
+        _iteration_rows(lm, T, tail, s_vars, [int(A.group_count[q, g]) for g in groups],
+                        int(A.m[q]), int(A.pp[q]), int(A.v[q]))
+        lm.objective[T] = int(math.floor(w_time[j] * vm.obj_scale))
+        if need_busy:
+            busy = _busy_row(lm, st, A, pt, groups, per)
+            lm.objective[busy] = int(math.floor(w_busy[j] * vm.obj_scale))
+    check_magnitudes(lm)
+    return lm, vm
+
+
+def _setup(tb: Tables, pts: list[int], time_only: bool) -> _Setup:
+    A, space = tb.terms, tb.space
+    cluster = space.cluster
+    o0, d0 = tb.points[0]
+    base = space.plan(o0, d0, next(iter(space.inners(o0))))
     t_ub_s = max(_time_bound_s(tb, q) for q in pts)
     # the largest factor a time is multiplied by: v pp (m + 1) in the iteration row, and
     # KAPPA_DEN x layers x 2 in the overlap-exposure rows
     mult = max(max(int(A.v[q] * A.pp[q] * (A.m[q] + 1)),
                    2 * KAPPA_DEN * int(np.max(A.group_layers[q]))) for q in pts)
     ticks = choose_ticks(t_ub_s, max(mult, 1 if time_only else 10**OBJ_DIGITS))
-    vm.ticks = ticks
-    lm.units["time"] = ticks.per_s / 1e6  # the MILP sees microseconds
-    down, up = ticks.down, ticks.up
-    t_ub = up(t_ub_s) + 10
-    scale = 1.0 / float(w_time[0]) if time_only else _objective_scale(w_time, w_busy)
-    vm.obj_scale = scale
+    return _Setup(
+        kappa_n=int(math.floor(cluster.gpu.efficiency.overlap_slowdown * KAPPA_DEN)),
+        ovl_param=base.overlap_param_gather, ovl_grad=base.overlap_dp_grad_reduce,
+        usable=int(math.floor(cluster.gpu.hbm_bytes))
+        - int(math.floor(cluster.memory_reserve_gib * 2**30)),
+        host_cap=(int(math.floor(cluster.offload.capacity_bytes))
+                  if cluster.offload is not None else 0),
+        ticks=ticks, t_ub=ticks.up(t_ub_s) + 10)
 
-    for q in pts:
-        vm.y[q] = lm.binary(f"y{q}")
-    lm.add({i: 1 for i in vm.y.values()}, lb=1, ub=1)
 
-    for j, q in enumerate(pts):
-        yq = vm.y[q]
-        m, v, pp = int(A.m[q]), int(A.v[q]), int(A.pp[q])
-        us = [ui for ui, (rc, sp) in enumerate(strat) if A.sp_ok[q, sp]
-              and all(A.rc_ok[t, rc[t]] for t in range(nt))]
-        zs = [z for z in range(A.state_ok.shape[1]) if A.state_ok[q, z]]
-        xq = {u: lm.binary(f"x{q}_{u}") for u in us}
-        wq = {z: lm.binary(f"w{q}_{z}") for z in zs}
-        vm.x.update({(q, u): i for u, i in xq.items()})
-        vm.w.update({(q, z): i for z, i in wq.items()})
-        lm.add({**{i: 1 for i in xq.values()}, yq: -1}, lb=0, ub=0)
-        lm.add({**{i: 1 for i in wq.values()}, yq: -1}, lb=0, ub=0)
+def _point_vars(lm: LinearModel, vm: VarMap, tb: Tables, q: int) -> _Point:
+    """x[q,u] and w[q,z], each summing to y[q] (the hull form of the disjunction)."""
+    A, nt = tb.terms, len(tb.layer_types)
+    us = [ui for ui, (rc, sp) in enumerate(vm.strategies) if A.sp_ok[q, sp]
+          and all(A.rc_ok[t, rc[t]] for t in range(nt))]
+    zs = [z for z in range(A.state_ok.shape[1]) if A.state_ok[q, z]]
+    pt = _Point(q, vm.y[q], {u: lm.binary(f"x{q}_{u}") for u in us},
+                {z: lm.binary(f"w{q}_{z}") for z in zs}, us, zs)
+    vm.x.update({(q, u): i for u, i in pt.x.items()})
+    vm.w.update({(q, z): i for z, i in pt.w.items()})
+    lm.add({**{i: 1 for i in pt.x.values()}, pt.y: -1}, lb=0, ub=0)
+    lm.add({**{i: 1 for i in pt.w.values()}, pt.y: -1}, lb=0, ub=0)
+    return pt
 
-        groups = [g for g in range(A.group_valid.shape[1]) if A.group_valid[q, g]]
-        per = {g: _group_terms(A, q, g, [strat[u] for u in us]) for g in groups}
-        Tq = lm.var(f"T{q}", 0, t_ub, dim="time")
-        if max_time_s is not None:  # T[q] <= limit y[q]; one tick of slack keeps every plan
-            lm.add({Tq: 1, yq: -min(down(max_time_s) + 1, t_ub)}, ub=0, dim="time")
-        tail = lm.var(f"TAIL{q}", 0, t_ub, dim="time")
-        s_vars: dict[int, int] = {}
-        for g in groups:
-            t_ = per[g]
-            layers = int(A.group_layers[q, g])
-            wf = {xq[u]: up(val) for u, val in zip(us, t_["fwd"])}
-            wb = {xq[u]: up(val) for u, val in zip(us, t_["bwd"])}
-            s_row: Expr = {xq[u]: down(val) for u, val in zip(us, t_["total"])}
-            s_row[yq] = s_row.get(yq, 0) + down(A.p2p_s[q])
-            for arr, win, on, tag in ((A.dp_fwd_s[q, g], wf, ovl_param, "mbf"),
-                                      (A.dp_bwd_s[q, g], wb, ovl_grad, "mbb")):
-                if any(arr[z] > 0 for z in zs):
-                    e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(arr[z]) for z in zs}, win,
-                                  on, layers, kappa_n)
-                    s_row[e] = 1
-            fetch = A.fetch_s[q, g]  # offloaded parameters, fetched for each pass
-            if any(fetch[z] > 0 for z in zs):
-                for win, tag in ((wf, "ff"), (wb, "fb")):
-                    e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(fetch[z]) for z in zs}, win,
-                                  ovl_param, layers, 0)
-                    s_row[e] = 1
-            S = lm.var(f"S{q}_{g}", 0, lm.bounds(s_row)[1], dim="time")
-            s_vars[g] = S
-            s_row[S] = -1
-            lm.add(s_row, ub=0, dim="time")
 
-            tail_row: Expr = {wq[z]: down(A.optimizer_s[q, g, z] + A.cpu_step_s[q, g, z])
-                              for z in zs}
-            tail_row[yq] = tail_row.get(yq, 0) + down(A.tied_s[q, g])
-            for arr, win, on, tag in ((A.dp_grad_s[q, g], wb, ovl_grad, "grad"),
-                                      (A.dp_param_s[q, g], wf, ovl_param, "param")):
-                if any(arr[z] > 0 for z in zs):
-                    e = _exposure(lm, f"{tag}{q}_{g}", {wq[z]: down(arr[z]) for z in zs}, win,
-                                  on, layers, kappa_n)
-                    tail_row[e] = 1
-            if any(A.grad_down_s[q, g, z] > 0 for z in zs):  # gradient shard to the tier
-                e = _exposure(lm, f"down{q}_{g}", {wq[z]: down(A.grad_down_s[q, g, z]) for z in zs},
-                              wb, ovl_grad, layers, 0)
-                tail_row[e] = 1
-            tail_row[tail] = -1
-            lm.add(tail_row, ub=0, dim="time")
+def _on_states(st: _Setup, pt: _Point, arr: np.ndarray) -> Expr:
+    """``sum_z arr[z] w[q,z]`` in ticks."""
+    return {pt.w[z]: st.down(arr[z]) for z in pt.zs}
 
-            infl = int(A.group_inflight[q, g])
-            mem: Expr = {wq[z]: v * int(A.states_bytes[q, g, z] + A.buffers_bytes[q, z]) for z in zs}
-            for u, act, fixed in zip(us, t_["act"], t_["fixed_mem"]):
-                mem[xq[u]] = infl * int(act) + v * int(fixed)
-            mem[yq] = -v * (cap - reserve)
-            lm.add(mem, ub=0, dim="memory")
-            if any(A.host_bytes[q, g, z] > 0 for z in zs):
-                host: Expr = {wq[z]: int(A.host_bytes[q, g, z]) for z in zs}
-                host[yq] = -host_cap
-                lm.add(host, ub=0, dim="memory")
 
-        _iteration_rows(lm, Tq, tail, s_vars, [int(A.group_count[q, g]) for g in groups],
-                        m, pp, v)
-        lm.objective[Tq] = int(math.floor(w_time[j] * scale))
-        if need_busy:
-            busy = lm.var(f"BUSY{q}", 0, t_ub, dim="time")
-            row = {busy: -pp}
-            for g in groups:
-                cnt = int(A.group_count[q, g])
-                for u, f, b in zip(us, per[g]["fwd"], per[g]["bwd"]):
-                    row[xq[u]] = row.get(xq[u], 0) + m * cnt * down(f + b)
-                for z in zs:
-                    row[wq[z]] = row.get(wq[z], 0) + cnt * down(A.optimizer_s[q, g, z])
-            lm.add(row, ub=0, dim="time")
-            lm.objective[busy] = int(math.floor(w_busy[j] * scale))
-    check_magnitudes(lm)
-    return lm, vm
+def _stage_row(lm: LinearModel, st: _Setup, A, pt: _Point, g: int, terms: dict,
+               wf: Expr, wb: Expr) -> int:
+    """S[q,g] >= the stage time: linearizes :func:`planner.costmodel.compose.stage_time`."""
+    q, layers = pt.q, int(A.group_layers[pt.q, g])
+    row: Expr = {pt.x[u]: st.down(val) for u, val in zip(pt.us, terms["total"])}
+    row[pt.y] = row.get(pt.y, 0) + st.down(A.p2p_s[q])
+    for arr, win, on, tag in ((A.dp_fwd_s[q, g], wf, st.ovl_param, "mbf"),
+                              (A.dp_bwd_s[q, g], wb, st.ovl_grad, "mbb")):
+        if any(arr[z] > 0 for z in pt.zs):
+            row[_exposure(lm, f"{tag}{q}_{g}", _on_states(st, pt, arr), win, on, layers,
+                          st.kappa_n)] = 1
+    fetch = A.fetch_s[q, g]  # offloaded parameters, fetched for each pass
+    if any(fetch[z] > 0 for z in pt.zs):
+        for win, tag in ((wf, "ff"), (wb, "fb")):
+            row[_exposure(lm, f"{tag}{q}_{g}", _on_states(st, pt, fetch), win, st.ovl_param,
+                          layers, 0)] = 1
+    S = lm.var(f"S{q}_{g}", 0, lm.bounds(row)[1], dim="time")
+    row[S] = -1
+    lm.add(row, ub=0, dim="time")
+    return S
+
+
+def _tail_row(lm: LinearModel, st: _Setup, A, pt: _Point, g: int, wf: Expr, wb: Expr,
+              tail: int) -> None:
+    """TAIL[q] >= the group's tail: linearizes :func:`planner.costmodel.compose.tail_time`."""
+    q, layers = pt.q, int(A.group_layers[pt.q, g])
+    row = _on_states(st, pt, A.optimizer_s[q, g] + A.cpu_step_s[q, g])
+    row[pt.y] = row.get(pt.y, 0) + st.down(A.tied_s[q, g])
+    for arr, win, on, tag, k in ((A.dp_grad_s[q, g], wb, st.ovl_grad, "grad", st.kappa_n),
+                                 (A.dp_param_s[q, g], wf, st.ovl_param, "param", st.kappa_n),
+                                 (A.grad_down_s[q, g], wb, st.ovl_grad, "down", 0)):
+        if any(arr[z] > 0 for z in pt.zs):
+            row[_exposure(lm, f"{tag}{q}_{g}", _on_states(st, pt, arr), win, on, layers, k)] = 1
+    row[tail] = -1
+    lm.add(row, ub=0, dim="time")
+
+
+def _memory_rows(lm: LinearModel, st: _Setup, A, pt: _Point, g: int, terms: dict) -> None:
+    """HBM (and offload-tier) capacity of the group: linearizes
+    :func:`planner.costmodel.compose.stage_memory` (multiplied by v)."""
+    q = pt.q
+    v, infl = int(A.v[q]), int(A.group_inflight[q, g])
+    mem: Expr = {pt.w[z]: v * int(A.states_bytes[q, g, z] + A.buffers_bytes[q, z])
+                 for z in pt.zs}
+    for u, act, fixed in zip(pt.us, terms["act"], terms["fixed_mem"]):
+        mem[pt.x[u]] = infl * int(act) + v * int(fixed)
+    mem[pt.y] = -v * st.usable
+    lm.add(mem, ub=0, dim="memory")
+    if any(A.host_bytes[q, g, z] > 0 for z in pt.zs):
+        host: Expr = {pt.w[z]: int(A.host_bytes[q, g, z]) for z in pt.zs}
+        host[pt.y] = -st.host_cap
+        lm.add(host, ub=0, dim="memory")
+
+
+def _busy_row(lm: LinearModel, st: _Setup, A, pt: _Point, groups: list[int],
+              per: dict[int, dict]) -> int:
+    """BUSY[q] >= the mean busy time: linearizes :func:`planner.costmodel.compose.busy_s`
+    (multiplied by pp)."""
+    q = pt.q
+    m, pp = int(A.m[q]), int(A.pp[q])
+    busy = lm.var(f"BUSY{q}", 0, st.t_ub, dim="time")
+    row = {busy: -pp}
+    for g in groups:
+        cnt = int(A.group_count[q, g])
+        for u, f, b in zip(pt.us, per[g]["fwd"], per[g]["bwd"]):
+            row[pt.x[u]] = row.get(pt.x[u], 0) + m * cnt * st.down(f + b)
+        for z in pt.zs:
+            row[pt.w[z]] = row.get(pt.w[z], 0) + cnt * st.down(A.optimizer_s[q, g, z])
+    lm.add(row, ub=0, dim="time")
+    return busy
 
 
 def _iteration_rows(lm: LinearModel, T: int, tail: int, s_vars: dict[int, int],
@@ -269,7 +329,7 @@ def _iteration_rows(lm: LinearModel, T: int, tail: int, s_vars: dict[int, int],
         lm.add(row, ub=0, dim="time")
 
 
-def _group_terms(A: dict[str, np.ndarray], q: int, g: int,
+def _group_terms(A, q: int, g: int,
                  strats: list[tuple[tuple[int, ...], int]]) -> dict[str, list[float]]:
     """Per-microbatch time, overlap windows and memory of group g for each strategy."""
     n = A.group_type_layers[q, g]

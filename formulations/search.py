@@ -25,13 +25,12 @@ import numpy as np
 from formulations.build import VarMap, build_model
 from formulations.linear import Constraint, CpsatSession, MilpSession
 from formulations.space import RECOMPUTE, Inner
-from planner.costmodel.tables import Tables
+from planner.costmodel.tables import Key, Tables
 from planner.costmodel.compose import Overlap, busy_s, iteration_time_s, stage_time, tail_time
-from planner.costmodel.objective import TIME, Objective
+from planner.costmodel.objective import TIME
 from planner.costmodel.evaluator import Estimate, evaluate
 from planner.specs.plan import Plan
 
-Key = tuple[int, tuple[int, ...], int, int]  # (q, recompute per type, sp, state option)
 
 
 @dataclass
@@ -100,27 +99,15 @@ def state_lower_bounds(tb: Tables) -> np.ndarray:
         return _lower_bounds(tb)
 
 
-def _lower_bounds(tb: Tables) -> np.ndarray:
-    """A lower bound of the objective at every point and state option (``inf`` where
-    nothing fits).
-
-    Exact over the state option (ZeRO stage and offloads); for each option, each layer
-    type takes its fastest recomputation/SP option that fits in memory next to that
-    option's states (separately per type, so a bound), and every overlapped collective
-    is charged its exposure behind the *longest* window any fitting option offers
-    (exposure falls with the window).
-    """
+def _fitting(tb: Tables) -> np.ndarray:
+    """``feasible[q, z, t, k, b]``: layer option (recompute k, sp b) of type t can fit in
+    every group next to state option z, with every other type at its smallest."""
     A = tb.terms
     cluster = tb.space.cluster
-    base_plan = tb.plan(0, tuple(0 for _ in tb.layer_types), 0, 0) if tb.num_points else None
-    kappa = cluster.gpu.efficiency.overlap_slowdown
-    ovl_param = base_plan.overlap_param_gather if base_plan else True
-    ovl_grad = base_plan.overlap_dp_grad_reduce if base_plan else True
     cap = cluster.gpu.hbm_bytes
     reserve = cluster.memory_reserve_gib * 2**30
     inf = np.inf
     Q, G = A.group_valid.shape
-    Z = A.state_ok.shape[1]
     ok = A.rc_ok[None, :, :, None] & A.sp_ok[:, None, None, :]  # (Q, T, 3, 2)
     valid = A.group_valid
     spmask = np.where(A.sp_ok, 0.0, inf)
@@ -141,6 +128,30 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     fits = (base[:, :, :, None, None, None] + need[:, :, None] <= cap) | ~valid[
         :, :, None, None, None, None]
     feasible = ok[:, None] & np.all(fits, axis=1)  # (Q, Z, T, 3, 2)
+    return feasible
+
+
+def _lower_bounds(tb: Tables) -> np.ndarray:
+    """A lower bound of the objective at every point and state option (``inf`` where
+    nothing fits).
+
+    Exact over the state option (ZeRO stage and offloads); for each option, each layer
+    type takes its fastest recomputation/SP option that fits in memory next to that
+    option's states (separately per type, so a bound), and every overlapped collective
+    is charged its exposure behind the *longest* window any fitting option offers
+    (exposure falls with the window).
+    """
+    A = tb.terms
+    cluster = tb.space.cluster
+    base_plan = tb.plan(0, tuple(0 for _ in tb.layer_types), 0, 0) if tb.num_points else None
+    kappa = cluster.gpu.efficiency.overlap_slowdown
+    ovl_param = base_plan.overlap_param_gather if base_plan else True
+    ovl_grad = base_plan.overlap_dp_grad_reduce if base_plan else True
+    inf = np.inf
+    Q, Z = A.state_ok.shape
+    valid = A.group_valid
+    spmask = np.where(A.sp_ok, 0.0, inf)
+    feasible = _fitting(tb)
 
     def best(name: str, fn, fill: float) -> np.ndarray:
         vals = np.where(feasible, getattr(A, f"layer_{name}")[:, None], fill)

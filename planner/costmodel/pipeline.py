@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from planner.specs.model import ModelSpec
@@ -100,7 +99,7 @@ def bubble_factor(pp: int, v: int, variant: str = "megatron", *, num_layers: int
     the slowest stage; the fill and drain pass through every stage, so the bubble uses
     the mean stage time.
 
-    ``amped``: AMPeD's Eq. 8 as printed (Moolchandani et al., notes 000 Sec. 2.7),
+    ``amped``: AMPeD's Eq. 8 as printed (Moolchandani et al., AMPeD, Eq. 8),
     ``W = R (pp - 1)/N_ub [U/(L N) + M_f + M_b]`` summed over the ``L`` layers, with
     ``R = 1/v``. Its compute term carries an extra ``1/L``, so only one average layer's
     compute idles per bubble step, while the communication term counts all layers
@@ -117,6 +116,3 @@ def bubble_factor(pp: int, v: int, variant: str = "megatron", *, num_layers: int
                                + comm_share * pp / num_microbatches)
     raise ValueError(f"unknown bubble variant {variant!r}; expected 'megatron' or 'amped'")
 
-
-def is_integral(x: float) -> bool:
-    return math.isclose(x, round(x))

@@ -7,10 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
 from planner.costmodel import constants as C
-from planner.costmodel.compute import elementwise_time_s, exposed_s, gemm_time_s
+from planner.costmodel.compute import elementwise_time_s, gemm_time_s
 from planner.costmodel.layer import LayerShape, LayerStrategy, Net, embedding_params, head_params
 from planner.costmodel.network import collective_time_s, p2p_time_s
 from planner.specs.cluster import TopologyLevel
@@ -127,15 +125,6 @@ def dp_comm(params_local: float, zero: int, dp_spans: tuple[int, ...],
     return DPComm(0.0, 0.0, ag, ag + coll("reduce_scatter", g))
 
 
-def overlapped_s(comm, window, layers, overlap: bool, slowdown: float):
-    """Exposed part of a bucketed collective overlapped with ``window`` of compute. The
-    last bucket (one layer's share) cannot overlap. Works on numpy arrays."""
-    if not overlap:
-        return comm
-    tail = comm / np.maximum(layers, 1)
-    return tail + exposed_s(comm - tail, window, slowdown)
-
-
 def optimizer_step_s(gpu: GPUSpec, params_local: float, zero: int, dp_cp: int,
                      offload_optimizer: bool = False) -> float:
     """Adam step, memory-bound, on this GPU's shard of the stage's parameters (none on the
@@ -193,12 +182,6 @@ def end_params(model: ModelSpec, tp: int, pp: int, embedding: bool, head: bool) 
     if head:
         out += head_params(model, tp, separate=pp > 1)
     return out
-
-
-def stage_params(model: ModelSpec, tp: int, pp: int, layers: dict[str, int], embedding: bool,
-                 head: bool, ep: int = 1, etp: int | None = None) -> float:
-    """Parameters one GPU of a pipeline stage holds (its TP/EP shard, before ZeRO)."""
-    return sum(stage_params_split(model, tp, pp, layers, embedding, head, ep, etp))
 
 
 def stage_params_split(model: ModelSpec, tp: int, pp: int, layers: dict[str, int],

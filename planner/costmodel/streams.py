@@ -2,7 +2,7 @@
 notes 002, Sec. 2.4-2.5). Not used by the evaluator or the formulations.
 
 The product's evaluator overlaps data-parallel traffic with a compute window in closed
-form (``stage.overlapped_s``). MAD-Max instead replays one iteration as two in-order
+form (``compose.overlapped_s``). MAD-Max instead replays one iteration as two in-order
 streams, one for compute and one for communication, linked by dependencies:
 
 * forward, per layer: FSDP all-gather of the layer's weights, then its compute; with

@@ -17,7 +17,6 @@ types), and the arrays grow to the largest count.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -50,6 +49,8 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 MAX_GROUPS = 4
+#: One plan of the tables: (point q, recomputation index per layer type, sp, state option).
+Key = tuple[int, tuple[int, ...], int, int]
 #: Short names of the assembly below -> :class:`Terms` fields.
 NAMES = {'layer_total': 'layer_total_s', 'layer_fwd': 'layer_fwd_s', 'layer_bwdrec': 'layer_bwd_s', 'layer_act': 'layer_act_bytes', 'layer_ws': 'layer_workspace_bytes', 'layer_recflops': 'layer_extra_flops', 'emb_total': 'emb_total_s', 'emb_fwd': 'emb_fwd_s', 'emb_bwd': 'emb_bwd_s', 'head_total': 'head_total_s', 'head_fwd': 'head_fwd_s', 'head_bwd': 'head_bwd_s', 'head_act': 'head_act_bytes', 'head_ws': 'head_workspace_bytes', 'p2p': 'p2p_s', 'g_tied': 'tied_s', 'g_mbf': 'dp_fwd_s', 'g_mbb': 'dp_bwd_s', 'g_grad': 'dp_grad_s', 'g_param': 'dp_param_s', 'g_opt': 'optimizer_s', 'g_states': 'states_bytes', 'g_off': 'cpu_step_s', 'g_down': 'grad_down_s', 'g_fetch': 'fetch_s', 'g_host': 'host_bytes', 'm': 'm', 'g_valid': 'group_valid', 'g_n': 'group_type_layers', 'g_emb': 'group_embedding', 'g_head': 'group_head', 'g_cnt': 'group_count', 'g_infl': 'group_inflight', 'g_layers': 'group_layers', 'ok_sp': 'sp_ok', 'ok_z': 'state_ok', 'buffers': 'buffers_bytes', 'v': 'v', 'pp': 'pp', 'world': 'world', 'w_time': 'time_weight', 'w_busy': 'busy_weight', 'rc_ok': 'rc_ok'}
 
