@@ -1,4 +1,4 @@
-"""Solve time of MoE models on 2048 GPUs (issue 5).
+"""Solve time of MoE models on 2048 GPUs (the README's MoE table).
 
     python benchmarks/bench_moe.py                   # all cases, CP-SAT and MILP
     python benchmarks/bench_moe.py --case mixtral-8x22b --backend cpsat

@@ -1,4 +1,4 @@
-"""Wall time of a procurement query over the full shipped catalog (issue 4's benchmark).
+"""Wall time of a procurement query over the full shipped catalog (the README's procurement benchmark).
 
     python benchmarks/bench_procure.py                   # Llama 3 405B, 15T tokens, 90 days
     python benchmarks/bench_procure.py --pareto --workers 1

@@ -1,4 +1,4 @@
-"""Solve time against brute force over the same search space (issue 3's three cases).
+"""Solve time against brute force over the same search space (three README cases).
 
     python benchmarks/bench_solve.py                 # all cases, exhaustive time-boxed
     python benchmarks/bench_solve.py --case 70b --exhaustive-limit 0   # full brute force
