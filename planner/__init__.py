@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 from planner.api import (  # noqa: E402
     evaluate,
+    evaluate_many,
     load_cluster,
     load_gpu,
     load_model,
@@ -21,6 +22,7 @@ from planner.specs import ClusterSpec, GPUSpec, ModelSpec, Placement, Plan  # no
 __all__ = [
     "__version__",
     "evaluate",
+    "evaluate_many",
     "load_cluster",
     "load_gpu",
     "load_model",

@@ -14,11 +14,12 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 if TYPE_CHECKING:
+    from planner.costmodel.batch import Estimates
     from formulations.space import SpaceOptions
     from planner.costmodel.objective import Objective
     from planner.orchestration import SolveResult
 
-__all__ = ["evaluate", "load_cluster", "load_gpu", "load_model", "load_plan", "procure", "solve"]
+__all__ = ["evaluate", "evaluate_many", "load_cluster", "load_gpu", "load_model", "load_plan", "procure", "solve"]
 
 
 def load_plan(path: str, **overrides: Any) -> Plan:
@@ -42,6 +43,21 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Plan | di
     m, c = _resolve(model, cluster)
     p = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan), "plan")
     return _evaluate(m, c, p, allow_idle_gpus=allow_idle_gpus)
+
+
+def evaluate_many(model: ModelSpec | str, cluster: ClusterSpec | str,
+                  plans: Iterable[Plan | dict[str, Any]], allow_idle_gpus: bool = False
+                  ) -> Estimates:
+    """Cost of many plans at once, through the same terms and composition as
+    :func:`evaluate` (equal to it plan by plan, to float rounding). Returns
+    :class:`planner.costmodel.batch.Estimates`: numpy arrays ``iteration_time_s``,
+    ``memory_per_gpu_bytes``, ``feasible``, ``mfu``, ... in the order of ``plans``."""
+    from planner.costmodel.batch import evaluate_many as _many
+
+    m, c = _resolve(model, cluster)
+    ps = [p if isinstance(p, Plan) else plan_from_dict(dict(p), f"plans[{i}]")
+          for i, p in enumerate(plans)]
+    return _many(m, c, ps, allow_idle_gpus)
 
 
 def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | None = None,
