@@ -44,7 +44,7 @@ def overlapped_s(comm, window, layers, overlap: bool, slowdown: float):
     linear pieces :func:`exposure_pieces` gives the formulations."""
     if not overlap:
         return comm
-    tail = comm / np.maximum(layers, 1)
+    tail = comm / (max(layers, 1) if isinstance(layers, int) else np.maximum(layers, 1))
     return tail + exposed_s(comm - tail, window, slowdown)
 
 

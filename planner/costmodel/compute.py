@@ -51,6 +51,9 @@ def exposed_s(comm_s, window_s, slowdown: float):
     """Communication overlapped with ``window_s`` of compute: the part that sticks out,
     plus the compute slowdown while both run (NCCL kernels take SMs and HBM bandwidth;
     ``slowdown`` is the fraction of the overlapped time lost). Works on numpy arrays."""
+    if isinstance(comm_s, (int, float)) and isinstance(window_s, (int, float)):
+        c = max(comm_s, 0.0)  # the scalar evaluator's path: no numpy overhead
+        return max(0.0, c - window_s) + slowdown * min(c, window_s)
     comm_s = np.maximum(comm_s, 0.0)
     out = np.maximum(0.0, comm_s - window_s) + slowdown * np.minimum(comm_s, window_s)
     return float(out) if np.ndim(out) == 0 else out

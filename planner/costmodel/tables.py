@@ -274,17 +274,19 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
         **{k: np.zeros((O, G), np.int64) for k in ("g_emb", "g_head", "g_cnt", "g_infl",
                                                     "g_layers")}}
     shard, eshard = np.zeros(O, np.int64), np.zeros(O, np.int64)
+    bufs: dict[tuple, float] = {}  # comm buffers by shape and ZeRO stage
+    params: dict[tuple, tuple[float, float]] = {}  # stage parameters by what decides them
     for oi, o in enumerate(outers):
         out["ok_sp"][oi, [int(sp) for sp in space.sp_options(o)]] = True
-        bufs: dict[int, float] = {}  # by ZeRO stage
         for k in space.state_options(o):
             z = STATES[k][0]
-            if z not in bufs:
+            bk = (o.tp, o.cp, o.mbs, o.ep, o.etp, z)
+            if bk not in bufs:
                 shape = state_shape(model, o.tp, o.cp, o.mbs, ctx.seq, o.ep, o.etp)
-                bufs[z] = comm_buffer_bytes(model, shape, z, types)
-            out["ok_z"][oi, k], out["buffers"][oi, k] = True, bufs[z]
+                bufs[bk] = comm_buffer_bytes(model, shape, z, types)
+            out["ok_z"][oi, k], out["buffers"][oi, k] = True, bufs[bk]
         for gi, grp in enumerate(groups[oi]):
-            _group_row(out, oi, gi, grp, o, ctx)
+            _group_row(out, oi, gi, grp, o, ctx, params)
         shard[oi] = o.dp * o.cp  # the group ZeRO shards the states over
         eshard[oi] = expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp)  # routed experts' group
     out.update(_state_slopes_per_outer(ctx, shard, eshard))
@@ -292,7 +294,7 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
 
 
 def _group_row(out: dict[str, np.ndarray], oi: int, gi: int, grp: Group, o: Outer,
-               ctx: _Ctx) -> None:
+               ctx: _Ctx, cache: dict[tuple, tuple[float, float]]) -> None:
     layers = dict(grp.layers)
     out["g_valid"][oi, gi] = True
     out["g_emb"][oi, gi], out["g_head"][oi, gi] = grp.embedding, grp.head
@@ -300,8 +302,11 @@ def _group_row(out: dict[str, np.ndarray], oi: int, gi: int, grp: Group, o: Oute
     out["g_layers"][oi, gi] = max(sum(layers.values()), 1)
     for ti, t in enumerate(ctx.types):
         out["g_n"][oi, gi, ti] = layers.get(t, 0)
-    out["g_params"][oi, gi], out["g_eparams"][oi, gi] = stage_params_split(
-        ctx.model, o.tp, o.pp, layers, grp.embedding, grp.head, o.ep, o.etp)
+    key = (o.tp, o.pp, grp.layers, grp.embedding, grp.head, o.ep, o.etp)
+    if key not in cache:
+        cache[key] = stage_params_split(ctx.model, o.tp, o.pp, layers, grp.embedding,
+                                        grp.head, o.ep, o.etp)
+    out["g_params"][oi, gi], out["g_eparams"][oi, gi] = cache[key]
 
 
 def _state_slopes_per_outer(ctx: _Ctx, shard: np.ndarray, eshard: np.ndarray
