@@ -123,12 +123,14 @@ def _fitting(tb: Tables) -> np.ndarray:
     act = np.where(ok[:, None], act, inf)  # (Q, G, T, 3, 2)
     act_min = np.min(act.reshape(Q, G, act.shape[2], -1), axis=3)
     others = act_min.sum(axis=2, keepdims=True) - act_min
-    # fits[q, z, t, k, b]: option (k, b) of type t fits in every group with ZeRO stage z
+    # option (k, b) of type t fits in every group g next to state option z; one group at a
+    # time keeps the temporaries at (Q, Z, T, 3, 2)
     need = act + others[..., None, None]  # (Q, G, T, 3, 2)
-    fits = (base[:, :, :, None, None, None] + need[:, :, None] <= cap) | ~valid[
-        :, :, None, None, None, None]
-    feasible = ok[:, None] & np.all(fits, axis=1)  # (Q, Z, T, 3, 2)
-    return feasible
+    feasible = np.broadcast_to(ok[:, None], (Q, base.shape[2]) + ok.shape[1:]).copy()
+    for g in range(G):
+        fits = base[:, g, :, None, None, None] + need[:, g, None] <= cap
+        feasible &= fits | ~valid[:, g, None, None, None, None]
+    return feasible  # (Q, Z, T, 3, 2)
 
 
 def _lower_bounds(tb: Tables) -> np.ndarray:
@@ -174,31 +176,32 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
         + e_head * np.max(A.head_fwd_s, axis=1)[:, None, None]
     wb = per_group(bmax) + e_emb * np.max(A.emb_bwd_s, axis=1)[:, None, None] \
         + e_head * np.max(A.head_bwd_s, axis=1)[:, None, None]
-    layers = A.group_layers[:, None, :]
 
-    def zg(arr: np.ndarray) -> np.ndarray:  # (Q, G, Z) -> (Q, Z, G)
-        return np.transpose(arr, (0, 2, 1))
+    def gz(arr: np.ndarray) -> np.ndarray:  # (Q, Z, G) -> (Q, G, Z), the tables' layout
+        return np.ascontiguousarray(np.transpose(arr, (0, 2, 1)))
 
     # the evaluator's composition over the optimistic terms (fetch, down and the CPU step
-    # are zero on the state options that do not use the offload tier)
+    # are zero on the state options that do not use the offload tier); groups on axis 1
+    s_lb, wf, wb = gz(s_lb), gz(wf), gz(wb)
+    layers = A.group_layers[:, :, None]
     ov = Overlap(ovl_param, ovl_grad, kappa)
-    stage = stage_time(s_lb, wf, wb, A.p2p_s[:, None, None], zg(A.dp_fwd_s), zg(A.dp_bwd_s),
-                       zg(A.fetch_s), layers, ov)
-    tail = tail_time(zg(A.optimizer_s), zg(A.cpu_step_s), A.tied_s[:, None, :],
-                     zg(A.dp_grad_s), zg(A.dp_param_s), zg(A.grad_down_s), wf, wb, layers, ov)
-    gmask = valid[:, None, :]
+    stage = stage_time(s_lb, wf, wb, A.p2p_s[:, None, None], A.dp_fwd_s, A.dp_bwd_s,
+                       A.fetch_s, layers, ov)
+    tail = tail_time(A.optimizer_s, A.cpu_step_s, A.tied_s[:, :, None], A.dp_grad_s,
+                     A.dp_param_s, A.grad_down_s, wf, wb, layers, ov)
+    gmask = valid[:, :, None]
     m, v, pp = A.m[:, None], A.v[:, None], A.pp[:, None]
-    cnt = A.group_count[:, None, :] * gmask
+    cnt = A.group_count[:, :, None] * gmask
     t_lb = iteration_time_s(m, pp, v, np.where(gmask, stage.total_s, 0.0), cnt,
-                            np.where(gmask, tail.total_s, 0.0), axis=2)
+                            np.where(gmask, tail.total_s, 0.0), axis=1)
     out = A.time_weight[:, None] * t_lb
     if np.any(A.busy_weight > 0):
         fb = np.where(feasible, (A.layer_fwd_s + A.layer_bwd_s)[:, None], inf)
         fb_min = np.min(fb.reshape(Q, Z, fb.shape[2], -1), axis=3)
         ends = (np.min(A.emb_fwd_s + A.emb_bwd_s + spmask, axis=1)[:, None, None] * e_emb
                 + np.min(A.head_fwd_s + A.head_bwd_s + spmask, axis=1)[:, None, None] * e_head)
-        work = np.where(gmask, per_group(fb_min) + ends, 0.0)
-        busy = busy_s(m, pp, cnt, work, np.where(gmask, zg(A.optimizer_s), 0.0), axis=2)
+        work = np.where(gmask, gz(per_group(fb_min) + ends), 0.0)
+        busy = busy_s(m, pp, cnt, work, np.where(gmask, A.optimizer_s, 0.0), axis=1)
         out = out + A.busy_weight[:, None] * busy
     return np.where(np.isfinite(lmin).all(axis=2) & A.state_ok, out, inf)
 

@@ -44,8 +44,20 @@ def overlapped_s(comm, window, layers, overlap: bool, slowdown: float):
     linear pieces :func:`exposure_pieces` gives the formulations."""
     if not overlap:
         return comm
+    if isinstance(comm, np.ndarray) and not comm.any():  # nothing to hide (no tier, ZeRO 0)
+        return np.zeros(np.broadcast_shapes(comm.shape, np.shape(window), np.shape(layers)))
     tail = comm / (max(layers, 1) if isinstance(layers, int) else np.maximum(layers, 1))
-    return tail + exposed_s(comm - tail, window, slowdown)
+    if not isinstance(tail, np.ndarray):
+        return tail + exposed_s(comm - tail, window, slowdown)
+    # exposed_s on arrays, in place: max(0, x - w) + k min(x, w) with x = comm - tail >= 0
+    x = np.maximum(comm - tail, 0.0)
+    out = x - window
+    np.maximum(out, 0.0, out=out)
+    np.minimum(x, window, out=x)
+    x *= slowdown
+    out += x
+    out += tail
+    return out
 
 
 def exposure_pieces(layers: int, slowdown: float) -> tuple[tuple[float, float], ...]:

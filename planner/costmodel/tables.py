@@ -337,10 +337,6 @@ def _point_keys(ctx: _Ctx):
     q_keys: dict[str, list[int]] = {k: [] for k in KEY_KINDS}
     span_cache: dict[tuple, tuple] = {}
 
-    def index(kind: str, key) -> None:
-        table = keys[kind]
-        q_keys[kind].append(table.setdefault(key, len(table)))
-
     for oi, o in enumerate(space.outers):
         for dom in space.placements(o):
             sk = (o.tp, o.cp, o.dp, o.pp, dom, o.ep, o.etp)
@@ -352,12 +348,13 @@ def _point_keys(ctx: _Ctx):
             tp_s, cp_s, pp_s, dpcp_s, (ep_s, etp_s, edp_s) = span_cache[sk]
             points.append((o, dom))
             q_outer.append(oi)
-            index("layer", (o.tp, o.cp, o.mbs, o.ep, o.etp, o.cpc, tp_s, cp_s, ep_s, etp_s))
-            index("end", (o.tp, o.cp, o.mbs, tp_s))
-            index("p2p", (o.tp, o.cp, o.mbs, o.v, o.pp, pp_s))
-            index("dp", dpcp_s)
-            index("edp", edp_s)
-            index("tied", (o.tp, o.pp, pp_s))
+            for kind, key in (
+                    ("layer", (o.tp, o.cp, o.mbs, o.ep, o.etp, o.cpc, tp_s, cp_s, ep_s, etp_s)),
+                    ("end", (o.tp, o.cp, o.mbs, tp_s)),
+                    ("p2p", (o.tp, o.cp, o.mbs, o.v, o.pp, pp_s)), ("dp", dpcp_s),
+                    ("edp", edp_s), ("tied", (o.tp, o.pp, pp_s))):
+                table = keys[kind]
+                q_keys[kind].append(table.setdefault(key, len(table)))
     return points, q_outer, keys, q_keys
 
 
