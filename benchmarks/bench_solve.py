@@ -4,10 +4,13 @@
     python benchmarks/bench_solve.py --case 70b --exhaustive-limit 0   # full brute force
 
 For each case: the size of the search space, the CP-SAT and MILP wall times (tabulating
-the cost model, presolve, model build, solve and proof), and the brute-force time with the
-evaluator. Brute force runs for at most ``--exhaustive-limit`` seconds; beyond that its
-time is extrapolated from the measured evaluation rate (marked ``~``), and the best plan
-it saw so far is not a proof. Run on an otherwise idle machine.
+the cost model, presolve, model build, solve and proof), and the brute-force time: every
+plan of the space through the vectorized evaluator (``formulations/exhaustive.py``,
+``planner.costmodel.batch``), the best re-evaluated exactly, and the speed ratio. Brute
+force runs for at most ``--exhaustive-limit`` seconds; beyond that its time is
+extrapolated from the measured rate (marked ``~``), and the best plan it saw so far is not
+a proof. ``benchmarks/bench_evaluator.py`` gives the scalar evaluator's rate, for the
+brute force of old. Run on an otherwise idle machine.
 """
 
 from __future__ import annotations
