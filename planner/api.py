@@ -163,15 +163,15 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     needs an ``if __name__ == "__main__":`` guard; None: one per CPU). ``progress`` is called
     with a line of text as the search goes.
 
-    Returns a :class:`planner.orchestration.procure.ProcureResult` (``.choice`` with
+    Returns a :class:`planner.procure.ProcureResult` (``.choice`` with
     ``gpu``, ``num_gpus``, ``cluster``, ``plan``, ``days``, ``cost_usd``, ``energy_mwh``,
     ``gpu_hours``, ``mfu``; ``.pareto``; ``.to_json()``, the object of
     ``planner procure --json``). Raises :class:`planner.errors.InfeasibleError` when no
     option meets the limits (``.reasons``, ``.hints``, ``.result``) and
     :class:`planner.errors.InputError` on bad input.
     """
-    from planner.orchestration.procure import DEFAULT_MAX_GPUS, catalog_templates, named_templates
-    from planner.orchestration.procure import procure as _procure
+    from planner.procure import DEFAULT_MAX_GPUS, catalog_templates, named_templates
+    from planner.procure import procure as _procure
     from planner.specs.plan_base import base_overrides
     from planner.specs.pricing import load_pricing
 

@@ -9,10 +9,10 @@ from planner.costmodel.layer import (
     LayerShape,
     LayerStrategy,
     Net,
-    _cp_comm,
     cp_buffer_bytes,
     layer_cost,
 )
+from planner.costmodel.attention import cp_comm
 from planner.costmodel.network import collective_time_s, p2p_time_s
 from planner.errors import InfeasibleError
 from planner.orchestration import solve
@@ -34,7 +34,7 @@ def _net(cp_spans=(4, 1)):
 def test_ring_exchange_by_hand():
     net, lv = _net()
     block = 2 * 2048 * KV_LOC * 2  # local K and V, bf16
-    fwd, bwd = _cp_comm(MODEL, load_cluster("dgx-h100-superpod").gpu, net, SHAPE,
+    fwd, bwd = cp_comm(MODEL, load_cluster("dgx-h100-superpod").gpu, net, SHAPE,
                         LayerStrategy(cp_comm="ring"), attn_f=0.0, attn_b=0.0)
     # nothing to hide behind (no attention time): cp - 1 sends of K,V, and K,V + dK,dV back
     assert fwd == pytest.approx(3 * p2p_time_s(block, (4, 1), lv), rel=1e-12)
@@ -45,12 +45,12 @@ def test_all_to_all_and_all_gather_by_hand():
     net, lv = _net((2, 2))
     gpu = load_cluster("dgx-h100-superpod").gpu
     q_loc = 16 / 2 * 64
-    f, b = _cp_comm(MODEL, gpu, net, SHAPE, LayerStrategy(cp_comm="all_to_all"), 0.0, 0.0)
+    f, b = cp_comm(MODEL, gpu, net, SHAPE, LayerStrategy(cp_comm="all_to_all"), 0.0, 0.0)
     qkv, out = 2048 * (q_loc + 2 * KV_LOC) * 2, 2048 * q_loc * 2
     one = (collective_time_s("all_to_all", qkv, (2, 2), lv)
            + collective_time_s("all_to_all", out, (2, 2), lv))
     assert f == b == pytest.approx(one, rel=1e-12)
-    f, b = _cp_comm(MODEL, gpu, net, SHAPE, LayerStrategy(cp_comm="all_gather"), 0.0, 0.0)
+    f, b = cp_comm(MODEL, gpu, net, SHAPE, LayerStrategy(cp_comm="all_gather"), 0.0, 0.0)
     full = 2 * 8192 * KV_LOC * 2  # K and V of the whole sequence (LBNL Table II: b l e / n_1)
     ag = collective_time_s("all_gather", full, (2, 2), lv)
     assert f == pytest.approx(ag) and b == pytest.approx(ag + collective_time_s(

@@ -17,16 +17,16 @@ from hypothesis import strategies as st
 from formulations.space import SearchSpace, SpaceOptions
 from planner.costmodel.evaluator import evaluate
 from planner.errors import InfeasibleError, InputError
-from planner.orchestration.procure import (
+from planner.procure import (
     METRICS,
     OBJECTIVE_METRIC,
     candidate_counts,
     catalog_templates,
     gemm_time_lower_bound_s,
-    meets,
     option_metrics,
     procure,
 )
+from planner.procure.metrics import meets
 from planner.specs.plan_base import model_defaults
 from planner.specs.loaders import load_cluster, load_gpu
 from planner.specs.pricing import load_pricing

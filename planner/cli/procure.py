@@ -1,6 +1,6 @@
 """``planner procure``: what to buy or rent to train a model on a token budget.
 
-The search is planner/orchestration/procure.py's; docs/procure.md states the semantics.
+The search is planner/procure/'s; docs/procure.md states the semantics.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import typer
 
 from planner.cli.console import DTYPE_HELP, SEQ_LEN_HELP, LazyStatus, _emit_json, err, out
 from planner.errors import InfeasibleError, InputError
-from planner.orchestration.procure import DEFAULT_MAX_GPUS
+from planner.procure import DEFAULT_MAX_GPUS
 
 
 class ProcureObjective(str, Enum):

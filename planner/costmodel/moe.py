@@ -34,20 +34,10 @@ from dataclasses import dataclass
 
 from planner.costmodel import constants as C
 from planner.costmodel.compute import elementwise_time_s, gemm_time_s
-from planner.costmodel.layer import (
-    LayerCost,
-    LayerShape,
-    LayerStrategy,
-    Net,
-    _attention_core,
-    _cp_comm,
-    attention_gemms,
-    attention_params,
-    cp_buffer_bytes,
-    local_dims,
-    tp_comm_pairs,
-)
+from planner.costmodel.attention import attention_core, attention_gemms, attention_params
+from planner.costmodel.attention import cp_buffer_bytes, cp_comm, recomputed, tp_comm_pairs
 from planner.costmodel.network import collective_time_s
+from planner.costmodel.shapes import LayerCost, LayerShape, LayerStrategy, Net, local_dims
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
 
@@ -236,7 +226,7 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     fwd_g = {n: gemm_time_s(gpu, dt, m, nn, k, b) for n, m, nn, k, b in gemms}
     dgrad = {n: gemm_time_s(gpu, dt, m, k, nn, b) for n, m, nn, k, b in gemms}
     wgrad = {n: gemm_time_s(gpu, dt, k, nn, m, b) for n, m, nn, k, b in gemms}
-    attn_f, attn_b, attn_flops = _attention_core(model, gpu, shape, strat)
+    attn_f, attn_b, attn_flops = attention_core(model, gpu, shape, strat)
     ew_f = elementwise_time_s(gpu, _elementwise_bytes(model, shape, strat))
     ew_b = C.ELEMENTWISE_BWD_RATIO * ew_f
     fwd = sum(fwd_g.values()) + attn_f + ew_f
@@ -251,18 +241,12 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
         regather = collective_time_s("all_gather", t_bytes, net.tp_spans, net.levels, net.chunks)
         tp_f += regather
         tp_b += regather
-    cp_f, cp_b = _cp_comm(model, gpu, net, shape, strat, attn_f, attn_b)
+    cp_f, cp_b = cp_comm(model, gpu, net, shape, strat, attn_f, attn_b)
     ep_one = ep_comm(model, net, shape)
 
     gemm_flops = sum(2 * m * nn * k * b for _, m, nn, k, b in gemms)
-    if strat.recompute == "full":
-        rec, rec_tp, rec_cp, rec_ep = fwd, tp_f, cp_f, ep_one
-        rec_flops = gemm_flops + attn_flops
-    elif strat.recompute == "selective":
-        rec, rec_tp, rec_cp, rec_ep = attn_f, 0.0, 0.0, 0.0
-        rec_flops = attn_flops
-    else:
-        rec = rec_tp = rec_cp = rec_ep = rec_flops = 0.0
+    rec, (rec_tp, rec_cp, rec_ep), rec_flops = recomputed(
+        strat.recompute, fwd, attn_f, gemm_flops + attn_flops, attn_flops, (tp_f, cp_f, ep_one))
 
     r = routing(model, shape)
     cf = moe.capacity_factor or 1.0

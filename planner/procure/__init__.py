@@ -1,0 +1,36 @@
+"""``planner.procure``: which cluster to buy or rent, and how to train on it.
+
+``templates`` (what can be bought), ``metrics`` (what an option costs, its bound),
+``option`` (the proven-optimal inner solve of one option), ``search`` (the branch and
+bound over options), ``explain`` (why nothing meets the limits), ``results``.
+docs/procure.md states the semantics and the argument for optimality.
+"""
+
+from planner.procure.metrics import (
+    METRICS,
+    OBJECTIVE_METRIC,
+    TIME,
+    Linear,
+    Option,
+    gemm_time_lower_bound_s,
+    network_capex,
+    option_metrics,
+    price_keys,
+)
+from planner.procure.option import Answer, Inputs, OptionSolver, answer_option
+from planner.procure.results import ProcureResult, Procured, pareto_front
+from planner.procure.search import procure
+from planner.procure.templates import (
+    DEFAULT_MAX_GPUS,
+    DERIVE_FROM,
+    candidate_counts,
+    catalog_templates,
+    derived_template,
+    named_templates,
+)
+
+__all__ = ["procure", "ProcureResult", "Procured", "pareto_front", "Linear", "Option", "TIME",
+           "METRICS", "OBJECTIVE_METRIC", "option_metrics", "network_capex", "price_keys",
+           "gemm_time_lower_bound_s", "Answer", "Inputs", "OptionSolver", "answer_option",
+           "DEFAULT_MAX_GPUS", "DERIVE_FROM", "candidate_counts", "catalog_templates",
+           "derived_template", "named_templates"]

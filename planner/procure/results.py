@@ -1,0 +1,81 @@
+"""What a procurement answers: one record per option solved, the choice, the fronts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from planner.costmodel.evaluator import Estimate
+from planner.procure.metrics import meets
+from planner.specs.plan import Plan
+
+
+@dataclass(frozen=True)
+class Procured:
+    """One option with one plan, and what training on it takes."""
+
+    gpu: str
+    num_gpus: int
+    cluster: str
+    plan: Plan
+    estimate: Estimate
+    days: float
+    cost_usd: float
+    energy_mwh: float
+    gpu_hours: float
+    meets_limits: bool
+    proven_optimal: bool
+
+    @property
+    def mfu(self) -> float | None:
+        return self.estimate.mfu
+
+    def value(self, metric: str) -> float:
+        return float(getattr(self, metric))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu, "num_gpus": self.num_gpus, "cluster": self.cluster,
+            "plan": self.plan.to_dict(), "days": self.days, "cost_usd": self.cost_usd,
+            "energy_mwh": self.energy_mwh, "gpu_hours": self.gpu_hours, "mfu": self.mfu,
+            "iteration_time_s": self.estimate.iteration_time_s,
+            "usd_per_gpu_hour": self.cost_usd / self.gpu_hours if self.gpu_hours else None,
+            "meets_limits": self.meets_limits, "proven_optimal": self.proven_optimal,
+        }
+
+
+@dataclass
+class ProcureResult:
+    query: dict[str, Any]
+    choice: Procured | None
+    records: list[Procured]  # per option solved: the plan minimizing the objective
+    pareto: list[Procured]  # time against cost, over ``records``
+    pareto_energy: list[Procured]  # time against energy
+    pareto_computed: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def in_view(self) -> list[Procured]:
+        """The records within the fronts' horizon: ``pareto_horizon`` times each limit."""
+        h = self.query.get("pareto_horizon", 1.0)
+        horizon = {m: h * v for m, v in (("days", self.query.get("days")),
+                                          ("cost_usd", self.query.get("budget_usd")))
+                   if v is not None}
+        return [r for r in self.records if meets({m: r.value(m) for m in horizon}, horizon)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "choice": self.choice.to_json() if self.choice else None,
+            "pareto": [r.to_json() for r in self.pareto],
+            "pareto_energy": [r.to_json() for r in self.pareto_energy],
+            "stats": {**self.stats, "pareto_computed": self.pareto_computed},
+        }
+
+
+def pareto_front(records: Sequence[Procured], y: str, x: str = "days") -> list[Procured]:
+    """Records no other record beats on both ``x`` and ``y`` (ties kept once), by ``x``."""
+    front: list[Procured] = []
+    for r in sorted(records, key=lambda r: (r.value(x), r.value(y))):
+        if not front or r.value(y) < front[-1].value(y):
+            front.append(r)
+    return front

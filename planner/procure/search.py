@@ -1,0 +1,283 @@
+"""The outer problem: which option (cluster template x GPU count) and plan minimize the
+objective over training on a token budget, within the limits.
+
+An outer decomposition over *options*, each answered by the proven-optimal inner solve
+(:mod:`planner.procure.option`), with a branch and bound over the options in the order of
+their lower bounds. docs/procure.md states the query semantics and argues that the answer
+is optimal over (template, count, plan); tests/test_procure.py checks it against
+exhaustive search.
+
+Every quantity over the token budget is *linear* in one iteration's time ``T`` and GPU
+busy time ``B`` for a fixed option: ``q = time x T + busy x B``
+(:class:`planner.procure.metrics.Linear`). Days, GPU-hours and rented cost have
+``busy = 0``; energy and owned cost (electricity) do not.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Callable, Sequence
+
+from formulations.space import SpaceOptions
+from planner.errors import InputError
+from planner.procure.explain import explain
+from planner.procure.metrics import (
+    OBJECTIVE_METRIC,
+    Option,
+    fmt,
+    gemm_time_lower_bound_s,
+    meets,
+    option_metrics,
+    price_keys,
+)
+from planner.procure.option import Answer, Inputs, answer_option
+from planner.procure.results import ProcureResult, Procured, pareto_front
+from planner.procure.templates import DEFAULT_MAX_GPUS, candidate_counts, catalog_templates
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan_base import model_defaults, require_batch
+from planner.specs.pricing import PricingSpec, load_pricing
+
+
+def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
+            budget_usd: float | None = None, objective: str | None = None,
+            templates: Sequence[ClusterSpec] | None = None, max_gpus: int = DEFAULT_MAX_GPUS,
+            counts: Sequence[int] | None = None, pricing: PricingSpec | None = None,
+            pareto: bool = False, pareto_horizon: float = 2.0,
+            base: dict[str, Any] | None = None, options: SpaceOptions | None = None,
+            time_limit_s: float = 60.0, workers: int | None = None,
+            progress: Callable[[str], None] | None = None) -> ProcureResult:
+    """The option (template, GPU count) and plan that minimize ``objective`` over training
+    on ``tokens`` tokens, within ``days`` and ``budget_usd`` when given.
+
+    ``objective``: cost (default), energy, gpu_hours, or time (default with a budget).
+    ``workers``: inner solves at once, in worker processes (default: the CPUs). With
+    ``pareto``, every option within ``pareto_horizon`` times the limits is solved for
+    the fronts of days against cost and against energy. Raises :class:`InfeasibleError`
+    (``.result`` holds the partial :class:`ProcureResult`) when nothing meets the limits.
+    """
+    t0 = time.perf_counter()
+    say = progress or (lambda _m: None)
+    objective = _check_query(tokens, days, budget_usd, max_gpus, pareto_horizon, objective)
+    pricing = pricing or load_pricing()
+    templates = list(templates) if templates is not None else catalog_templates()
+    if not templates:
+        raise InputError("no cluster template to choose from (check --gpus and --cluster)")
+    names = [t.name for t in templates]
+    if len(set(names)) != len(names):
+        raise InputError(f"cluster templates need distinct names, got {names}")
+    pricing = price_keys(pricing, templates)
+    plan_base = model_defaults(model)
+    plan_base.update(base or {})
+    require_batch(model, plan_base)
+    sequences, seq_len = int(plan_base["global_batch_size"]), int(plan_base["seq_len"])
+    iterations = tokens / (sequences * seq_len)
+    metric = OBJECTIVE_METRIC[objective]
+    limits = {m: v for m, v in (("days", days), ("cost_usd", budget_usd)) if v is not None}
+
+    opts = _options(model, templates, counts, max_gpus, pricing, plan_base, iterations)
+    inner = Inputs(model, plan_base, options or SpaceOptions(), time_limit_s)
+    bb = _BranchAndBound(metric, limits, say, len(opts))
+    with _pool(workers, len(opts) * (2 if pareto else 1)) as pool:
+        bb.run(pool, opts, inner)
+        if pareto:
+            bb.fronts(pool, opts, inner, {m: pareto_horizon * v for m, v in limits.items()})
+    stats = bb.stats
+    stats["wall_s"] = time.perf_counter() - t0
+    query = {"model": model.name, "tokens": tokens, "days": days, "budget_usd": budget_usd,
+             "objective": objective, "pricing": pricing.mode, "max_gpus": max_gpus,
+             "global_batch_size": sequences, "seq_len": seq_len,
+             "pareto_horizon": pareto_horizon, "templates": [t.name for t in templates]}
+    result = ProcureResult(query, bb.choice[2] if bb.choice else None,
+                           sorted(bb.records.values(), key=lambda r: (r.days, r.cost_usd)),
+                           [], [], pareto, stats)
+    if pareto:
+        result.pareto = pareto_front(result.in_view(), "cost_usd")
+        result.pareto_energy = pareto_front(result.in_view(), "energy_mwh")
+    if bb.choice is None:
+        err = explain(opts, bb.answers, limits, max_gpus, inner)
+        stats["wall_s"] = time.perf_counter() - t0
+        err.result = result  # type: ignore[attr-defined]
+        raise err
+    return result
+
+
+def _check_query(tokens: float, days: float | None, budget_usd: float | None, max_gpus: int,
+                 pareto_horizon: float, objective: str | None) -> str:
+    """The objective's name (default: time with a budget, else cost); raises InputError on
+    a limit that is not a positive finite number."""
+    objective = objective or ("time" if budget_usd is not None else "cost")
+    if objective not in OBJECTIVE_METRIC:
+        raise InputError(f"--objective '{objective}': expected one of "
+                         f"{', '.join(OBJECTIVE_METRIC)}")
+    for name, v in (("--tokens", tokens), ("--days", days), ("--budget", budget_usd),
+                    ("--max-gpus", max_gpus), ("pareto_horizon", pareto_horizon)):
+        if v is not None and not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+            raise InputError(f"{name} {v!r}: expected a positive number")
+    if pareto_horizon < 1:
+        raise InputError(f"pareto_horizon {pareto_horizon}: expected at least 1")
+    return objective
+
+
+def _options(model: ModelSpec, templates: Sequence[ClusterSpec], counts: Sequence[int] | None,
+             max_gpus: int, pricing: PricingSpec, plan_base: dict[str, Any],
+             iterations: float) -> list[Option]:
+    """Every (template, GPU count) with its metrics and lower bound."""
+    sequences, seq_len = int(plan_base["global_batch_size"]), int(plan_base["seq_len"])
+    opts: list[Option] = []
+    for tpl in templates:
+        for n in (sorted(set(counts)) if counts else candidate_counts(tpl, max_gpus)):
+            try:
+                cl = tpl.resized(n) if n != tpl.num_gpus else tpl
+            except ValueError as e:
+                raise InputError(f"--counts {n} for cluster '{tpl.name}': {e}") from None
+            t_lb = gemm_time_lower_bound_s(model, cl.gpu, n, sequences, seq_len,
+                                           plan_base.get("dtype", "bf16"))
+            opts.append(Option(tpl.name, cl, option_metrics(cl, iterations, pricing, tpl.name),
+                               t_lb))
+    if not opts:
+        raise InputError(f"no GPU count to consider: --max-gpus {max_gpus} is below the "
+                         "smallest count of every template")
+    return opts
+
+
+class _BranchAndBound:
+    """Options in the order of the objective's lower bound, answered until the next bound
+    is no better than the incumbent; then, for the fronts, every option within the horizon
+    that no record dominates."""
+
+    def __init__(self, metric: str, limits: dict[str, float], say: Callable[[str], None],
+                 n_options: int):
+        self.metric, self.limits, self.say = metric, limits, say
+        self.stats: dict[str, Any] = {"options": n_options, "pruned_by_limits": 0,
+                                      "pruned_by_incumbent": 0, "pruned_by_dominance": 0,
+                                      "solved": 0, "solver_calls": 0}
+        self.answers: dict[Option, Answer] = {}
+        self.records: dict[Option, Procured] = {}  # per option solved: its best by the objective
+        self.choice: tuple[float, int, Procured] | None = None  # (value, rank, record)
+        self.live: list[Option] = []
+
+    def take(self, o: Option, i: int, ans: Answer, chooses: bool = True) -> None:
+        self.answers[o] = ans
+        self.stats["solved"] += 1
+        self.stats["solver_calls"] += ans.solver_calls
+        if ans.top is not None:
+            self.records[o] = ans.top
+        value = ans.best.value(self.metric) if ans.best is not None else math.inf
+        if chooses and ans.best is not None and (self.choice is None
+                                                 or (value, i) < self.choice[:2]):
+            self.choice = (value, i, ans.best)
+
+    def gate(self, o: Option, i: int) -> str:
+        if self.choice is not None and o.bound(self.metric) >= self.choice[0]:
+            self.stats["pruned_by_incumbent"] = len(self.live) - i
+            return "stop"
+        self.say(f"option {i + 1} of {len(self.live)}: {o.label()}"
+                 + (f"; best so far {fmt(self.metric, self.choice[0])}" if self.choice else ""))
+        return "run"
+
+    def run(self, pool: Any, opts: list[Option], inner: Inputs) -> None:
+        # options whose bounds already break a limit cannot answer
+        lim = self.limits
+        self.live = [o for o in opts if meets({m: o.bound(m) for m in lim}, lim)]
+        self.stats["pruned_by_limits"] = len(opts) - len(self.live)
+        self.live.sort(key=lambda o: (o.bound(self.metric), o.bound("days")))
+        _schedule(pool, self.live, self.gate, self.take, inner, self.metric, lim)
+
+    def fronts(self, pool: Any, opts: list[Option], inner: Inputs,
+               horizon: dict[str, float]) -> None:
+        """Options outside the branch and bound's reach cannot beat the choice (their
+        bounds break a limit, or are no better than the incumbent); those within the
+        horizon may still be on a front."""
+        rest = [o for o in opts if o not in self.answers
+                and meets({m: o.bound(m) for m in horizon}, horizon)]
+        rest.sort(key=lambda o: (o.bound(self.metric), o.bound("days")))
+
+        def gate_front(o: Option, i: int) -> str:
+            if _dominated(o, list(self.records.values())):
+                self.stats["pruned_by_dominance"] += 1
+                return "skip"
+            self.say(f"Pareto fronts: option {i + 1} of {len(rest)}: {o.label()}")
+            return "run"
+
+        _schedule(pool, rest, gate_front, lambda o, i, a: self.take(o, i, a, chooses=False),
+                  inner, self.metric, self.limits, top_only=True)
+
+
+def _pool(workers: int | None, jobs: int) -> Any:
+    """Worker processes for the inner solves (``forkserver`` with the planner preloaded, so
+    that no solver thread is ever forked), or the calling process when one is enough."""
+    n = min(workers if workers is not None else min(_cpus(), 8), max(jobs, 1))
+    if n <= 1:
+        return _Serial()
+    import multiprocessing as mp
+
+    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["planner.procure.search"])
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+    pool.width = n  # type: ignore[attr-defined]
+    return pool
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class _Serial:
+    """An executor that runs each job when it is submitted."""
+
+    width = 1
+
+    def __enter__(self) -> "_Serial":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        f: Future = Future()
+        f.set_result(fn(*args))
+        return f
+
+
+def _schedule(pool: Any, order: Sequence[Option], gate: Callable[[Option, int], str],
+              take: Callable[[Option, int, Answer], None], inner: Inputs, metric: str,
+              limits: dict[str, float], top_only: bool = False) -> None:
+    """Answer the options of ``order``, as many at once as the pool has workers; ``gate``
+    decides before each one whether to run it, skip it, or stop. Results are handed to
+    ``take`` as they come."""
+    width = pool.width
+    pending: dict[Future, tuple[Option, int]] = {}
+    i = 0
+    while True:
+        while i < len(order) and len(pending) < width:
+            verdict = gate(order[i], i)
+            if verdict == "stop":
+                i = len(order)
+                break
+            if verdict == "run":
+                job = pool.submit(answer_option, inner, order[i], metric, limits, top_only)
+                pending[job] = (order[i], i)
+            i += 1
+        if not pending:
+            return
+        finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for f in sorted(finished, key=lambda f: pending[f][1]):
+            o, j = pending.pop(f)
+            take(o, j, f.result())
+
+
+def _dominated(o: Option, records: Sequence[Procured]) -> bool:
+    """True when some record is at least as good as ``o``'s bounds on days, cost and
+    energy, so that ``o`` cannot appear on either front."""
+    d, c, e = o.bound("days"), o.bound("cost_usd"), o.bound("energy_mwh")
+    return (any(r.days <= d and r.cost_usd <= c for r in records)
+            and any(r.days <= d and r.energy_mwh <= e for r in records))

@@ -1,0 +1,125 @@
+"""The tree reads specs -> cost model -> formulations -> solve/procure -> report -> CLI:
+no import cycles (every import counts, inside functions too), and no layer imports one
+above it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("planner", "formulations", "hardware_catalog")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str, known: set[str]) -> str | None:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (``from a.b import c`` goes to ``a.b.c``
+    when that is a module, else to ``a.b``; implicit parent-package imports are not
+    counted)."""
+    mods = modules()
+    known = set(mods)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = mod if is_pkg else mod.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        pkg = pkg.rpartition(".")[0]
+                    base = f"{pkg}.{base}" if base else pkg
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                           for a in node.names]
+            for t in targets:
+                r = _resolve(t, known)
+                if r and r != mod:
+                    graph[mod].add(r)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(g) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert len(graph) > 40
+    assert cycles(graph) == []
+
+
+LAYERS = {  # a module of the key's layer imports none of these
+    "planner.specs": ("planner.costmodel", "formulations", "planner.orchestration",
+                      "planner.procure", "planner.cli", "planner.report", "planner.api"),
+    "planner.costmodel": ("formulations", "planner.orchestration", "planner.procure",
+                          "planner.cli", "planner.report", "planner.api"),
+    "formulations": ("planner.orchestration", "planner.procure", "planner.cli",
+                     "planner.report", "planner.api"),
+    "planner.orchestration": ("planner.procure", "planner.cli", "planner.report"),
+}
+
+
+def test_layers_import_downward_only():
+    bad = []
+    for mod, deps in import_graph().items():
+        for layer, above in LAYERS.items():
+            if mod == layer or mod.startswith(layer + "."):
+                bad += [f"{mod} -> {d}" for d in deps
+                        if any(d == a or d.startswith(a + ".") for a in above)]
+    assert bad == []
