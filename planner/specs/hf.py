@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from planner.errors import InputError
-from planner.specs.loaders import validate
+from planner.specs.validate import validate
 from planner.specs.model import ModelSpec
 
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from planner import catalog
 from planner.errors import InputError
@@ -20,29 +19,7 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
-
-T = TypeVar("T", bound=BaseModel)
-
-
-def format_validation_error(err: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid input"]
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
-        got = e.get("input")
-        shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
-        lines.append(f"  {loc}: {msg}{shown}")
-    return "\n".join(lines)
-
-
-def validate(cls: type[T], data: Any, source: str) -> T:
-    if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a mapping of fields, got {type(data).__name__}")
-    try:
-        return cls.model_validate(data)
-    except ValidationError as err:
-        raise InputError(format_validation_error(err, source)) from None
-
+from planner.specs.validate import validate
 
 def read_structured(path: Path) -> dict[str, Any]:
     """Read a YAML or JSON file into a mapping, with clear errors."""
