@@ -1,13 +1,14 @@
-"""A small integer linear model with indicator constraints, emitted to CP-SAT or PuLP.
+"""A small integer linear model, emitted to CP-SAT or PuLP.
 
 One model description, two solvers:
 
-- CP-SAT: integer variables (times in picoseconds, memory in bytes), ``OnlyEnforceIf``
-  for indicator rows;
+- CP-SAT: integer variables (times in picoseconds, memory in bytes);
 - MILP (PuLP + HiGHS): binaries stay binary, the other variables become continuous and
   are rescaled per dimension (times to microseconds, memory to MiB) so that HiGHS sees
-  well-conditioned rows; indicator rows become big-M rows with M taken from the variable
-  bounds (as small as the bounds allow).
+  well-conditioned rows.
+
+Every row is linear and unconditional: the formulation's disjunction over points is in
+convex-hull form (``formulations.build``), so no indicator or big-M row is needed.
 
 A *session* keeps the solver model so that cuts can be added between solves (the top-K
 and proof loop in :mod:`formulations.search`).
@@ -42,7 +43,6 @@ class Constraint:
     expr: Expr
     lb: int | None
     ub: int | None
-    enforce: int | None = None  # binary variable that activates the row (None = always)
     dim: str = "count"
 
 
@@ -64,10 +64,10 @@ class LinearModel:
         return len(self.vars) - 1
 
     def add(self, expr: Expr, lb: int | None = None, ub: int | None = None,
-            enforce: int | None = None, dim: str = "count") -> Constraint:
+            dim: str = "count") -> Constraint:
         e = {k: int(v) for k, v in expr.items() if v}
         c = Constraint(e, None if lb is None else int(lb), None if ub is None else int(ub),
-                       enforce, dim)
+                       dim)
         self.cons.append(c)
         return c
 
@@ -81,18 +81,11 @@ class LinearModel:
 
 
 @dataclass
-class SolveResult:
+class SolverOutcome:
     status: str  # "optimal", "feasible", "infeasible", "unknown"
     values: list[int] | None
     objective: float | None
     wall_s: float
-
-
-def add(a: Expr, b: Expr, scale: int = 1) -> Expr:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) + scale * v
-    return out
 
 
 # ---- CP-SAT ------------------------------------------------------------------------------
@@ -122,11 +115,9 @@ class CpsatSession:
         expr = cp.LinearExpr.weighted_sum([self.xs[i] for i in c.expr], list(c.expr.values()))
         lo = c.lb if c.lb is not None else cp.INT_MIN
         hi = c.ub if c.ub is not None else cp.INT_MAX
-        ct = self.model.add_linear_constraint(expr, lo, hi)
-        if c.enforce is not None:
-            ct.only_enforce_if(self.xs[c.enforce])
+        self.model.add_linear_constraint(expr, lo, hi)
 
-    def solve(self, time_limit_s: float) -> SolveResult:
+    def solve(self, time_limit_s: float) -> SolverOutcome:
         cp = self._cp
         solver = cp.CpSolver()
         solver.parameters.max_time_in_seconds = max(time_limit_s, 0.01)
@@ -144,9 +135,9 @@ class CpsatSession:
         name = {cp.OPTIMAL: "optimal", cp.FEASIBLE: "feasible",
                 cp.INFEASIBLE: "infeasible"}.get(status, "unknown")
         if name in ("optimal", "feasible"):
-            return SolveResult(name, [int(solver.value(x)) for x in self.xs],
+            return SolverOutcome(name, [int(solver.value(x)) for x in self.xs],
                                solver.objective_value, wall)
-        return SolveResult(name, None, None, wall)
+        return SolverOutcome(name, None, None, wall)
 
 
 # ---- MILP (PuLP + HiGHS) -----------------------------------------------------------------
@@ -186,22 +177,11 @@ class MilpSession:
         pulp = self._pulp
         u = self.lm.units[c.dim]
         coefs = {i: self._coef(i, coef, u) for i, coef in c.expr.items()}
-        lo_b, hi_b = self.lm.bounds(c.expr)
         rows = []  # (coefficients, sense, rhs) in row units
         if c.ub is not None:
-            if c.enforce is None:
-                rows.append((coefs, "<=", c.ub / u))
-            elif hi_b > c.ub:  # x <= ub + (hi - ub)(1 - e)
-                m = (hi_b - c.ub) / u
-                rows.append(({**coefs, c.enforce: coefs.get(c.enforce, 0.0) + m}, "<=",
-                             c.ub / u + m))
+            rows.append((coefs, "<=", c.ub / u))
         if c.lb is not None:
-            if c.enforce is None:
-                rows.append((coefs, ">=", c.lb / u))
-            elif lo_b < c.lb:  # x >= lb - (lb - lo)(1 - e)
-                m = (c.lb - lo_b) / u
-                rows.append(({**coefs, c.enforce: coefs.get(c.enforce, 0.0) - m}, ">=",
-                             c.lb / u - m))
+            rows.append((coefs, ">=", c.lb / u))
         for row, sense, rhs in rows:
             top = max((abs(a) for a in row.values() if a), default=1.0)
             expr = pulp.LpAffineExpression([(self.xs[i], a / top) for i, a in row.items() if a])
@@ -209,10 +189,10 @@ class MilpSession:
             name = f"r{self.ncons}"
             self.prob += (expr <= rhs / top, name) if sense == "<=" else (expr >= rhs / top, name)
 
-    def solve(self, time_limit_s: float) -> SolveResult:
+    def solve(self, time_limit_s: float) -> SolverOutcome:
         """Solve with HiGHS; on a numerical "solve error" retry with safer settings.
 
-        HiGHS may reject its own incumbent when a big-M row is violated by ~1e-8 (a
+        HiGHS may reject its own incumbent when a row is violated by ~1e-8 (a
         "Solve error" status). The retries turn off HiGHS's presolve and then loosen the
         feasibility tolerance; every answer is re-checked by the exact evaluator anyway.
         """
@@ -234,10 +214,10 @@ class MilpSession:
                 val = x.value() or 0.0
                 vals.append(int(round(val)) if v.binary else int(round(val * self.lm.units[v.dim])))
             obj = pulp.value(self.prob.objective) * self.lm.units[self.lm.objective_dim]
-            return SolveResult("optimal" if proven else "feasible", vals, obj, wall)
+            return SolverOutcome("optimal" if proven else "feasible", vals, obj, wall)
         if status == "Infeasible":
-            return SolveResult("infeasible", None, None, wall)
-        return SolveResult("unknown", None, None, wall)
+            return SolverOutcome("infeasible", None, None, wall)
+        return SolverOutcome("unknown", None, None, wall)
 
 
 # Tried in order until HiGHS returns Optimal or Infeasible (see MilpSession.solve).

@@ -307,8 +307,8 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     while True:
         kth = _kth(pool, top_k)
         if math.isfinite(kth) and kth < last_cut:
-            session.add_constraint(Constraint(dict(lm.objective), None,
-                                              int(math.ceil(kth * per_unit * (1 + rel))) + slack, None, "time"))
+            cut = int(math.ceil(kth * per_unit * (1 + rel))) + slack
+            session.add_constraint(Constraint(dict(lm.objective), None, cut, "time"))
             last_cut = kth
         left = time_limit_s - (time.perf_counter() - t0)
         if left <= 0:
@@ -343,7 +343,7 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
 
 def _nogood(vm: VarMap, key: Key) -> Constraint:
     lits = vm.literals(key)
-    return Constraint({i: 1 for i in lits}, None, len(lits) - 1, None, "count")
+    return Constraint({i: 1 for i in lits}, None, len(lits) - 1, "count")
 
 
 def _kth(pool: dict[Key, Candidate], k: int) -> float:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
 
 from pydantic import Field, PositiveFloat, model_validator
 
 from planner.specs.base import Spec
 
-DType = Literal["bf16", "fp16", "fp8"]
 
 
 class GPUEfficiency(Spec):
