@@ -138,7 +138,7 @@ def _astra_levels(bws):
                           latency_us=0.0) for i, (k, bw) in enumerate(zip(kinds, bws))]
 
 
-#: ASTRA-sim 2.0 Table III (notes 001): dims, per-dimension MiB, completion time in us.
+#: ASTRA-sim 2.0 Table III (Won et al. 2023): dims, per-dimension MiB, completion time in us.
 ASTRA_TABLE3 = [
     ((2, 8, 8, 4), (1024, 896, 112, 12), 4392.85),
     ((2, 8, 8, 8), (1024, 896, 112, 14), 4392.85),

@@ -1,5 +1,5 @@
 """Topologies of the seeds: ASTRA-sim shorthand, hierarchical collectives, the
-``planner collective`` command, in-network reduction (issue 6)."""
+``planner collective`` command, in-network reduction."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_cluster_shorthand_errors(data, needle):
 # ---- hierarchical collectives ------------------------------------------------------------
 def test_allreduce_traffic_telescopes_to_flat_ring():
     """sum_k 2(p_k-1)/prod_{j<=k} p_j = 2(1 - 1/P): the hierarchy only redistributes bytes
-    (notes 001, Sec. 2.4 telescoping identity)."""
+    (ASTRA-sim 2.0, Won et al. 2023 telescoping identity)."""
     lv = levels_of("Ring(2)_FC(8)_Ring(8)_Switch(4)", [1, 1, 1, 1])
     total = sum(b for b, _ in level_traffic("allreduce", 1.0, (2, 8, 8, 4), lv))
     assert total == pytest.approx(2 * (1 - 1 / 512))
@@ -127,7 +127,7 @@ def test_pipelining_bounds():
 @pytest.mark.parametrize("dims,sizes_mib,paper_us", ASTRA_TABLE3)
 def test_astra_sim_table3_cli(capsys, dims, sizes_mib, paper_us):
     """ASTRA-sim 2.0 Table III: 1 GiB all-reduce on Ring_FC_Ring_Switch at 1000_200_100_50
-    (ASTRA-sim GB/s = 2^30 B/s; ~20 ns latencies, notes 001 Sec. 5.3): per-dimension
+    (ASTRA-sim GB/s = 2^30 B/s; ~20 ns latencies, ASTRA-sim 2.0, Won et al. 2023): per-dimension
     message sizes exactly, time within 2% (we get within 0.2%)."""
     a, b, c, d = dims
     code, out, _ = run(capsys, "collective", "--topology", f"Ring({a})_FC({b})_Ring({c})_Switch({d})",

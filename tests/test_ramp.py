@@ -1,5 +1,5 @@
-"""RAMP (Ottino et al., notes 004): the optical cluster kind, RAMP-x collectives, network
-energy and cost, and the paper's ratios over an electrical fat tree (issue 6)."""
+"""RAMP (Ottino et al.): the optical cluster kind, RAMP-x collectives, network
+energy and cost, and the paper's ratios over an electrical fat tree."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_ramp_x_message_sizes(ramp):
 
 def test_ramp_transceiver_rules():
     """Eq. 5: B_IO = B b (1 + #TRX_add)(d - 1). With d = 2 the last step uses all x groups;
-    Eq. 3 as printed gives the values tabulated in notes 004 Sec. 2.1."""
+    Eq. 3 as printed gives the values the RAMP paper tabulates."""
     assert ramp_io_fraction(32, 2) == 1.0
     assert ramp_io_fraction(32, 32) == pytest.approx(31 / 32)
     eq3 = {d: ramp_io_fraction(32, d, "eq3") * 32 * 0.4 for d in (32, 16, 8, 4, 3)}
@@ -84,7 +84,7 @@ def test_ramp_transceiver_rules():
 
 
 def test_ramp_one_gib_reduce_scatter_near_capacity_bound(ramp):
-    """Step 1 already meets m/B_node; the rest add ~1/x (notes 004 Sec. 2.6: ~0.65 ms for 1 GB
+    """Step 1 already meets m/B_node; the rest add ~1/x (RAMP, Ottino et al.: ~0.65 ms for 1 GB
     at 12.8 Tb/s). We also derate by the 95% slot payload."""
     t = full(ramp, "reduce_scatter", 1e9)["time_us"]
     assert t == pytest.approx(1e9 / 1.6e12 / 0.95 * (1 + 1 / 32) * 1e6, rel=0.02)
@@ -146,7 +146,7 @@ TABLE9 = [
 def megatron_speedup(ramp, fat, row) -> float:
     """RAMP's iteration-time speed-up on one Table 9 configuration, with the paper's
     training setup: hybrid DP + TP, no pipelining, sequence 1024, fp16, activation
-    checkpointing, communication not overlapped (notes 004 Sec. 2.8)."""
+    checkpointing, communication not overlapped (RAMP, Ottino et al.)."""
     ce, d, heads, layers, gb, n, dp, mp = row
     model = ModelSpec(name=f"ramp-ce{ce}", num_layers=layers, hidden_size=d,
                       num_attention_heads=heads, ffn_hidden_size=4 * d, vocab_size=50257,
@@ -175,7 +175,7 @@ def test_ramp_megatron_speedups_trend(ramp, fat):
     assert all(b >= a - 0.05 for a, b in zip(tp_rows, tp_rows[1:])), s
 
 
-# ---- procurement: RAMP or its electrical fat tree (issue 6) ----------------------------------
+# ---- procurement: RAMP or its electrical fat tree ----------------------------------
 # Llama 3 70B on 15T tokens, A100s owned (5-year depreciation, 8.2 c/kWh): the network's
 # capital and power enter the cost (RAMP $1.62 x 12.8 Tb/s = $20,736 and 108.8 W per GPU,
 # the fat tree $20.12 x 200 Gb/s = $4,024 and 76.6 W per GPU). examples/procure_ramp.sh

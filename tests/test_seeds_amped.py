@@ -1,5 +1,5 @@
-"""AMPeD seed (Moolchandani et al., notes 000): Table II TFLOP/s, the Case Study I
-ordering of mappings and the Case Study III optical-substrate progression (issue 6).
+"""AMPeD seed (Moolchandani et al.): Table II TFLOP/s, the Case Study I
+ordering of mappings and the Case Study III optical-substrate progression.
 
 AMPeD has no reference code, no latencies and no published eff(ub) parameters; every
 system here uses our catalog GPUs and link efficiencies, fixed once per system. AMPeD's
@@ -23,7 +23,7 @@ SEEDS = "examples/seeds"
 # ---- Table II: Megatron-LM runs, TFLOP/s per GPU ---------------------------------------
 #: (name, heads, hidden, layers, TP, PP, GPUs, global batch, published TFLOP/s, AMPeD's).
 #: Narayanan et al. 2021 Table 1; DP = GPUs/(TP PP): 15 for 310B (AMPeD prints 12, which
-#: does not multiply to Megatron's 1920 GPUs; notes 000, Sec. 4.3).
+#: does not multiply to Megatron's 1920 GPUs; AMPeD, Moolchandani et al.).
 TABLE2 = [
     ("145b", 96, 12288, 80, 8, 8, 1536, 2304, 148, 147),
     ("310b", 128, 16384, 96, 8, 16, 1920, 2160, 155, 162),
@@ -84,7 +84,7 @@ MAPPINGS = {
 
 def case1(mapping: str, bubble: str) -> float:
     """Iteration time of one mapping. AMPeD's convention: microbatch ub = B/(DP PP) and
-    N_ub = PP microbatches per pipeline (notes 000, Sec. 6.5-6.6). ``bubble``: our default
+    N_ub = PP microbatches per pipeline (AMPeD, Moolchandani et al.). ``bubble``: our default
     ("megatron") or AMPeD's literal Eq. 8 ("amped"), applied to the same stage times."""
     tp, pp, dp, domain = MAPPINGS[mapping]
     order = list(domain) + [d for d in ("tp", "cp", "dp", "pp") if d not in domain]
@@ -107,7 +107,7 @@ def case1(mapping: str, bubble: str) -> float:
 
 
 def days(t_iter: float) -> float:
-    """Days for 300B tokens (AMPeD does not state its N_batch; notes 000, Sec. 6.14)."""
+    """Days for 300B tokens (AMPeD does not state its N_batch)."""
     return t_iter * 300e9 / (B_CS1 * 2048) / 86400
 
 

@@ -1,5 +1,5 @@
-"""LBNL seed (Subramanian et al. 2024, notes 003): the GPT3-175B optimum on 512 A100 with
-4-GPU NVS domains, and the NVS-domain findings for GPT3-1T on B200 (issue 6).
+"""LBNL seed (Subramanian et al. 2024): the GPT3-175B optimum on 512 A100 with
+4-GPU NVS domains, and the NVS-domain findings for GPT3-1T on B200.
 
 The systems are Table A3 of the paper (NVS and IB bandwidth, latencies, 70% network
 efficiency); the search is the paper's: fp16, no interleaving, no context parallelism,
@@ -61,7 +61,7 @@ def test_gpt3_175b_512_a100_nvs4_optimum():
         times[key(p)] = min(times.get(key(p), float("inf")), p.estimate.iteration_time_s)
     assert (4, 16, 8, 1) in times
     assert times[(4, 16, 8, 1)] <= 1.001 * top.estimate.iteration_time_s
-    # LBNL's own prediction is 22.47 s (notes 003, Sec. 4.3); ours is within 12%.
+    # LBNL's own prediction is 22.47 s (LBNL, Subramanian et al. 2024); ours is within 12%.
     assert top.estimate.iteration_time_s == pytest.approx(22.47, rel=0.12)
 
 

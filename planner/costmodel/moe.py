@@ -257,18 +257,11 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     workspace = (moe_activation_bytes(model, shape, strat, "none")
                  if strat.recompute == "full" else 0.0)
     workspace += cp_buffer_bytes(model, shape, strat)
-    return LayerCost(
-        fwd_s=fwd,
-        bwd_s=bwd,
-        recompute_s=rec,
-        tp_comm_s=tp_f + tp_b + rec_tp,
-        cp_comm_s=cp_f + cp_b + rec_cp,
-        ep_comm_s=2 * ep_one + rec_ep,
-        act_bytes=act,
-        workspace_bytes=workspace,
-        recompute_flops=rec_flops,
-        padding_flops=pad_flops,
-    )
+    comm = dict(tp_comm_s=tp_f + tp_b + rec_tp, cp_comm_s=cp_f + cp_b + rec_cp,
+                ep_comm_s=2 * ep_one + rec_ep)  # dispatch and combine, each way
+    return LayerCost(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, act_bytes=act,
+                     workspace_bytes=workspace, recompute_flops=rec_flops,
+                     padding_flops=pad_flops, **comm)
 
 
 def expert_spans(tp_spans: tuple[int, ...], cp_spans: tuple[int, ...], dp_spans: tuple[int, ...],

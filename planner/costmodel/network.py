@@ -27,8 +27,8 @@ Op = Literal["allreduce", "reduce_scatter", "all_gather", "all_to_all", "broadca
 
 def algorithm_of(level: TopologyLevel) -> str:
     """The level's per-dimension algorithm (ASTRA-sim 2.0, Table "topology-aware
-    collectives", notes 001 Sec. 2.1): Ring -> ring, FullyConnected -> direct,
-    Switch -> halving-doubling; a RAMP step is one direct exchange (notes 004 Sec. 1.5)."""
+    collectives", ASTRA-sim 2.0, Won et al. 2023): Ring -> ring, FullyConnected -> direct,
+    Switch -> halving-doubling; a RAMP step is one direct exchange (RAMP, Ottino et al.)."""
     if level.algorithm != "auto":
         return level.algorithm
     return {"ring": "ring", "fully_connected": "direct", "ramp": "direct"}.get(
@@ -37,7 +37,7 @@ def algorithm_of(level: TopologyLevel) -> str:
 
 def latency_steps(kind: str, k: int, op: str, algorithm: str = "auto") -> int:
     """Algorithm steps of one phase over ``k`` members: ring k-1, direct 1,
-    halving-doubling ceil(log2 k) (notes 001 Sec. 2.4: s = p-1, 1, log2 p)."""
+    halving-doubling ceil(log2 k) (ASTRA-sim 2.0, Won et al. 2023: s = p-1, 1, log2 p)."""
     if k <= 1:
         return 0
     if algorithm == "auto":
@@ -54,7 +54,7 @@ def latency_steps(kind: str, k: int, op: str, algorithm: str = "auto") -> int:
 
 def ramp_io_fraction(groups: int, k: int, rule: str = "balanced") -> float:
     """Share of a RAMP node's ``x`` transceiver groups that a step with ``k`` members
-    keeps busy (notes 004, Eq. 3 and Eq. 5: B_IO = B b (1 + #TRX_add)(d - 1)).
+    keeps busy (RAMP, Ottino et al., Eq. 3 and Eq. 5: B_IO = B b (1 + #TRX_add)(d - 1)).
 
     ``balanced`` gives each of the d-1 peers floor(x/(d-1)) groups, so the last step with
     d = 2 uses all x groups, as the paper states for step-4 formula 1. ``eq3`` is Eq. (3)
@@ -97,7 +97,7 @@ def level_traffic(op: Op, size_bytes: float, spans: Sequence[int],
 
     ``size_bytes`` is the full buffer: the input of all-reduce, reduce-scatter and
     all-to-all, the output of all-gather. Reduce-scatter runs up the levels and
-    all-gather down; the data shrinks by the span at each level (notes 001 Sec. 2.4).
+    all-gather down; the data shrinks by the span at each level (ASTRA-sim 2.0, Won et al. 2023).
     """
     out: list[tuple[float, int]] = []
     data = size_bytes
@@ -138,7 +138,7 @@ def level_traffic(op: Op, size_bytes: float, spans: Sequence[int],
 def pipelined_time(op: str, level_times: Sequence[float], chunks: int) -> float:
     """Bandwidth time of a collective whose ``C = chunks`` chunks stream through the
     levels, each level serving one chunk at a time (ASTRA-sim's per-dimension queues,
-    notes 001 Sec. 2.4 and 6.2.7).
+    ASTRA-sim 2.0, Won et al. 2023).
 
     A single pass (reduce-scatter, all-gather, all-to-all) is a flow shop:
     ``max_k T_k + (sum_k T_k - max_k T_k)/C``. All-reduce visits level k twice

@@ -1,5 +1,5 @@
 """MAD-Max's two-stream overlap model, a named seed variant (Hsia et al. ISCA 2024;
-notes 002, Sec. 2.4-2.5). Not used by the evaluator or the formulations.
+MAD-Max, Hsia et al. 2024). Not used by the evaluator or the formulations.
 
 The product's evaluator overlaps data-parallel traffic with a compute window in closed
 form (``compose.overlapped_s``). MAD-Max instead replays one iteration as two in-order

@@ -5,7 +5,7 @@ Sec. II-B, Fig. 3(c) and Table I): building blocks Ring, FullyConnected (FC) and
 (SW), innermost dimension first, one bandwidth and latency per dimension. ``Switch(4,inr)``
 marks a switch that reduces in the network (NVLink SHARP / InfiniBand SHARP).
 
-A RAMP network (Ottino et al., "RAMP", notes 004) is flat and single-hop; its RAMP-x
+A RAMP network (Ottino et al., "RAMP") is flat and single-hop; its RAMP-x
 collectives run in at most four algorithmic steps whose subgroups have sizes
 ``(x, x, J, Lambda/x)`` (Table 5, #NS). We expand it into four logical levels of kind
 ``ramp`` that share the node's ``x b B`` transceivers, so the hierarchical collective
@@ -106,7 +106,7 @@ def shorthand_levels(text: str, bandwidths_GBps: Any, latencies_us: Any = None,
 
 # ---- RAMP ------------------------------------------------------------------------------
 class RampSpec(Spec):
-    """RAMP all-optical flat network (Ottino et al., notes 004 Sec. 1.2, 1.3, 3.3-3.5).
+    """RAMP all-optical flat network (RAMP, Ottino et al.).
 
     Defaults are the paper's maximum-scale design point: x = J = 32, Lambda = 64, b = 1,
     B = 400 Gb/s, i.e. 65,536 nodes at 12.8 Tb/s each.
@@ -127,7 +127,7 @@ class RampSpec(Spec):
     #: Table 3: OCS transceiver $1.50-6.00 plus coupler $0.12 per Gbit; low end by default.
     cost_usd_per_Gbps: float = Field(1.62, ge=0)
     #: Eq. (3) as printed leaves transceiver groups idle for mid-size subgroups; the
-    #: default ``balanced`` gives each of the d-1 peers floor(x/(d-1)) groups (notes 004,
+    #: default ``balanced`` gives each of the d-1 peers floor(x/(d-1)) groups (RAMP, Ottino et al.,
     #: Sec. 2.1 caveat). ``eq3`` is the printed rule, kept for reproduction.
     trx_rule: str = Field("balanced", pattern="^(balanced|eq3)$")
 

@@ -18,7 +18,7 @@ _SIZE_UNITS = {
 }
 
 #: Bandwidth units in GB/s (10^9 B/s). ``GiB/s`` is the unit ASTRA-sim writes as "GB/s"
-#: (its analytical backend converts 1 GB/s = 2^30 B / 10^9 ns; notes 001, Sec. 6.2.1).
+#: (its analytical backend converts 1 GB/s = 2^30 B / 10^9 ns; ASTRA-sim 2.0, Won et al. 2023).
 _BW_UNITS = {
     "gbyte/s": 1.0, "gib/s": 2**30 / 1e9, "gibps": 2**30 / 1e9, "mb/s": 1e-3, "tb/s": 1e3,
     "gbit/s": 1 / 8, "tbit/s": 1e3 / 8,
