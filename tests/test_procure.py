@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from formulations.space import SearchSpace, SpaceOptions
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.batch import evaluate_columns, inner_columns
+from planner.costmodel.tables import build_tables
 from planner.errors import InfeasibleError, InputError
 from planner.procure import (
     METRICS,
@@ -78,12 +79,13 @@ def every_plan(instance: str, template_index: int, n: int) -> tuple[tuple[float,
     model, templates, _ = INSTANCES[instance]
     cl = templates[template_index].resized(n)
     space = SearchSpace(model, cl, model_defaults(model), {}, OPTIONS)
-    out = []
-    for o, dom, inner in space:
-        est = evaluate(model, cl, space.plan(o, dom, inner))
-        if est.feasible:
-            out.append((est.iteration_time_s, est.gpu_busy_s))
-    return tuple(out)
+    if not space.outers:
+        return ()
+    # the vectorized evaluator (equal to evaluate plan by plan: tests/test_batch.py)
+    tb = build_tables(space)
+    est = evaluate_columns(tb, *inner_columns(tb))
+    ok = est.feasible
+    return tuple(zip(est.iteration_time_s[ok].tolist(), est.gpu_busy_s[ok].tolist()))
 
 
 def brute_force(objective: str, limits: dict[str, float], pricing=None,
