@@ -134,7 +134,10 @@ class SearchSpace:
         return [(e, t, c) for e in eps for t in etps for c in cpcs]
 
     def _structurally_valid(self, o: Outer) -> bool:
-        plan = self.plan(o, None, Inner(("none",) * len(self.layer_types), False, 0))
+        # the fields come from validated inputs and enumerated degrees: the structural
+        # rules need no second validation of each candidate (model_construct, ~50x faster)
+        data = self._plan_data(o, None, Inner(("none",) * len(self.layer_types), False, 0))
+        plan = Plan.model_construct(**data)
         return not check_structure(self.model, self.cluster, plan, self.options.allow_idle_gpus)
 
     # ---- placements and inner options -------------------------------------------------
@@ -232,6 +235,10 @@ class SearchSpace:
                    * len(self.sp_options(o)) * len(self.state_options(o)) for o in self.outers)
 
     def plan(self, o: Outer, domain: tuple[int, ...] | None, inner: Inner) -> Plan:
+        return Plan.model_validate(self._plan_data(o, domain, inner))
+
+    def _plan_data(self, o: Outer, domain: tuple[int, ...] | None, inner: Inner
+                   ) -> dict[str, Any]:
         data = dict(self.base)
         data.update({k: v for k, v in self.fixed.items() if k not in DECISIONS})
         rc: Any = inner.recompute[0] if len(inner.recompute) == 1 else dict(
@@ -247,4 +254,4 @@ class SearchSpace:
             offload_params=inner.offload_params, placement=placement, cp_comm=o.cpc,
             ep=o.ep, expert_tp=o.etp if self.model.moe is not None else None,
         )
-        return Plan.model_validate(data)
+        return data
