@@ -86,7 +86,7 @@ def main() -> None:
           "speed-up | best plan | iteration s | MFU |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        ex = f"{r['exhaustive_s']:.0f}" if r["exhaustive_complete"] else \
+        ex = f"{r['exhaustive_s']:.1f}" if r["exhaustive_complete"] else \
             f"~{r['exhaustive_s']:.0f} ({r['exhaustive_evaluated']:,} evaluated)"
         print(f"| {r['model']} | {r['gpus']} | {r['space_size']:,} | {r['cpsat_s']:.2f}, "
               f"{r['cpsat_warm_s']:.2f} | "
