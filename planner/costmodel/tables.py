@@ -49,10 +49,12 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 MAX_GROUPS = 4
+#: Per-parameter state terms (:func:`_state_slopes`), each multiplied by a group's
+#: parameters.
+STATE_FIELDS = ("optimizer_s", "states_bytes", "cpu_step_s", "grad_down_s", "fetch_s",
+                "host_bytes")
 #: One plan of the tables: (point q, recomputation index per layer type, sp, state option).
 Key = tuple[int, tuple[int, ...], int, int]
-#: Short names of the assembly below -> :class:`Terms` fields.
-NAMES = {'layer_total': 'layer_total_s', 'layer_fwd': 'layer_fwd_s', 'layer_bwdrec': 'layer_bwd_s', 'layer_act': 'layer_act_bytes', 'layer_ws': 'layer_workspace_bytes', 'layer_recflops': 'layer_extra_flops', 'emb_total': 'emb_total_s', 'emb_fwd': 'emb_fwd_s', 'emb_bwd': 'emb_bwd_s', 'head_total': 'head_total_s', 'head_fwd': 'head_fwd_s', 'head_bwd': 'head_bwd_s', 'head_act': 'head_act_bytes', 'head_ws': 'head_workspace_bytes', 'p2p': 'p2p_s', 'g_tied': 'tied_s', 'g_mbf': 'dp_fwd_s', 'g_mbb': 'dp_bwd_s', 'g_grad': 'dp_grad_s', 'g_param': 'dp_param_s', 'g_opt': 'optimizer_s', 'g_states': 'states_bytes', 'g_off': 'cpu_step_s', 'g_down': 'grad_down_s', 'g_fetch': 'fetch_s', 'g_host': 'host_bytes', 'm': 'm', 'g_valid': 'group_valid', 'g_n': 'group_type_layers', 'g_emb': 'group_embedding', 'g_head': 'group_head', 'g_cnt': 'group_count', 'g_infl': 'group_inflight', 'g_layers': 'group_layers', 'ok_sp': 'sp_ok', 'ok_z': 'state_ok', 'buffers': 'buffers_bytes', 'v': 'v', 'pp': 'pp', 'world': 'world', 'w_time': 'time_weight', 'w_busy': 'busy_weight', 'rc_ok': 'rc_ok'}
 
 
 class PointSource(Protocol):
@@ -193,21 +195,21 @@ def _dp_fields(params: float, z: int, spans, levels, chunks) -> tuple[float, ...
 def _state_slopes(gpu, tier, n: int, dtype: str, Z: int) -> dict[str, np.ndarray]:
     """Per parameter of a stage, for each state option over a ZeRO group of ``n`` GPUs: the
     GPU optimizer step, the HBM states, and with an offload tier the exposed CPU step and
-    parameter copy (``off``), the gradient transfer (``down``), the per-pass parameter fetch
-    (``fetch``) and the tier's bytes (``host``). Every term is linear in the parameters."""
-    out = {k: np.zeros(Z) for k in ("opt", "st", "off", "down", "fetch", "host")}
+    parameter copy, the gradient transfer, the per-pass parameter fetch and the tier's
+    bytes (:data:`STATE_FIELDS`). Every term is linear in the parameters."""
+    out = {k: np.zeros(Z) for k in STATE_FIELDS}
     for k in range(Z):
         z, oo, op = STATES[k]
-        out["opt"][k] = optimizer_step_s(gpu, 1.0, z, n, oo)
+        out["optimizer_s"][k] = optimizer_step_s(gpu, 1.0, z, n, oo)
         st = state_bytes(1.0, z, n, dtype, oo, op)
-        out["st"][k] = st.weights + st.gradients + st.optimizer
+        out["states_bytes"][k] = st.weights + st.gradients + st.optimizer
         if tier is not None:
             ot = offload_times(tier, 1.0, z, n, dtype, oo, op)
-            out["off"][k] = ot.step_s + ot.param_copy_s
-            out["down"][k] = ot.grad_down_s
-            out["fetch"][k] = ot.fetch_s
+            out["cpu_step_s"][k] = ot.step_s + ot.param_copy_s
+            out["grad_down_s"][k] = ot.grad_down_s
+            out["fetch_s"][k] = ot.fetch_s
             hs = host_state_bytes(1.0, z, n, dtype, oo, op)
-            out["host"][k] = hs.weights + hs.gradients + hs.optimizer
+            out["host_bytes"][k] = hs.weights + hs.gradients + hs.optimizer
     return out
 
 
@@ -252,9 +254,9 @@ def build_tables(space: PointSource, objective: Objective | str = "time") -> Tab
     A = _assemble(ctx, per_outer, np.array(q_outer, dtype=np.int64), keys, q_keys)
     w = np.array([objective.weights(ctx.cluster, o.world) for o in outers]).reshape(-1, 2)
     qo = np.array(q_outer, dtype=np.int64)
-    A["w_time"], A["w_busy"] = w[qo, 0], w[qo, 1]
+    A["time_weight"], A["busy_weight"] = w[qo, 0], w[qo, 1]
     A["rc_ok"] = ctx.rc_ok
-    terms = Terms(**{NAMES[k]: v for k, v in A.items()})
+    terms = Terms(**A)
     return Tables(space, points, objective, ctx.types, terms)
 
 
@@ -267,24 +269,24 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
     groups = [stage_groups(model, o.pp, o.v, m, o.uneven) for o, m in zip(outers, ms)]
     O, G, Z = len(outers), max([MAX_GROUPS] + [len(g) for g in groups]), ctx.num_states
     out: dict[str, np.ndarray] = {
-        "m": np.array(ms, np.int64).reshape(O), "ok_sp": np.zeros((O, 2), bool),
-        "ok_z": np.zeros((O, Z), bool), "buffers": np.zeros((O, Z)),
-        "g_valid": np.zeros((O, G), bool), "g_n": np.zeros((O, G, len(types)), np.int64),
-        "g_params": np.zeros((O, G)), "g_eparams": np.zeros((O, G)),
-        **{k: np.zeros((O, G), np.int64) for k in ("g_emb", "g_head", "g_cnt", "g_infl",
-                                                    "g_layers")}}
+        "m": np.array(ms, np.int64).reshape(O), "sp_ok": np.zeros((O, 2), bool),
+        "state_ok": np.zeros((O, Z), bool), "buffers_bytes": np.zeros((O, Z)),
+        "group_valid": np.zeros((O, G), bool), "group_type_layers": np.zeros((O, G, len(types)), np.int64),
+        "group_params": np.zeros((O, G)), "group_expert_params": np.zeros((O, G)),
+        **{k: np.zeros((O, G), np.int64) for k in ("group_embedding", "group_head", "group_count", "group_inflight",
+                                                    "group_layers")}}
     shard, eshard = np.zeros(O, np.int64), np.zeros(O, np.int64)
     bufs: dict[tuple, float] = {}  # comm buffers by shape and ZeRO stage
     params: dict[tuple, tuple[float, float]] = {}  # stage parameters by what decides them
     for oi, o in enumerate(outers):
-        out["ok_sp"][oi, [int(sp) for sp in space.sp_options(o)]] = True
+        out["sp_ok"][oi, [int(sp) for sp in space.sp_options(o)]] = True
         for k in space.state_options(o):
             z = STATES[k][0]
             bk = (o.tp, o.cp, o.mbs, o.ep, o.etp, z)
             if bk not in bufs:
                 shape = state_shape(model, o.tp, o.cp, o.mbs, ctx.seq, o.ep, o.etp)
                 bufs[bk] = comm_buffer_bytes(model, shape, z, types)
-            out["ok_z"][oi, k], out["buffers"][oi, k] = True, bufs[bk]
+            out["state_ok"][oi, k], out["buffers_bytes"][oi, k] = True, bufs[bk]
         for gi, grp in enumerate(groups[oi]):
             _group_row(out, oi, gi, grp, o, ctx, params)
         shard[oi] = o.dp * o.cp  # the group ZeRO shards the states over
@@ -296,17 +298,17 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
 def _group_row(out: dict[str, np.ndarray], oi: int, gi: int, grp: Group, o: Outer,
                ctx: _Ctx, cache: dict[tuple, tuple[float, float]]) -> None:
     layers = dict(grp.layers)
-    out["g_valid"][oi, gi] = True
-    out["g_emb"][oi, gi], out["g_head"][oi, gi] = grp.embedding, grp.head
-    out["g_cnt"][oi, gi], out["g_infl"][oi, gi] = grp.count, grp.inflight
-    out["g_layers"][oi, gi] = max(sum(layers.values()), 1)
+    out["group_valid"][oi, gi] = True
+    out["group_embedding"][oi, gi], out["group_head"][oi, gi] = grp.embedding, grp.head
+    out["group_count"][oi, gi], out["group_inflight"][oi, gi] = grp.count, grp.inflight
+    out["group_layers"][oi, gi] = max(sum(layers.values()), 1)
     for ti, t in enumerate(ctx.types):
-        out["g_n"][oi, gi, ti] = layers.get(t, 0)
+        out["group_type_layers"][oi, gi, ti] = layers.get(t, 0)
     key = (o.tp, o.pp, grp.layers, grp.embedding, grp.head, o.ep, o.etp)
     if key not in cache:
         cache[key] = stage_params_split(ctx.model, o.tp, o.pp, layers, grp.embedding,
                                         grp.head, o.ep, o.etp)
-    out["g_params"][oi, gi], out["g_eparams"][oi, gi] = cache[key]
+    out["group_params"][oi, gi], out["group_expert_params"][oi, gi] = cache[key]
 
 
 def _state_slopes_per_outer(ctx: _Ctx, shard: np.ndarray, eshard: np.ndarray
@@ -358,15 +360,15 @@ def _point_keys(ctx: _Ctx):
     return points, q_outer, keys, q_keys
 
 
-LAYER_FIELDS = ("layer_total", "layer_fwd", "layer_bwdrec", "layer_act", "layer_ws",
-                "layer_recflops")
-END_FIELDS = ("emb_total", "emb_fwd", "emb_bwd", "head_total", "head_fwd", "head_bwd",
-              "head_act", "head_ws")
+LAYER_FIELDS = ("layer_total_s", "layer_fwd_s", "layer_bwd_s", "layer_act_bytes", "layer_workspace_bytes",
+                "layer_extra_flops")
+END_FIELDS = ("emb_total_s", "emb_fwd_s", "emb_bwd_s", "head_total_s", "head_fwd_s", "head_bwd_s",
+              "head_act_bytes", "head_workspace_bytes")
 
 
 def _layer_table(ctx: _Ctx, keys: dict) -> np.ndarray:
     """Per unique layer key: :data:`LAYER_FIELDS` x type x recompute x sp."""
-    LT = np.zeros((len(keys), len(LAYER_FIELDS), len(ctx.types), 3, 2))
+    layer_terms = np.zeros((len(keys), len(LAYER_FIELDS), len(ctx.types), 3, 2))
     for (tp, cp, mbs, ep, etp, cpc, tp_s, cp_s, ep_s, etp_s), k in keys.items():
         setup = layer_setup(ctx.model, ctx.levels, ctx.cluster.collective_chunks, tp, cp, mbs,
                             ctx.seq, ep, etp, tp_s, cp_s, ep_s, etp_s)
@@ -377,15 +379,15 @@ def _layer_table(ctx: _Ctx, keys: dict) -> np.ndarray:
                     if ctx.rc_ok[ti, ri]:
                         strat = strategy_from(ctx.base, mode, sp, ctx.tp_comm(sp), t, cpc)
                         c = layer_cost(ctx.model, ctx.cluster.gpu, net, shape, strat)
-                        LT[k, :, ti, ri, int(sp)] = (c.total_s, c.fwd_s, c.bwd_s + c.recompute_s,
+                        layer_terms[k, :, ti, ri, int(sp)] = (c.total_s, c.fwd_s, c.bwd_s + c.recompute_s,
                                                      c.act_bytes, c.workspace_bytes,
                                                      c.recompute_flops + c.padding_flops)
-    return LT
+    return layer_terms
 
 
 def _end_table(ctx: _Ctx, keys: dict) -> np.ndarray:
     """Per unique end key: :data:`END_FIELDS` x sp."""
-    ET = np.zeros((len(keys), len(END_FIELDS), 2))
+    end_terms = np.zeros((len(keys), len(END_FIELDS), 2))
     chunks, gpu = ctx.cluster.collective_chunks, ctx.cluster.gpu
     for (tp, cp, mbs, tp_s), k in keys.items():
         net = Net(ctx.levels, tp_s, (1,) * len(ctx.levels), chunks)
@@ -394,21 +396,21 @@ def _end_table(ctx: _Ctx, keys: dict) -> np.ndarray:
             strat = strategy_from(ctx.base, "none", sp, ctx.tp_comm(sp))
             e = embedding_cost(ctx.model, gpu, net, shape, strat)
             h = head_cost(ctx.model, gpu, net, shape, strat)
-            ET[k, :, int(sp)] = (e.fwd_s + e.bwd_s + e.tp_comm_s, e.fwd_s, e.bwd_s,
+            end_terms[k, :, int(sp)] = (e.fwd_s + e.bwd_s + e.tp_comm_s, e.fwd_s, e.bwd_s,
                                  h.fwd_s + h.bwd_s + h.tp_comm_s, h.fwd_s, h.bwd_s,
                                  h.act_bytes, h.workspace_bytes)
-    return ET
+    return end_terms
 
 
 def _dp_table(ctx: _Ctx, keys: dict) -> tuple[np.ndarray, np.ndarray]:
     """Per unique span key: slope and intercept of the DP traffic, [key, zero, field]."""
-    S, I = np.zeros((len(keys), 4, 4)), np.zeros((len(keys), 4, 4))
+    slope, icpt = np.zeros((len(keys), 4, 4)), np.zeros((len(keys), 4, 4))
     for spans, k in keys.items():
         if spans:
             for z in range(4):
-                S[k, z], I[k, z] = _affine(_dp_fields, z, spans, ctx.levels,
+                slope[k, z], icpt[k, z] = _affine(_dp_fields, z, spans, ctx.levels,
                                            ctx.cluster.collective_chunks)
-    return S, I
+    return slope, icpt
 
 
 def _assemble(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys: dict,
@@ -416,21 +418,21 @@ def _assemble(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys: dict,
     """Per-point arrays from the per-outer arrays and the tables of unique terms."""
     model, levels = ctx.model, ctx.levels
     A: dict[str, Any] = {}
-    LT = _layer_table(ctx, keys["layer"])[np.array(q_keys["layer"], np.int64)]
-    A.update({name: LT[:, i] for i, name in enumerate(LAYER_FIELDS)})
-    ET = _end_table(ctx, keys["end"])[np.array(q_keys["end"], np.int64)]
-    A.update({name: ET[:, i] for i, name in enumerate(END_FIELDS)})
-    PT = np.array([p2p_time_per_microbatch_s(model, LayerShape(tp, cp, mbs, ctx.seq), v, pp,
+    layer_terms = _layer_table(ctx, keys["layer"])[np.array(q_keys["layer"], np.int64)]
+    A.update({name: layer_terms[:, i] for i, name in enumerate(LAYER_FIELDS)})
+    end_terms = _end_table(ctx, keys["end"])[np.array(q_keys["end"], np.int64)]
+    A.update({name: end_terms[:, i] for i, name in enumerate(END_FIELDS)})
+    p2p = np.array([p2p_time_per_microbatch_s(model, LayerShape(tp, cp, mbs, ctx.seq), v, pp,
                                              pp_s, levels)
                    for (tp, cp, mbs, v, pp, pp_s) in keys["p2p"]])
-    TT = np.array([tied_embedding_sync_s(model, tp, pp, pp_s, levels)
+    tied = np.array([tied_embedding_sync_s(model, tp, pp, pp_s, levels)
                    for (tp, pp, pp_s) in keys["tied"]])
-    A["p2p"] = PT[np.array(q_keys["p2p"], np.int64)] if len(PT) else np.zeros(0)
-    A["g_tied"] = (TT[np.array(q_keys["tied"], np.int64)][:, None]
-                   * (o["g_emb"][qo] | o["g_head"][qo])) if len(TT) else np.zeros((0, 1))
+    A["p2p_s"] = p2p[np.array(q_keys["p2p"], np.int64)] if len(p2p) else np.zeros(0)
+    A["tied_s"] = (tied[np.array(q_keys["tied"], np.int64)][:, None]
+                   * (o["group_embedding"][qo] | o["group_head"][qo])) if len(tied) else np.zeros((0, 1))
     A.update(_group_state_terms(ctx, o, qo, keys, q_keys))
-    for name in ("m", "g_valid", "g_n", "g_emb", "g_head", "g_cnt", "g_infl", "g_layers",
-                 "ok_sp", "ok_z", "buffers"):
+    for name in ("m", "group_valid", "group_type_layers", "group_embedding", "group_head", "group_count", "group_inflight", "group_layers",
+                 "sp_ok", "state_ok", "buffers_bytes"):
         A[name] = o[name][qo]
     outers = ctx.space.outers
     for name in ("v", "pp", "world"):
@@ -442,25 +444,21 @@ def _group_state_terms(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys
                        q_keys: dict) -> dict[str, np.ndarray]:
     """(Q, G, Z) terms: DP traffic (dense, then routed experts over their group), and every
     per-parameter state term (optimizer, states, offload tier)."""
-    DS, DI = _dp_table(ctx, keys["dp"])
-    ES, EI = _dp_table(ctx, keys["edp"])
+    dp_slope, dp_icpt = _dp_table(ctx, keys["dp"])
+    edp_slope, edp_icpt = _dp_table(ctx, keys["edp"])
     kd, kx = np.array(q_keys["dp"], np.int64), np.array(q_keys["edp"], np.int64)
-    params = o["g_params"][qo][:, :, None]  # (Q, G, 1)
-    eparams = o["g_eparams"][qo][:, :, None]
-    dp_val = DS[kd][:, None] * params[..., None] + DI[kd][:, None]  # (Q, G, 4z, 4f)
-    e_val = ES[kx][:, None] * eparams[..., None] + EI[kx][:, None]
+    params = o["group_params"][qo][:, :, None]  # (Q, G, 1)
+    eparams = o["group_expert_params"][qo][:, :, None]
+    dp_val = dp_slope[kd][:, None] * params[..., None] + dp_icpt[kd][:, None]  # (Q, G, 4z, 4f)
+    e_val = edp_slope[kx][:, None] * eparams[..., None] + edp_icpt[kx][:, None]
     dp_val = dp_val + np.where(eparams[..., None] > 0, e_val, 0.0)
     zero_of = np.array([STATES[k][0] for k in range(ctx.num_states)], np.int64)
     dp_val = dp_val[:, :, zero_of, :]  # ZeRO stage of each state option: (Q, G, Z, 4f)
-    valid = o["ok_z"][qo][:, None, :] & o["g_valid"][qo][:, :, None]
-    out = {f"g_{name}": np.where(valid, dp_val[..., i], 0.0)
-           for i, name in enumerate(("mbf", "mbb", "grad", "param"))}
-    # g_off: CPU step and parameter copy (exposed, once per iteration); g_down: gradient
-    # shard to the tier (overlaps backward); g_fetch: parameter shard from the tier, per
-    # microbatch and pass; g_host: offload-tier bytes
-    for name, key in (("g_opt", "opt"), ("g_states", "st"), ("g_off", "off"),
-                      ("g_down", "down"), ("g_fetch", "fetch"), ("g_host", "host")):
-        out[name] = o["slope_" + key][qo][:, None, :] * params
+    valid = o["state_ok"][qo][:, None, :] & o["group_valid"][qo][:, :, None]
+    out = {name: np.where(valid, dp_val[..., i], 0.0)
+           for i, name in enumerate(("dp_fwd_s", "dp_bwd_s", "dp_grad_s", "dp_param_s"))}
+    for name in STATE_FIELDS:
+        out[name] = o["slope_" + name][qo][:, None, :] * params
         if ctx.model.moe is not None:
-            out[name] = out[name] + o["eslope_" + key][qo][:, None, :] * eparams
+            out[name] = out[name] + o["eslope_" + name][qo][:, None, :] * eparams
     return out
