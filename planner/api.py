@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.costmodel.evaluator import Estimate
 from planner.costmodel.evaluator import evaluate as _evaluate
+from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.loaders import load_cluster, load_gpu, load_model, plan_from_dict, read_structured
 from planner.specs.model import ModelSpec
@@ -97,8 +98,9 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     from planner.specs.plan_base import base_overrides
 
     m = load_model(model) if isinstance(model, str) else model
-    c = load_cluster(cluster, gpus) if isinstance(cluster, str) else (
-        cluster.resized(gpus) if gpus else cluster)
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise InputError(f"gpus {gpus!r}: expected a positive integer")
+    c = load_cluster(cluster, gpus) if isinstance(cluster, str) else _resized(cluster, gpus)
     opts = _space_options(options, max_microbatch=max_microbatch,
                           max_virtual_stages=max_virtual_stages,
                           allow_idle_gpus=allow_idle_gpus, even_pipeline=even_pipeline)
@@ -107,6 +109,15 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
                   backend=backend, top_k=top_k, time_limit_s=time_limit_s, presolve=presolve,
                   options=opts, tokens=tokens, progress=progress, log=log,
                   max_iteration_time_s=max_iteration_time_s)
+
+
+def _resized(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
+    if gpus is None or gpus == cluster.num_gpus:
+        return cluster
+    try:
+        return cluster.resized(gpus)
+    except ValueError as err:
+        raise InputError(str(err)) from None
 
 
 def _fixed_fields(plan: str | PathLike[str] | Mapping[str, Any] | None,
@@ -163,15 +174,15 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     needs an ``if __name__ == "__main__":`` guard; None: one per CPU). ``progress`` is called
     with a line of text as the search goes.
 
-    Returns a :class:`planner.procure.ProcureResult` (``.choice`` with
+    Returns a :class:`planner.procurement.ProcureResult` (``.choice`` with
     ``gpu``, ``num_gpus``, ``cluster``, ``plan``, ``days``, ``cost_usd``, ``energy_mwh``,
     ``gpu_hours``, ``mfu``; ``.pareto``; ``.to_json()``, the object of
     ``planner procure --json``). Raises :class:`planner.errors.InfeasibleError` when no
     option meets the limits (``.reasons``, ``.hints``, ``.result``) and
     :class:`planner.errors.InputError` on bad input.
     """
-    from planner.procure import DEFAULT_MAX_GPUS, catalog_templates, named_templates
-    from planner.procure import procure as _procure
+    from planner.procurement import DEFAULT_MAX_GPUS, catalog_templates, named_templates
+    from planner.procurement import procure as _procure
     from planner.specs.plan_base import base_overrides
     from planner.specs.pricing import load_pricing
 
@@ -183,7 +194,8 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     spec = load_pricing(prices if isinstance(prices, str) else None, pricing,  # type: ignore[arg-type]
                         prices if isinstance(prices, dict) else None)
     return _procure(m, tokens, days=days, budget_usd=budget_usd, objective=objective,
-                    templates=templates, max_gpus=max_gpus or DEFAULT_MAX_GPUS, counts=counts,
+                    templates=templates, counts=counts,
+                    max_gpus=DEFAULT_MAX_GPUS if max_gpus is None else max_gpus,
                     pricing=spec, pareto=pareto,
                     base=base_overrides(global_batch_size, seq_len, dtype), options=options,
                     time_limit_s=time_limit_s, workers=workers, progress=progress)

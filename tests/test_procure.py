@@ -18,7 +18,7 @@ from formulations.space import SearchSpace, SpaceOptions
 from planner.costmodel.batch import evaluate_columns, inner_columns
 from planner.costmodel.tables import build_tables
 from planner.errors import InfeasibleError, InputError
-from planner.procure import (
+from planner.procurement import (
     METRICS,
     OBJECTIVE_METRIC,
     candidate_counts,
@@ -27,7 +27,7 @@ from planner.procure import (
     option_metrics,
     procure,
 )
-from planner.procure.metrics import meets
+from planner.procurement.metrics import meets
 from planner.specs.plan_base import model_defaults
 from planner.specs.loaders import load_cluster, load_gpu
 from planner.specs.pricing import load_pricing

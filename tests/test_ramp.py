@@ -226,7 +226,7 @@ def test_procure_picks_fat_tree_with_a_longer_deadline():
 def test_cluster_price_overrides():
     """clusters.<name> in a pricing file prices one template apart from another with the
     same GPU: rent per GPU-hour, and the network's $/Gb/s for owned clusters."""
-    from planner.procure import network_capex, option_metrics, price_keys
+    from planner.procurement import network_capex, option_metrics, price_keys
     from planner.specs.pricing import load_pricing
 
     ramp, fat = load_cluster("ramp-a100").resized(64), load_cluster(FAT_TREE).resized(64)
@@ -261,7 +261,7 @@ def test_cluster_price_overrides():
 def test_named_templates():
     """--cluster takes catalog names, aliases, files and derived names, comma-separated;
     an unknown name is an error naming the closest."""
-    from planner.procure import named_templates
+    from planner.procurement import named_templates
 
     got = named_templates(["ramp," + FAT_TREE, "dgx-h100-superpod:h200"])
     assert [t.name for t in got] == ["ramp-a100", "ramp-baseline-fat-tree",

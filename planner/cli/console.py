@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from planner.errors import InfeasibleError, PlannerError
+from planner.errors import InfeasibleError, InputError, PlannerError
 
 out = Console()
 err = Console(stderr=True)
@@ -84,3 +84,20 @@ def print_error(e: PlannerError) -> None:
             err.print(f"  [cyan]hint:[/] {escape(h)}")
     else:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+
+
+def check_writable(path: str | None, option: str) -> None:
+    """Raise InputError now, before any work, if ``path`` cannot be written."""
+    import os
+    from pathlib import Path
+
+    if not path:
+        return
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise InputError(f"{option} {path}: is a directory; expected a file path")
+    if not parent.is_dir():
+        raise InputError(f"{option} {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise InputError(f"{option} {path}: not writable")

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from planner.cli.console import CLUSTER_HELP, GPUS_HELP, MODEL_HELP, _emit_json, err, out
+from planner.cli.console import CLUSTER_HELP, GPUS_HELP, MODEL_HELP, _emit_json, err, out, check_writable
 
 
 def _overrides(sets: list[str], shortcuts: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -42,6 +42,7 @@ def evaluate(
     from planner.specs.loaders import load_cluster, load_model
     from planner.specs.plan_base import build_plan
 
+    check_writable(plot, "--plot")
     m = load_model(model)
     c = load_cluster(cluster, gpus)
     warnings: list[str] = []

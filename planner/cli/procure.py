@@ -1,6 +1,6 @@
 """``planner procure``: what to buy or rent to train a model on a token budget.
 
-The search is planner/procure/'s; docs/procure.md states the semantics.
+The search is planner/procurement/'s; docs/procure.md states the semantics.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any, Optional
 
 import typer
 
-from planner.cli.console import DTYPE_HELP, SEQ_LEN_HELP, LazyStatus, _emit_json, err, out
+from planner.cli.console import DTYPE_HELP, SEQ_LEN_HELP, LazyStatus, _emit_json, err, out, check_writable
 from planner.errors import InfeasibleError, InputError
-from planner.procure import DEFAULT_MAX_GPUS
+from planner.procurement import DEFAULT_MAX_GPUS
 
 
 class ProcureObjective(str, Enum):
@@ -84,6 +84,7 @@ def procure(
         raise InputError("--json and --csv: choose one")
     if workers is not None and workers < 1:
         raise InputError(f"--workers {workers}: expected a positive integer")
+    check_writable(plot, "--plot")
     fronts = pareto or bool(plot) or json_ or csv_
     status = LazyStatus(err, not (json_ or csv_))
     result = None

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from planner.cli.console import (
+    check_writable,
     CLUSTER_HELP,
     DTYPE_HELP,
     GPUS_HELP,
@@ -52,6 +53,7 @@ def solve(
     from planner.api import solve as run_solve
     from planner.specs.loaders import load_cluster, load_model
 
+    check_writable(out_path, "--out")
     m = load_model(model)
     c = load_cluster(cluster, gpus)
     obj = objective.value.replace("-", "_")

@@ -118,6 +118,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     """The ``top_k`` best plans (with ``max_iteration_time_s``, among those iterating within
     it: a deadline). Raises :class:`InfeasibleError` with reasons and hints."""
     objective = Objective.of(objective)
+    _check_request(tokens, time_limit_s, max_iteration_time_s, options)
     if backend not in BACKENDS:
         raise InputError(f"--backend '{backend}': expected one of {', '.join(BACKENDS)}")
     if top_k < 1:
@@ -137,6 +138,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     if not space.outers:
         raise explain_empty(space)
     size = space.size()
+    if size == 0:
+        raise explain_no_placement(space)
     if backend == "exhaustive":
         res: SearchResult = run_exhaustive(
             space, objective, top_k, time_limit_s,
@@ -173,6 +176,28 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     pb = None if res.bound is None else min(res.bound * objective_scale(
         objective, plans[0].plan, tokens), plans[0].objective)
     return SolveResult(backend, status, objective, plans, wall, size, stats, tokens, pb)
+
+
+def _positive(name: str, value: Any, integer: bool = False) -> None:
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or not math.isfinite(value) or value <= 0:
+        kind = "a positive integer" if integer else "a positive finite number"
+        raise InputError(f"{name} {value!r}: expected {kind}")
+
+
+def _check_request(tokens: float | None, time_limit_s: float,
+                   max_iteration_time_s: float | None, options: SpaceOptions | None) -> None:
+    """Numbers of a solve request: finite and positive (a NaN or negative budget would give
+    a NaN or negative answer), the space's bounds at least 1."""
+    if tokens is not None:
+        _positive("--tokens", tokens)
+    _positive("--time-limit", time_limit_s)
+    if max_iteration_time_s is not None:
+        _positive("max_iteration_time_s", max_iteration_time_s)
+    if options is not None:
+        _positive("--max-microbatch", options.max_microbatch, integer=True)
+        _positive("--max-virtual-stages", options.max_virtual_stages, integer=True)
+        _positive("min_cp_tokens", options.min_cp_tokens, integer=True)
 
 
 def _solved(c: Candidate, objective: Objective, tokens: float | None, backend: str,
@@ -219,6 +244,25 @@ def explain_empty(space: SearchSpace) -> InfeasibleError:
                  f"parallel degree (now {space.base['global_batch_size']})")
     return InfeasibleError("no plan in the search space satisfies the structural rules",
                            reasons, hints)
+
+
+def explain_no_placement(space: SearchSpace) -> InfeasibleError:
+    """Plans pass the structural rules, but none can be placed on the topology."""
+    from planner.costmodel.network import PlacementError, spans_for
+    from planner.specs.plan import WORLD_DIMS
+
+    fixed = (space.fixed.get("placement") or {}).get("domain")
+    o = space.outers[0]
+    dom = tuple(int(fixed.get(d, 1)) for d in WORLD_DIMS) if fixed else None
+    reason = "no placement of the groups fills the NVSwitch domains"
+    try:
+        spans_for((o.tp, o.cp, o.dp, o.pp), dom, space.order, tuple(space.cluster.topology))
+    except PlacementError as err:
+        reason = str(err)
+    return InfeasibleError("no plan can be placed on this cluster", [reason],
+                           [f"placement.domain factors whose product is the domain size "
+                            f"({space.cluster.domain_size}) and that divide their group sizes",
+                            "drop the placement --fix"])
 
 
 def explain_infeasible(space: SearchSpace) -> InfeasibleError:

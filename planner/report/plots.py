@@ -57,7 +57,7 @@ def plot_breakdown(items: Sequence[tuple[str, Estimate]], path: str | Path,
 def plot_pareto(result, path: str | Path, title: str | None = None) -> Path:
     """Time to train against cost and against energy, one point per option solved (its best
     plan by the objective), the Pareto fronts as steps, the limits dashed, the choice
-    starred. ``result`` is a :class:`planner.procure.ProcureResult`."""
+    starred. ``result`` is a :class:`planner.procurement.ProcureResult`."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
     from planner.report.procure import money, tokens_text

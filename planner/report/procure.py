@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from planner.procure import ProcureResult, Procured
+from planner.procurement import ProcureResult, Procured
 from planner.report.text import _fmt_s, plan_line
 
 TITLES = {"cost": "cheapest", "energy": "least energy", "gpu_hours": "fewest GPU-hours",

@@ -14,7 +14,10 @@ class Spec(BaseModel):
     typed object. ``unknown_keys`` reports them so that callers can warn about typos.
     """
 
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    # allow_inf_nan=False: an infinite or NaN number is never physics (latency, bandwidth,
+    # peak FLOP/s, capacity); pydantic rejects it with the field's name
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True,
+                              allow_inf_nan=False)
     _hash: int | None = PrivateAttr(default=None)
 
     def __hash__(self) -> int:

@@ -21,15 +21,54 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 from planner.specs.validate import validate
 
+#: Limits on spec files: no model, cluster, plan or pricing file comes near them.
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_ALIASES = 64
+
+
+def _check_yaml_shape(path: Path, text: str) -> None:
+    """Reject, before building anything, YAML nested deeper than ``MAX_DEPTH`` or with
+    more than ``MAX_ALIASES`` aliases (a "billion laughs" document expands exponentially)."""
+    depth = aliases = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise InputError(f"{path}: nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise InputError(f"{path}: more than {MAX_ALIASES} YAML aliases; spec files "
+                                 "need none")
+
+
 def read_structured(path: Path) -> dict[str, Any]:
     """Read a YAML or JSON file into a mapping, with clear errors."""
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a YAML or JSON file")
-    text = path.read_text()
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise InputError(f"{path}: {size:,} bytes; spec files are at most {MAX_FILE_BYTES:,}")
     try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text (byte {err.start}); expected a YAML or JSON "
+                         "file") from None
+    try:
+        if path.suffix != ".json":
+            _check_yaml_shape(path, text)
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    except ValueError as err:  # e.g. an integer of more than 4,300 digits
+        if isinstance(err, json.JSONDecodeError):
+            raise InputError(f"{path}: malformed JSON at line {err.lineno}: {err.msg}") from None
+        raise InputError(f"{path}: unreadable value: {str(err)[:200]}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -150,14 +189,21 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _mapping(value: Any, name: str, key: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"--fix {key}: {name} is {value!r}, not a mapping; give "
+                         f"{name}.FIELD=VALUE only")
+    return dict(value)
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(data)
     for key, value in overrides:
         if key.startswith("placement."):
             sub = key.split(".", 1)[1]
-            place = dict(out.get("placement") or {})
+            place = _mapping(out.get("placement") or {}, "placement", key)
             if sub.startswith("domain."):
-                dom = dict(place.get("domain") or {})
+                dom = _mapping(place.get("domain") or {}, "placement.domain", key)
                 dom[sub.split(".", 1)[1]] = value
                 place["domain"] = dom
             else:

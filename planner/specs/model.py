@@ -47,7 +47,9 @@ class ModelSpec(Spec):
     """A decoder-only transformer. Field names are the stable model-file format."""
 
     name: str
-    num_layers: PositiveInt
+    # 10,000 layers is 100x the deepest published model; the bound keeps per-layer lists
+    # (layer_kinds) finite
+    num_layers: int = Field(gt=0, le=10_000)
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt
     num_kv_heads: PositiveInt | None = Field(None, description="GQA/MQA groups; default = heads")

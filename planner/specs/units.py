@@ -7,6 +7,7 @@ second), the unit of every ``*_GBps`` field.
 
 from __future__ import annotations
 
+import math
 import re
 
 from planner.errors import InputError
@@ -45,8 +46,8 @@ def parse_size_bytes(text: str | float | int, what: str = "size") -> float:
     if factor is None:
         raise InputError(f"{what}: unknown unit '{unit}' in '{text}'; use B, kB, MB, GB, TB "
                          "(powers of 10) or KiB, MiB, GiB, TiB (powers of 2)")
-    if value <= 0:
-        raise InputError(f"{what}: must be positive, got '{text}'")
+    if not math.isfinite(value * factor) or value <= 0:
+        raise InputError(f"{what}: must be a positive finite number, got '{text}'")
     return value * factor
 
 
@@ -66,6 +67,6 @@ def parse_bandwidth_GBps(text: str | float | int, what: str = "bandwidth",
     if factor is None:
         raise InputError(f"{what}: unknown unit '{unit}' in '{text}'; use GB/s, GiB/s, "
                          "TB/s, Gbit/s or Gbps (bits)")
-    if value <= 0:
-        raise InputError(f"{what}: must be positive, got '{text}'")
+    if not math.isfinite(value * factor) or value <= 0:
+        raise InputError(f"{what}: must be a positive finite number, got '{text}'")
     return value * factor

@@ -18,9 +18,16 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"]
         got = e.get("input")
-        shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+        shown = "" if isinstance(got, dict) or got is None else f" (got {_short(got)})"
         lines.append(f"  {loc}: {msg}{shown}")
     return "\n".join(lines)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """A value as the message quotes it: never the whole of a large input."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 256 else \
+        f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
 
 
 def validate(cls: type[T], data: Any, source: str) -> T:

@@ -2,14 +2,14 @@
 objective over training on a token budget, within the limits.
 
 An outer decomposition over *options*, each answered by the proven-optimal inner solve
-(:mod:`planner.procure.option`), with a branch and bound over the options in the order of
+(:mod:`planner.procurement.option`), with a branch and bound over the options in the order of
 their lower bounds. docs/procure.md states the query semantics and argues that the answer
 is optimal over (template, count, plan); tests/test_procure.py checks it against
 exhaustive search.
 
 Every quantity over the token budget is *linear* in one iteration's time ``T`` and GPU
 busy time ``B`` for a fixed option: ``q = time x T + busy x B``
-(:class:`planner.procure.metrics.Linear`). Days, GPU-hours and rented cost have
+(:class:`planner.procurement.metrics.Linear`). Days, GPU-hours and rented cost have
 ``busy = 0``; energy and owned cost (electricity) do not.
 """
 
@@ -23,8 +23,8 @@ from typing import Any, Callable, Sequence
 
 from formulations.space import SpaceOptions
 from planner.errors import InputError
-from planner.procure.explain import explain
-from planner.procure.metrics import (
+from planner.procurement.explain import explain
+from planner.procurement.metrics import (
     OBJECTIVE_METRIC,
     Option,
     fmt,
@@ -33,9 +33,9 @@ from planner.procure.metrics import (
     option_metrics,
     price_keys,
 )
-from planner.procure.option import Answer, Inputs, answer_option
-from planner.procure.results import ProcureResult, Procured, pareto_front
-from planner.procure.templates import DEFAULT_MAX_GPUS, candidate_counts, catalog_templates
+from planner.procurement.option import Answer, Inputs, answer_option
+from planner.procurement.results import ProcureResult, Procured, pareto_front
+from planner.procurement.templates import DEFAULT_MAX_GPUS, candidate_counts, catalog_templates
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan_base import model_defaults, require_batch
@@ -218,7 +218,7 @@ def _pool(workers: int | None, jobs: int) -> Any:
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["planner.procure.search"])
+        ctx.set_forkserver_preload(["planner.procurement.search"])
     pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
     pool.width = n  # type: ignore[attr-defined]
     return pool

@@ -10,8 +10,8 @@ from typing import Any
 from formulations.space import SpaceOptions
 from planner.errors import InfeasibleError
 from planner.orchestration.solver import SolvedPlan, solve
-from planner.procure.metrics import METRICS, TIME, Linear, Option, fmt, meets
-from planner.procure.results import Procured
+from planner.procurement.metrics import METRICS, TIME, Linear, Option, fmt, meets
+from planner.procurement.results import Procured
 from planner.specs.model import ModelSpec
 
 

@@ -6,8 +6,8 @@ import math
 from typing import Sequence
 
 from planner.errors import InfeasibleError
-from planner.procure.metrics import Option, fmt
-from planner.procure.option import Answer, Inputs, answer_option
+from planner.procurement.metrics import Option, fmt
+from planner.procurement.option import Answer, Inputs, answer_option
 
 
 #: Options ruled out by their bounds that an explanation may solve, to report exact values.

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from planner.costmodel.evaluator import Estimate
-from planner.procure.metrics import meets
+from planner.procurement.metrics import meets
 from planner.specs.plan import Plan
 
 

@@ -1,4 +1,4 @@
-"""``planner.procure``: which cluster to buy or rent, and how to train on it.
+"""``planner.procurement``: which cluster to buy or rent, and how to train on it.
 
 ``templates`` (what can be bought), ``metrics`` (what an option costs, its bound),
 ``option`` (the proven-optimal inner solve of one option), ``search`` (the branch and
@@ -6,7 +6,7 @@ bound over options), ``explain`` (why nothing meets the limits), ``results``.
 docs/procure.md states the semantics and the argument for optimality.
 """
 
-from planner.procure.metrics import (
+from planner.procurement.metrics import (
     METRICS,
     OBJECTIVE_METRIC,
     TIME,
@@ -17,10 +17,10 @@ from planner.procure.metrics import (
     option_metrics,
     price_keys,
 )
-from planner.procure.option import Answer, Inputs, OptionSolver, answer_option
-from planner.procure.results import ProcureResult, Procured, pareto_front
-from planner.procure.search import procure
-from planner.procure.templates import (
+from planner.procurement.option import Answer, Inputs, OptionSolver, answer_option
+from planner.procurement.results import ProcureResult, Procured, pareto_front
+from planner.procurement.search import procure
+from planner.procurement.templates import (
     DEFAULT_MAX_GPUS,
     DERIVE_FROM,
     candidate_counts,

@@ -1,0 +1,132 @@
+"""Bad input ends in a clear error naming the field and the value (exit 2 on the CLI,
+planner.errors.InputError in the API), never a traceback or a silent nonsense answer.
+Each test is a reproducer from the reliability review."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import planner
+from planner.errors import InfeasibleError, InputError
+
+from conftest import ROOT
+from test_cli import run
+
+H100 = ROOT / "hardware_catalog" / "gpus" / "h100-sxm.yaml"
+LLAMA8B = ROOT / "hardware_catalog" / "models" / "llama3-8b.yaml"
+
+
+def _edited(tmp_path, src, old: str, new: str, name: str = "spec.yaml"):
+    text = src.read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new, 1))
+    return str(path)
+
+
+def test_fixed_domain_that_cannot_be_placed(capsys):
+    code, _, err = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "16", "--fix", "placement.domain.tp=3")
+    assert code == 1 and "placement" in err
+
+
+@pytest.mark.parametrize("flag,path", [("--out", "/nonexistent/plan.yaml"), ("--out", "/")])
+def test_unwritable_output_fails_before_the_solve(capsys, flag, path):
+    code, _, err = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "16", flag, path)
+    assert code == 2 and flag in err
+
+
+def test_unwritable_plot(capsys):
+    code, _, err = run(capsys, "evaluate", "-m", "llama3-8b", "-c", "dgx-h100-superpod",
+                       "--gpus", "8", "--plot", "/nonexistent/x.png")
+    assert code == 2 and "--plot" in err
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 4, "name: x\n".encode("utf-16")])
+def test_binary_or_utf16_file(tmp_path, capsys, content):
+    f = tmp_path / "m.yaml"
+    f.write_bytes(content)
+    code, _, err = run(capsys, "evaluate", "-m", str(f), "-c", "dgx-h100-superpod")
+    assert code == 2 and "UTF-8" in err and "m.yaml" in err
+    with pytest.raises(InputError, match="m.yaml"):
+        planner.load_model(str(f))
+
+
+def test_deep_yaml(tmp_path):
+    f = tmp_path / "deep.yaml"
+    f.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(InputError, match="nested"):
+        planner.load_model(str(f))
+
+
+def test_billion_laughs_is_refused_quickly(tmp_path):
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    names = "abcdefghijklmnopqrstu"
+    for prev, cur in zip(names, names[1:]):
+        lines.append(f"{cur}: &{cur} [" + ",".join([f"*{prev}"] * 9) + "]")
+    f = tmp_path / "lol.yaml"
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match="aliases"):
+        planner.load_model(str(f))
+
+
+def test_conflicting_placement_overrides(capsys):
+    code, _, err = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "16", "--fix", "placement.domain=1", "--fix", "placement.domain.tp=8")
+    assert code == 2 and "placement.domain" in err
+
+
+def test_huge_integers(tmp_path):
+    with pytest.raises(InputError, match="4300|digits"):
+        planner.load_model(_edited(tmp_path, LLAMA8B, "num_layers: 32", "num_layers: " + "9" * 5000))
+    with pytest.raises(InputError, match="num_layers"):
+        planner.load_model(_edited(tmp_path, LLAMA8B, "num_layers: 32",
+                                   "num_layers: 1000000000000000000000000000000"))
+
+
+@pytest.mark.parametrize("old,new", [("gemm_half_dim: ", "gemm_half_dim: .inf #"),
+                                     ("hbm_gib: ", "hbm_gib: .nan #")])
+def test_infinite_or_nan_numbers_are_refused(tmp_path, old, new):
+    with pytest.raises(InputError, match="finite"):
+        planner.load_gpu(_edited(tmp_path, H100, old, new))
+
+
+@pytest.mark.parametrize("gpus", [-8, 0, 12])
+def test_api_gpus(gpus):
+    with pytest.raises(InputError):
+        planner.solve("llama3-8b", planner.load_cluster("dgx-h100-superpod"), gpus=gpus)
+
+
+@pytest.mark.parametrize("kw", [dict(tokens=-1), dict(tokens=math.inf), dict(tokens=math.nan),
+                                dict(tokens=0), dict(time_limit_s=0), dict(time_limit_s=-1),
+                                dict(time_limit_s=math.nan), dict(time_limit_s=math.inf),
+                                dict(max_virtual_stages=-2)])
+def test_solve_numbers(kw):
+    with pytest.raises(InputError):
+        planner.solve("llama3-8b", "dgx-h100-superpod", gpus=16, **kw)
+
+
+@pytest.mark.parametrize("args", [["--tokens", "-1"], ["--tokens", "nan"], ["--tokens", "inf"],
+                                  ["--time-limit", "0"], ["--max-virtual-stages", "-2"]])
+def test_solve_numbers_cli(capsys, args):
+    code, _, err = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "16", *args)
+    assert code == 2 and args[0] in err
+
+
+def test_procure_max_gpus_zero():
+    with pytest.raises(InputError, match="max-gpus"):
+        planner.procure("llama3-8b", 1e12, days=30, max_gpus=0)
+
+
+def test_collective_infinite_size(capsys):
+    code, _, err = run(capsys, "collective", "-t", "Switch(8)", "-b", "100", "--size", "1e309")
+    assert code == 2 and "--size" in err
+
+
+def test_infeasible_is_not_an_input_error():
+    with pytest.raises(InfeasibleError):
+        planner.solve("llama3-70b", "dgx-h100-superpod", gpus=1, fix={"offload_optimizer": False})
