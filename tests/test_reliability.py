@@ -130,3 +130,34 @@ def test_collective_infinite_size(capsys):
 def test_infeasible_is_not_an_input_error():
     with pytest.raises(InfeasibleError):
         planner.solve("llama3-70b", "dgx-h100-superpod", gpus=1, fix={"offload_optimizer": False})
+
+
+DATA = ROOT / "tests" / "data"
+
+
+@pytest.mark.parametrize("config,field,value", [
+    ("qwen1.5-moe-a2.7b-config.json", "mlp_only_layers", 5),
+    ("qwen1.5-moe-a2.7b-config.json", "num_hidden_layers", "24"),
+    ("qwen1.5-moe-a2.7b-config.json", "mlp_only_layers", "nan"),
+    ("qwen1.5-moe-a2.7b-config.json", "decoder_sparse_step", -1),
+    ("llama3-8b-config.json", "model_type", ["gpt2"]),
+    ("llama3-8b-config.json", "num_key_value_heads", 0),
+    ("deepseek-v3-config.json", "qk_rope_head_dim", "64"),
+    ("gpt2-config.json", "resid_pdrop", "high"),
+])
+def test_hugging_face_fields_are_typed(tmp_path, config, field, value):
+    import json
+
+    cfg = json.loads((DATA / config).read_text())
+    cfg[field] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match=field):
+        planner.load_model(str(path))
+
+
+@pytest.mark.parametrize("config", ["qwen1.5-moe-a2.7b-config.json", "llama3-8b-config.json",
+                                    "deepseek-v3-config.json", "gpt2-config.json",
+                                    "mixtral-8x7b-config.json", "mistral-7b-config.json"])
+def test_hugging_face_configs_still_load(config):
+    assert planner.load_model(str(DATA / config)).num_layers > 0

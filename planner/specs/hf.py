@@ -18,10 +18,38 @@ def is_hf_config(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
 
-def _need(cfg: dict[str, Any], key: str, source: str, family: str) -> Any:
+def _need(cfg: dict[str, Any], key: str, source: str, family: str) -> int:
+    """A required integer field (every size and count the cost model reads)."""
     if key not in cfg or cfg[key] is None:
         raise InputError(f"{source}: {family} config.json is missing '{key}', which the cost model needs")
-    return cfg[key]
+    return _opt_int(cfg, key, source)  # type: ignore[return-value]
+
+
+def _opt_int(cfg: dict[str, Any], key: str, source: str, minimum: int = 1,
+             default: int | None = None) -> int | None:
+    """An integer field, at least ``minimum``; ``default`` when absent or null."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{source}: {key} {value!r}: expected an integer >= {minimum}")
+    return value
+
+
+def _int_list(cfg: dict[str, Any], key: str, source: str) -> list[int]:
+    value = cfg.get(key) or []
+    if not isinstance(value, list) or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
+        raise InputError(f"{source}: {key} {value!r}: expected a list of layer indices (>= 0)")
+    return value
+
+
+def _rate(cfg: dict[str, Any], key: str, source: str) -> float:
+    """A probability field (dropout rates): a number in [0, 1]; 0 when absent."""
+    value = cfg.get(key, 0) or 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise InputError(f"{source}: {key} {value!r}: expected a number from 0 to 1")
+    return float(value)
 
 
 def _llama_like(cfg: dict[str, Any], source: str, family: str) -> dict[str, Any]:
@@ -34,8 +62,8 @@ def _llama_like(cfg: dict[str, Any], source: str, family: str) -> dict[str, Any]
         "num_layers": g("num_hidden_layers"),
         "hidden_size": g("hidden_size"),
         "num_attention_heads": heads,
-        "num_kv_heads": cfg.get("num_key_value_heads") or heads,
-        "head_dim": cfg.get("head_dim"),
+        "num_kv_heads": _opt_int(cfg, "num_key_value_heads", source, default=heads),
+        "head_dim": _opt_int(cfg, "head_dim", source),
         "ffn_hidden_size": g("intermediate_size"),
         "ffn_type": "swiglu" if act in ("silu", "swish") else "gelu",
         "vocab_size": g("vocab_size"),
@@ -63,9 +91,9 @@ def _mixtral(cfg: dict[str, Any], source: str) -> dict[str, Any]:
 def _qwen2_moe(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     out = _llama_like(cfg, source, "qwen2_moe")
     g = lambda k: _need(cfg, k, source, "qwen2_moe")  # noqa: E731
-    shared = cfg.get("shared_expert_intermediate_size") or 0
-    step = cfg.get("decoder_sparse_step", 1) or 1
-    mlp_only = set(cfg.get("mlp_only_layers") or [])
+    shared = _opt_int(cfg, "shared_expert_intermediate_size", source, 0, 0)
+    step = _opt_int(cfg, "decoder_sparse_step", source, 1, 1)
+    mlp_only = set(_int_list(cfg, "mlp_only_layers", source))
     layers = out["num_layers"]
     moe_layers = [i for i in range(layers) if i not in mlp_only and (i + 1) % step == 0]
     out["moe"] = {
@@ -88,7 +116,7 @@ def _deepseek_v3(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     nope, rope = g("qk_nope_head_dim"), g("qk_rope_head_dim")
     out["head_dim"] = nope + rope
     out["mla"] = {
-        "q_lora_rank": cfg.get("q_lora_rank"),  # null in DeepSeek-V2-Lite: full-rank query
+        "q_lora_rank": _opt_int(cfg, "q_lora_rank", source),  # null in DeepSeek-V2-Lite: full-rank query
         "kv_lora_rank": g("kv_lora_rank"),
         "qk_rope_head_dim": rope,
         "v_head_dim": g("v_head_dim"),
@@ -97,9 +125,9 @@ def _deepseek_v3(cfg: dict[str, Any], source: str) -> dict[str, Any]:
         "num_experts": g("n_routed_experts"),
         "top_k": g("num_experts_per_tok"),
         "expert_ffn_hidden_size": g("moe_intermediate_size"),
-        "num_shared_experts": cfg.get("n_shared_experts") or 0,
-        "first_k_dense": cfg.get("first_k_dense_replace") or 0,
-        "every_n": cfg.get("moe_layer_freq") or 1,
+        "num_shared_experts": _opt_int(cfg, "n_shared_experts", source, 0, 0),
+        "first_k_dense": _opt_int(cfg, "first_k_dense_replace", source, 0, 0),
+        "every_n": _opt_int(cfg, "moe_layer_freq", source, 1, 1),
     }
     return out
 
@@ -107,12 +135,12 @@ def _deepseek_v3(cfg: dict[str, Any], source: str) -> dict[str, Any]:
 def _gpt2(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     g = lambda k: _need(cfg, k, source, "gpt2")  # noqa: E731
     hidden = g("n_embd")
-    drop = any(float(cfg.get(k, 0) or 0) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop"))
+    drop = any(_rate(cfg, k, source) > 0 for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop"))
     return {
         "num_layers": g("n_layer"),
         "hidden_size": hidden,
         "num_attention_heads": g("n_head"),
-        "ffn_hidden_size": cfg.get("n_inner") or 4 * hidden,
+        "ffn_hidden_size": _opt_int(cfg, "n_inner", source, default=4 * hidden),
         "ffn_type": "gelu",
         "vocab_size": g("vocab_size"),
         "seq_len": g("n_positions"),
@@ -137,6 +165,9 @@ FAMILIES: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
 
 def model_from_hf(cfg: dict[str, Any], source: str, name: str | None = None) -> ModelSpec:
     kind = cfg.get("model_type")
+    if kind is not None and not isinstance(kind, str):
+        raise InputError(f"{source}: model_type {kind!r}: expected a string, one of "
+                         f"{', '.join(sorted(FAMILIES))}")
     if kind is None:
         raise InputError(f"{source}: config.json has no 'model_type'; expected one of "
                          f"{', '.join(sorted(FAMILIES))}")
