@@ -161,3 +161,21 @@ def test_hugging_face_fields_are_typed(tmp_path, config, field, value):
                                     "mixtral-8x7b-config.json", "mistral-7b-config.json"])
 def test_hugging_face_configs_still_load(config):
     assert planner.load_model(str(DATA / config)).num_layers > 0
+
+
+def test_token_budget_gives_totals(capsys):
+    import json
+
+    code, out, _ = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "16", "--tokens", "15e12", "--json")
+    assert code == 0
+    d = json.loads(out)
+    totals = d["totals"]
+    assert d["solver"]["objective_units"] == "s in total"
+    t = d["estimate"]["iteration_time_s"]
+    assert totals["days"] == pytest.approx(totals["iterations"] * t / 86400)
+    assert totals["gpu_hours"] == pytest.approx(totals["iterations"] * t * 16 / 3600)
+    assert all(math.isfinite(v) for v in totals.values() if v is not None)
+    code, out, _ = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "16", "--tokens", "15e12")
+    assert "GPU-hours" in out and "days" in out and "MWh" in out

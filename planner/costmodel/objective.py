@@ -66,6 +66,14 @@ class Objective:
     def units(self) -> str:
         return UNITS[self.name]
 
+    def units_for(self, tokens: float | None) -> str:
+        """Units of the reported value: over a token budget, time is total seconds."""
+        if tokens and self.name == "time":
+            return "s in total"
+        if not tokens and self.name in ("gpu_hours", "energy", "cost"):
+            return f"{UNITS[self.name]} per iteration"
+        return UNITS[self.name]
+
     @property
     def uses_busy_time(self) -> bool:
         return self.name == "energy" or (self.name == "weighted" and self.busy_weight_per_s > 0)

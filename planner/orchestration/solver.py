@@ -17,6 +17,7 @@ from formulations.space import DECISIONS, SearchSpace, SpaceOptions
 from planner.costmodel.tables import build_tables
 from planner import catalog
 from planner.costmodel.constants import GiB
+from planner.costmodel.energy import price_per_gpu_hour
 from planner.costmodel.objective import Objective
 from planner.costmodel.evaluator import Estimate, check_structure, evaluate
 from planner.costmodel.offload import missing_tier_reason
@@ -53,6 +54,7 @@ class SolveResult:
     stats: dict[str, Any] = field(default_factory=dict)
     tokens: float | None = None
     proven_bound: float | None = None  # lower bound over the whole space, reported units
+    price_per_gpu_hour: float | None = None  # the cluster's, for the totals
 
     @property
     def best(self) -> SolvedPlan:
@@ -75,7 +77,7 @@ class SolveResult:
                 "status": self.status,
                 "solve_time_s": self.solve_time_s,
                 "objective": self.objective.name,
-                "objective_units": self.objective.units,
+                "objective_units": self.objective.units_for(self.tokens),
                 "solver_objective": b.solver_objective,
                 "evaluator_objective": b.objective,
                 "gap": self.gap,
@@ -84,7 +86,24 @@ class SolveResult:
                 **self.stats,
             },
             "alternatives": [p.to_json() for p in self.plans[1:]],
+            **({"totals": self.totals()} if self.tokens else {}),
         }
+
+    def totals(self, cluster_price_per_gpu_hour: float | None = None) -> dict[str, Any]:
+        """Training on ``tokens`` with the best plan: days, GPU-hours, MWh, and USD when the
+        cluster or its GPU has a price (empty without a token budget)."""
+        if not self.tokens:
+            return {}
+        plan, est = self.best.plan, self.best.estimate
+        assert est.iteration_time_s is not None and est.energy_j is not None
+        iters = self.tokens / (plan.global_batch_size * plan.seq_len)
+        gpu_hours = iters * est.iteration_time_s * plan.world_size / 3600.0
+        price = cluster_price_per_gpu_hour if cluster_price_per_gpu_hour is not None \
+            else self.price_per_gpu_hour
+        return {"tokens": self.tokens, "iterations": iters,
+                "days": iters * est.iteration_time_s / 86400.0, "gpu_hours": gpu_hours,
+                "energy_mwh": iters * est.energy_j / 3.6e9,
+                "cost_usd": None if price is None else gpu_hours * price}
 
 
 def objective_scale(objective: Objective, plan: Plan, tokens: float | None) -> float:
@@ -175,7 +194,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     # no plan in the space is better than this (the best plan's value once proven)
     pb = None if res.bound is None else min(res.bound * objective_scale(
         objective, plans[0].plan, tokens), plans[0].objective)
-    return SolveResult(backend, status, objective, plans, wall, size, stats, tokens, pb)
+    return SolveResult(backend, status, objective, plans, wall, size, stats, tokens, pb,
+                       price_per_gpu_hour(cluster))
 
 
 def _positive(name: str, value: Any, integer: bool = False) -> None:

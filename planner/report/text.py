@@ -109,17 +109,25 @@ def print_estimate(console: Console, title: str, plan: Plan, est: Estimate,
 
 def solve_tables(console: Console, res) -> None:
     """Solver summary and the alternatives of ``planner solve``."""
-    units = res.objective.units
+    units = res.objective.units_for(res.tokens)
     gap = res.gap
     line = (f"{res.backend}: {res.status} in {res.solve_time_s:.2f} s over {res.space_size:,} "
             f"plans; {res.objective} = {res.best.objective:.6g} {units}")
     if res.best.solver_objective is not None and res.backend != "exhaustive":
-        line += f" (model's lower bound {res.best.solver_objective:.6g}, gap {gap:.1e})"
+        line += (f" (the integer model's value for this plan, a lower bound: "
+                 f"{res.best.solver_objective:.6g}, {gap:.1e} below the evaluator's)")
     stats = res.stats
     if "points_in_model" in stats:
         line += (f"; {stats['points_in_model']} of {stats['points']} configurations after "
                  f"presolve, {stats['solver_calls']} solves, {stats['evaluations']} exact evaluations")
     console.print(line)
+    totals = res.totals()
+    if totals:
+        cost = "" if totals["cost_usd"] is None else f", ${totals['cost_usd']:,.0f}"
+        console.print(f"training on {totals['tokens']:.4g} tokens with this plan: "
+                      f"{totals['iterations']:,.0f} iterations, {totals['days']:,.2f} days, "
+                      f"{totals['gpu_hours']:,.0f} GPU-hours, {totals['energy_mwh']:,.1f} MWh"
+                      f"{cost}")
     if res.status != "optimal":
         console.print("[yellow]not proven optimal[/]: the search stopped at the time limit; "
                       "raise --time-limit for a proof")
