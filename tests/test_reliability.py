@@ -179,3 +179,11 @@ def test_token_budget_gives_totals(capsys):
     code, out, _ = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
                        "16", "--tokens", "15e12")
     assert "GPU-hours" in out and "days" in out and "MWh" in out
+
+
+def test_no_more_gpus_hint_when_zero_stage_0_is_fixed():
+    with pytest.raises(InfeasibleError) as e:
+        planner.solve("llama3-70b", "dgx-h100-superpod", gpus=64,
+                      fix={"zero_stage": 0, "tp": 1, "pp": 1})
+    assert not any("GPUs or more" in h for h in e.value.hints)
+    assert any("zero_stage" in h for h in e.value.hints)

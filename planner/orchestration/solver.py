@@ -318,9 +318,15 @@ def explain_infeasible(space: SearchSpace) -> InfeasibleError:
     ]
     hints = []
     factor = need / hbm
-    if factor > 1:
+    # the estimate scales the GPU count as if ZeRO sharded the states over data-parallel
+    # ranks; with ZeRO 0 fixed, added data-parallel GPUs hold full copies and save nothing
+    zero0 = space.fixed.get("zero_stage") == 0
+    if factor > 1 and not zero0:
         hints.append(f"about {math.ceil(factor * cluster.num_gpus / 8) * 8} GPUs or more "
                      f"(--gpus), if the states dominate")
+    elif factor > 1:
+        hints.append("with ZeRO stage 0 every data-parallel GPU holds all the states, so more "
+                     "GPUs do not help: unfix zero_stage")
     hints.append("a GPU with more HBM (h200: 140 GiB, b200: 168 GiB, mi300x: 179 GiB)")
     if cluster.offload is None and best[2].memory_breakdown_bytes.get("optimizer", 0) > 0:
         hints.append("an offload tier for the optimizer states (an `offload:` block in the "
