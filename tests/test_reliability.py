@@ -187,3 +187,13 @@ def test_no_more_gpus_hint_when_zero_stage_0_is_fixed():
                       fix={"zero_stage": 0, "tp": 1, "pp": 1})
     assert not any("GPUs or more" in h for h in e.value.hints)
     assert any("zero_stage" in h for h in e.value.hints)
+
+
+def test_hf_context_length_is_named(capsys):
+    cfg = str(DATA / "llama3-8b-config.json")
+    code, _, err = run(capsys, "evaluate", "-m", cfg, "-c", "dgx-h100-superpod", "--gpus", "8",
+                       "--global-batch", "64", "--tp", "8")
+    assert code == 0 and "max_position_embeddings" in err
+    code, _, err = run(capsys, "evaluate", "-m", cfg, "-c", "dgx-h100-superpod", "--gpus", "8",
+                       "--global-batch", "64", "--tp", "8", "--seq-len", "4096")
+    assert code == 0 and "max_position_embeddings" not in err

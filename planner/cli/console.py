@@ -101,3 +101,12 @@ def check_writable(path: str | None, option: str) -> None:
         raise InputError(f"{option} {path}: the folder {parent} does not exist")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise InputError(f"{option} {path}: not writable")
+
+
+def warn_context_length(model: Any, seq_len: int | None, plan_sets_seq: bool = False) -> None:
+    """A Hugging Face config gives a context limit (max_position_embeddings), not the
+    training sequence length: say which length is used when the user gave none."""
+    if seq_len is None and not plan_sets_seq and "Hugging Face" in (model.source or ""):
+        err.print(f"[yellow]warning:[/] {escape(model.name)}: sequence length "
+                  f"{model.seq_len:,} is the config's max_position_embeddings, a context "
+                  "limit; pass --seq-len for the training length")

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from planner.cli.console import CLUSTER_HELP, GPUS_HELP, MODEL_HELP, _emit_json, err, out, check_writable
+from planner.cli.console import CLUSTER_HELP, GPUS_HELP, MODEL_HELP, _emit_json, err, out, check_writable, warn_context_length
 
 
 def _overrides(sets: list[str], shortcuts: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -45,6 +45,7 @@ def evaluate(
     check_writable(plot, "--plot")
     m = load_model(model)
     c = load_cluster(cluster, gpus)
+    warn_context_length(m, seq_len, bool(plan) or any(x.startswith("seq_len=") for x in set_))
     warnings: list[str] = []
     shortcuts = dict(tp=tp, pp=pp, dp=dp, cp=cp, microbatch_size=mbs,
                      global_batch_size=global_batch, seq_len=seq_len, dtype=dtype)

@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from planner.cli.console import (
     check_writable,
+    warn_context_length,
     CLUSTER_HELP,
     DTYPE_HELP,
     GPUS_HELP,
@@ -56,6 +57,7 @@ def solve(
     check_writable(out_path, "--out")
     m = load_model(model)
     c = load_cluster(cluster, gpus)
+    warn_context_length(m, seq_len, bool(plan))
     obj = objective.value.replace("-", "_")
     status = LazyStatus(err, not json_)
     log = (lambda line: err.print(escape(line), highlight=False)) if verbose else None
