@@ -14,7 +14,7 @@ This is the disaggregated (convex-hull) form of the disjunction over points: giv
 every term of the evaluator is a constant per (q, u) or (q, z), taken from
 :mod:`formulations.tables`, so every row is linear without big-M:
 
-    S[q,g]   >= sum_u stage_u x[q,u] + p2p y[q] + E_mb[q,g]                 (stage time, group g)
+    S[q,g]   >= sum_u stage_u x[q,u] + p2p y[q] + E_pp + E_mb[q,g]          (stage time, group g)
     TAIL[q]  >= sum_z (opt_z + off_z) w[q,z] + tied y[q] + E_dp[q,g] + E_down[q,g]
                                                                             (after the last backward)
     T[q] >= m S[q,g] + c(pp, v) sum_g' count_g' S[q,g'] + TAIL[q]          (every g)
@@ -51,6 +51,7 @@ import numpy as np
 from formulations.linear import Expr, LinearModel
 from formulations.space import RECOMPUTE
 from planner.costmodel.compose import (
+    dp_window_microbatches,
     Overlap,
     bubble_coefficient,
     iteration_time_s,
@@ -246,6 +247,12 @@ def _stage_row(lm: LinearModel, st: _Setup, A, pt: _Point, g: int, terms: dict,
     q, layers = pt.q, int(A.group_layers[pt.q, g])
     row: Expr = {pt.x[u]: st.down(val) for u, val in zip(pt.us, terms["total"])}
     row[pt.y] = row.get(pt.y, 0) + st.down(A.p2p_s[q])
+    if A.p2p_overlap_s[q] > 0:  # interleaved sends behind the stage's compute
+        window = dict(wf)
+        for i, c in wb.items():
+            window[i] = window.get(i, 0) + c
+        row[_exposure(lm, f"pp{q}_{g}", {pt.y: st.down(A.p2p_overlap_s[q])}, window, True,
+                      layers, st.kappa_n)] = 1
     for arr, win, on, tag in ((A.dp_fwd_s[q, g], wf, st.ovl_param, "mbf"),
                               (A.dp_bwd_s[q, g], wb, st.ovl_grad, "mbb")):
         if any(arr[z] > 0 for z in pt.zs):
@@ -266,6 +273,10 @@ def _tail_row(lm: LinearModel, st: _Setup, A, pt: _Point, g: int, wf: Expr, wb: 
               tail: int) -> None:
     """TAIL[q] >= the group's tail: linearizes :func:`planner.costmodel.compose.tail_time`."""
     q, layers = pt.q, int(A.group_layers[pt.q, g])
+    # the windows span dp_window_microbatches microbatches; rounding up keeps a lower bound
+    mult = float(dp_window_microbatches(A.pp[q], A.v[q], A.m[q]))
+    wf = {i: math.ceil(c * mult) for i, c in wf.items()}
+    wb = {i: math.ceil(c * mult) for i, c in wb.items()}
     row = _on_states(st, pt, A.optimizer_s[q, g] + A.cpu_step_s[q, g])
     row[pt.y] = row.get(pt.y, 0) + st.down(A.tied_s[q, g])
     for arr, win, on, tag, k in ((A.dp_grad_s[q, g], wb, st.ovl_grad, "grad", st.kappa_n),
@@ -395,8 +406,8 @@ def _time_bound_s(tb: Tables, q: int) -> float:
         "dp_fwd_s", "dp_bwd_s", "fetch_s", "dp_grad_s", "dp_param_s", "optimizer_s",
         "cpu_step_s", "grad_down_s")}
     no = Overlap(False, False, 0.0)
-    stage = stage_time(n @ lay + ends, 0.0, 0.0, A.p2p_s[q], top["dp_fwd_s"], top["dp_bwd_s"],
-                       top["fetch_s"], A.group_layers[q], no)
+    stage = stage_time(n @ lay + ends, 0.0, 0.0, A.p2p_s[q], A.p2p_overlap_s[q],
+                       top["dp_fwd_s"], top["dp_bwd_s"], top["fetch_s"], A.group_layers[q], no)
     tail = tail_time(top["optimizer_s"], top["cpu_step_s"], A.tied_s[q], top["dp_grad_s"],
                      top["dp_param_s"], top["grad_down_s"], 0.0, 0.0, A.group_layers[q], no)
     ok = A.group_valid[q]

@@ -26,7 +26,14 @@ from formulations.build import VarMap, build_model
 from formulations.linear import Constraint, CpsatSession, MilpSession
 from formulations.space import RECOMPUTE, Inner
 from planner.costmodel.tables import Key, Tables
-from planner.costmodel.compose import Overlap, busy_s, iteration_time_s, stage_time, tail_time
+from planner.costmodel.compose import (
+    Overlap,
+    busy_s,
+    dp_window_microbatches,
+    iteration_time_s,
+    stage_time,
+    tail_time,
+)
 from planner.costmodel.objective import TIME
 from planner.costmodel.evaluator import Estimate, evaluate
 from planner.specs.plan import Plan
@@ -185,10 +192,11 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     s_lb, wf, wb = gz(s_lb), gz(wf), gz(wb)
     layers = A.group_layers[:, :, None]
     ov = Overlap(ovl_param, ovl_grad, kappa)
-    stage = stage_time(s_lb, wf, wb, A.p2p_s[:, None, None], A.dp_fwd_s, A.dp_bwd_s,
-                       A.fetch_s, layers, ov)
+    stage = stage_time(s_lb, wf, wb, A.p2p_s[:, None, None], A.p2p_overlap_s[:, None, None],
+                       A.dp_fwd_s, A.dp_bwd_s, A.fetch_s, layers, ov)
     tail = tail_time(A.optimizer_s, A.cpu_step_s, A.tied_s[:, :, None], A.dp_grad_s,
-                     A.dp_param_s, A.grad_down_s, wf, wb, layers, ov)
+                     A.dp_param_s, A.grad_down_s, wf, wb, layers, ov,
+                     dp_window_microbatches(A.pp, A.v, A.m)[:, None, None])
     gmask = valid[:, :, None]
     m, v, pp = A.m[:, None], A.v[:, None], A.pp[:, None]
     cnt = A.group_count[:, :, None] * gmask

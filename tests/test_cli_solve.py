@@ -44,8 +44,9 @@ def test_solve_json_contract(best_json):
     assert math.isclose(data["solver"]["evaluator_objective"],
                         data["estimate"]["iteration_time_s"], rel_tol=1e-12)
     # the formulation's value is a lower bound on the exact one
-    assert data["solver"]["solver_objective"] <= data["solver"]["evaluator_objective"]
-    assert 0 <= data["solver"]["gap"] < 1e-3
+    # (up to float rounding: the vectorized and the scalar evaluator sum in other orders)
+    assert data["solver"]["solver_objective"] <= data["solver"]["evaluator_objective"] * (1 + 1e-12)
+    assert -1e-12 <= data["solver"]["gap"] < 1e-3
 
 
 def test_solve_top_k_distinct_and_ordered(best_json):

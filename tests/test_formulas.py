@@ -21,6 +21,7 @@ from planner.costmodel.pipeline import chunk_sizes, inflight_chunks
 from planner.costmodel.stage import state_bytes
 from planner.specs.cluster import TopologyLevel
 from planner.specs.loaders import load_gpu, load_model
+from planner.specs.plan import Plan
 
 MiB = 2**20
 
@@ -123,12 +124,32 @@ def test_uneven_pipeline_split():
 
 # ---- optimizer states ----------------------------------------------------------------------
 def test_mixed_precision_adam_bytes():
-    st = state_bytes(1e9, zero=0, dp_cp=8, dtype="bf16")
+    st = state_bytes(1e9, zero=0, dp_cp=8, numerics="bf16")
     assert (st.weights, st.gradients, st.optimizer) == (2e9, 4e9, 12e9)
-    st = state_bytes(1e9, zero=1, dp_cp=8, dtype="bf16")  # Megatron: 6 + 12/d bytes
+    st = state_bytes(1e9, zero=1, dp_cp=8, numerics="bf16")  # Megatron: 6 + 12/d bytes
     assert st.weights + st.gradients + st.optimizer == pytest.approx(6e9 + 12e9 / 8)
-    st = state_bytes(1e9, zero=3, dp_cp=8, dtype="bf16")
+    st = state_bytes(1e9, zero=3, dp_cp=8, numerics="bf16")
     assert st.weights + st.gradients + st.optimizer == pytest.approx(18e9 / 8)
+
+
+def test_fp8_parameters_and_bf16_gradients_change_bytes_not_flops():
+    """NVIDIA's FP8 recipes: FP8 weights (1 B) beside the fp32 master, bf16 main gradients
+    (2 B), FP8 parameter all-gather (1 B) and bf16 gradient reduce-scatter (2 B)."""
+    from planner.costmodel.numerics import Numerics
+    from planner.costmodel.stage import dp_comm
+
+    fp8 = Numerics("fp8")  # TE keeps a bf16 weight and an FP8 cache
+    assert state_bytes(1e9, 0, 8, fp8).weights == 3e9
+    nemo = Numerics("fp8", fp8_params=True, grad_reduce_dtype="bf16")
+    st = state_bytes(1e9, 1, 8, nemo)
+    assert (st.weights, st.gradients, st.optimizer) == (1e9, 2e9, 12e9 / 8)
+    levels = (TopologyLevel(name="ib", size=8, bandwidth_GBps=50),)
+    full = dp_comm(1e9, 1, (8,), levels, 1, Numerics("bf16"))
+    half = dp_comm(1e9, 1, (8,), levels, 1, nemo)
+    assert half.grad_s == pytest.approx(full.grad_s / 2, rel=1e-3)  # 2 B instead of 4 B
+    assert half.param_s == pytest.approx(full.param_s / 2, rel=1e-3)  # 1 B instead of 2 B
+    with pytest.raises(ValueError, match="fp8_params=true needs dtype=fp8"):
+        Plan(global_batch_size=8, seq_len=128, fp8_params=True)
 
 
 # ---- collectives --------------------------------------------------------------------------

@@ -49,7 +49,8 @@ def test_model_objective_equals_evaluator_at_fixed_plans(tables):
             continue
         assert res.status == "optimal"
         model_s = res.objective / (vm.obj_scale * vm.ticks.per_s)
-        assert model_s <= cand.objective + 2 / vm.ticks.per_s  # a lower bound...
+        # a lower bound up to the integer rounding of the exposure variables (one tick each)
+        assert model_s <= cand.objective * (1 + 1e-9) + 4 / vm.ticks.per_s
         assert model_s == pytest.approx(cand.objective, rel=1e-6)  # ...and a tight one
         checked += 1
     assert checked >= 10

@@ -231,7 +231,8 @@ def test_model_equals_evaluator_at_offloading_plans(tiered_tables):
             res = CpsatSession(lm).solve(30)
             assert res.status == "optimal"
             model_s = res.objective / (vm.obj_scale * vm.ticks.per_s)
-            assert model_s <= cand.objective + 2 / vm.ticks.per_s
+            # integer exposure variables round up by a tick each, m times over the microbatches
+            assert model_s <= cand.objective * (1 + 1e-9) + 4 / vm.ticks.per_s
             assert model_s == pytest.approx(cand.objective, rel=1e-6)
             checked += 1
     assert checked >= 5

@@ -1,4 +1,4 @@
-"""``planner validate``: the calibration set, predicted against published."""
+"""``planner validate``: every shared calibration set, predicted against published."""
 
 from __future__ import annotations
 
@@ -9,25 +9,53 @@ from planner.cli.console import _emit_json, out
 
 
 def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Run the calibration set: predicted against published iteration time and memory."""
-    from planner.validation import run_validation
+    """Run every calibration set (Korthikanti et al. on A100; NVIDIA's NeMo FP8 recipes on
+    H100 and B200): predicted against published time, throughput and memory, with the mean
+    absolute percentage error per GPU generation."""
+    from planner.validation import run_recipes, run_validation
 
-    rep = run_validation()
+    rep, nemo = run_validation(), run_recipes()
     if json_:
-        _emit_json(rep.to_json())
+        _emit_json({"korthikanti2022": rep.to_json(), "nemo_recipes": nemo.to_json(),
+                    "mape_by_generation": _mape_by_generation(rep, nemo)})
         return
-    t = Table(title=f"iteration time, predicted vs published ({rep.source})", header_style="bold")
+    _print_korthikanti(rep)
+    _print_recipes(nemo)
+    summary = ", ".join(f"{g} {m:.1%}" for g, m in _mape_by_generation(rep, nemo).items())
+    out.print(f"[bold]MAPE per generation:[/bold] {summary}")
+
+
+def _mape_by_generation(rep, nemo) -> dict[str, float]:
+    return {"A100": rep.mape, **{g: nemo.mape(g) for g in nemo.by_generation()}}
+
+
+def _print_korthikanti(rep) -> None:
+    t = Table(title=f"A100 fp16: iteration time, predicted vs published ({rep.source})",
+              header_style="bold")
     for col in ("model", "mode", "predicted s", "published s", "error"):
         t.add_column(col, justify="right" if col not in ("model", "mode") else "left")
     for r in rep.time_rows:
         t.add_row(r.model, r.mode, f"{r.predicted_s:.2f}", f"{r.published_s:.2f}", f"{r.error:+.1%}")
     out.print(t)
-    out.print(f"MAPE {rep.mape:.2%}, max |error| {rep.max_error:.2%}  "
+    out.print(f"A100: MAPE {rep.mape:.2%}, max |error| {rep.max_error:.2%}  "
               "(Calculon on the same set: 3.65% mean, 8.87% max)")
-    tm = Table(title="memory per GPU, first stage (Figure 1)", header_style="bold")
+    tm = Table(title="A100: memory per GPU, first stage (Figure 1)", header_style="bold")
     for col in ("model", "quantity", "predicted GiB", "published GiB", "error"):
         tm.add_column(col, justify="right" if "GiB" in col or col == "error" else "left")
     for r in rep.memory_rows:
         tm.add_row(r.model, r.quantity, f"{r.predicted_gib:.2f}", f"{r.published_gib:.2f}",
                    f"{r.error:+.1%}")
     out.print(tm)
+
+
+def _print_recipes(nemo) -> None:
+    t = Table(title="H100/B200 FP8: NVIDIA NeMo recipes, tokens/s/GPU predicted vs published",
+              header_style="bold")
+    for col in ("run", "GPUs", "predicted", "published", "error"):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    for r in nemo.rows:
+        t.add_row(r.name, str(r.gpus), f"{r.predicted:,.0f}" if r.feasible else "does not fit",
+                  f"{r.measured:,.0f}", f"{r.error:+.1%}")
+    out.print(t)
+    for g in nemo.by_generation():
+        out.print(f"{g}: MAPE {nemo.mape(g):.2%}, max |error| {nemo.max_error(g):.2%}")

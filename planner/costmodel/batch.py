@@ -23,6 +23,7 @@ import numpy as np
 from planner.costmodel.compose import (
     Overlap,
     busy_s,
+    dp_window_microbatches,
     iteration_time_s,
     stage_memory,
     stage_time,
@@ -99,10 +100,11 @@ def evaluate_columns(tb: Tables, q: np.ndarray, rc: np.ndarray, sp: np.ndarray,
     ov = Overlap(settings.overlap_param_gather, settings.overlap_dp_grad_reduce,
                  cluster.gpu.efficiency.overlap_slowdown)
     layers = A.group_layers[q]
-    stage = stage_time(compute, wf, wb, A.p2p_s[q][:, None], by_z(A.dp_fwd_s), by_z(A.dp_bwd_s),
-                       by_z(A.fetch_s), layers, ov)
+    stage = stage_time(compute, wf, wb, A.p2p_s[q][:, None], A.p2p_overlap_s[q][:, None],
+                       by_z(A.dp_fwd_s), by_z(A.dp_bwd_s), by_z(A.fetch_s), layers, ov)
     tail = tail_time(by_z(A.optimizer_s), by_z(A.cpu_step_s), A.tied_s[q], by_z(A.dp_grad_s),
-                     by_z(A.dp_param_s), by_z(A.grad_down_s), wf, wb, layers, ov)
+                     by_z(A.dp_param_s), by_z(A.grad_down_s), wf, wb, layers, ov,
+                     dp_window_microbatches(A.pp[q], A.v[q], A.m[q])[:, None])
     m, v, pp = A.m[q], A.v[q], A.pp[q]
     counts = A.group_count[q] * g_ok
     t_iter = iteration_time_s(m, pp, v, np.where(g_ok, stage.total_s, 0.0), counts,

@@ -6,7 +6,7 @@ the linear rows (:mod:`formulations.build`) all combine the same per-layer and p
 terms; they do it through these functions, which work on Python floats and on numpy
 arrays alike (a leading axis per plan, the stage groups on ``axis``)::
 
-    stage  S = compute + p2p + E(dp_fwd, W_f) + E(dp_bwd, W_b) + E0(fetch, W_f) + E0(fetch, W_b)
+    stage  S = compute + p2p + E(p2p_ovl, W_f + W_b) + E(dp_fwd, W_f) + E(dp_bwd, W_b) + E0(fetch, W_f) + E0(fetch, W_b)
     tail   R = optimizer + tied + E(grad, W_b) + E(param, W_f) + E0(down, W_b) + cpu_step
     T      = m max_g S_g + bubble_factor(pp, v) sum_g count_g S_g / pp + max_g R_g
     memory = states + buffers + inflight / v x activations + workspace + head_act + reserve
@@ -53,6 +53,8 @@ def overlapped_s(comm, window, layers, overlap: bool, slowdown: float):
     x = np.maximum(comm - tail, 0.0)
     out = x - window
     np.maximum(out, 0.0, out=out)
+    if x.shape != out.shape:  # a per-point comm against per-state windows
+        x = np.broadcast_to(x, out.shape).copy()
     np.minimum(x, window, out=x)
     x *= slowdown
     out += x
@@ -74,18 +76,32 @@ class StageTime:
     total_s: object
     dp_exposed_s: object  # ZeRO-2/3 traffic per microbatch that compute does not hide
     offload_exposed_s: object  # parameter fetches from the offload tier not hidden
+    p2p_exposed_s: object  # pipeline sends on the critical path
 
 
-def stage_time(compute_s, window_fwd_s, window_bwd_s, p2p_s, dp_fwd_s, dp_bwd_s, fetch_s,
-               layers, ov: Overlap) -> StageTime:
+def split_p2p(p2p_s, v, overlap_p2p: bool):
+    """(exposed outright, overlappable) pipeline-send time. Megatron-LM's interleaved 1F1B
+    schedule (v > 1) overlaps each send with the other chunks' compute
+    (``--overlap-p2p-communication``, on by default); the non-interleaved schedule waits for
+    its sends (Megatron-Core ``schedules.py``). Works on arrays."""
+    on = (np.asarray(v) > 1) & overlap_p2p
+    out = np.where(on, 0.0, p2p_s), np.where(on, p2p_s, 0.0)
+    return tuple(float(x) if np.ndim(x) == 0 else x for x in out)
+
+
+def stage_time(compute_s, window_fwd_s, window_bwd_s, p2p_s, p2p_overlap_s, dp_fwd_s,
+               dp_bwd_s, fetch_s, layers, ov: Overlap) -> StageTime:
     """Per-microbatch time of a stage: its kernels and TP/CP/EP exchanges (``compute_s``),
-    the pipeline sends, and the exposed per-microbatch data-parallel and offload traffic."""
+    the pipeline sends (``p2p_s`` exposed, ``p2p_overlap_s`` hidden behind the stage's
+    compute but for one layer's share, :func:`split_p2p`), and the exposed per-microbatch
+    data-parallel and offload traffic."""
     k = ov.slowdown
+    pp = p2p_s + overlapped_s(p2p_overlap_s, window_fwd_s + window_bwd_s, layers, True, k)
     dp = (overlapped_s(dp_fwd_s, window_fwd_s, layers, ov.param_gather, k)
           + overlapped_s(dp_bwd_s, window_bwd_s, layers, ov.grad_reduce, k))
     off = (overlapped_s(fetch_s, window_fwd_s, layers, ov.param_gather, 0.0)
            + overlapped_s(fetch_s, window_bwd_s, layers, ov.param_gather, 0.0))
-    return StageTime(compute_s + p2p_s + dp + off, dp, off)
+    return StageTime(compute_s + pp + dp + off, dp, off, pp)
 
 
 @dataclass(frozen=True)
@@ -101,9 +117,29 @@ class TailTime:
         return self.dp_s + self.optimizer_s + self.offload_s
 
 
+def dp_window_microbatches(pp, v, m):
+    """Microbatches of a stage's compute the once-per-iteration gradient reduce-scatter (and
+    the next iteration's parameter all-gather) can overlap. Without interleaving a stage's
+    gradients are final only in its last backward: one microbatch. With ``v`` chunks the
+    chunks finish one after another through the cool-down of Megatron-Core's interleaved
+    1F1B schedule, ``2 (pp - 1) + (v - 1) pp`` chunk steps on the first rank
+    (``get_pipeline_parallel_schedule``; its warm-up mirrors it for the all-gather), and
+    each chunk's buckets are reduced as soon as it finishes: that many chunk steps, at most
+    the ``m`` microbatches there are. Works on arrays."""
+    v = np.asarray(v, dtype=float)
+    steps = (2.0 * (np.asarray(pp) - 1) + (v - 1) * np.asarray(pp)) / v
+    out = np.where(v > 1, np.clip(steps, 1.0, np.maximum(m, 1.0)), 1.0)
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def tail_time(optimizer_s, cpu_step_s, tied_s, grad_s, param_s, down_s, window_fwd_s,
-              window_bwd_s, layers, ov: Overlap) -> TailTime:
+              window_bwd_s, layers, ov: Overlap, window_microbatches=1.0) -> TailTime:
+    """Once per iteration: the optimizer step, the tied-embedding sync, the gradient
+    reduction and parameter gather behind ``window_microbatches``
+    (:func:`dp_window_microbatches`) of the stage's per-microbatch compute windows."""
     k = ov.slowdown
+    window_fwd_s = window_fwd_s * window_microbatches
+    window_bwd_s = window_bwd_s * window_microbatches
     dp = (overlapped_s(grad_s, window_bwd_s, layers, ov.grad_reduce, k)
           + overlapped_s(param_s, window_fwd_s, layers, ov.param_gather, k) + tied_s)
     off = overlapped_s(down_s, window_bwd_s, layers, ov.grad_reduce, 0.0) + cpu_step_s

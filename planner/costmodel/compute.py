@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.costmodel import constants as C
 from planner.costmodel.constants import FLASH_BWD_FLOP_RATIO
 from planner.specs.gpu import GPUSpec
 
@@ -11,11 +12,18 @@ from planner.specs.gpu import GPUSpec
 def gemm_efficiency(gpu: GPUSpec, dtype: str, m: float, n: float, k: float) -> float:
     """Achieved fraction of peak for an (m x k) @ (k x n) GEMM.
 
-    Saturating in each dimension: small dimensions under-fill the tensor-core tiles.
+    Saturating in each dimension, ``s(x) = x / (x + h)``: small dimensions under-fill the
+    tensor-core tiles and waves, so no shape exceeds ``gemm_peak_fraction`` and shapes far
+    below the calibration points lose efficiency instead of extrapolating. Below ``h`` the
+    factor stays at 1/2: such GEMMs are bandwidth bound and the roofline in
+    :func:`gemm_time_s` takes over (a GEMV reads its weights at HBM speed).
     """
     h = gpu.efficiency.gemm_half_dim
-    s = (m / (m + h)) * (n / (n + h)) * (k / (k + h))
-    return gpu.gemm_peak_fraction(dtype) * s
+
+    def s(x: float) -> float:
+        return x / (x + min(x, h)) if x > 0 else 0.0
+
+    return gpu.gemm_peak_fraction(dtype) * s(m) * s(n) * s(k)
 
 
 def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float,
@@ -27,6 +35,13 @@ def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float,
     t_math = flops / (gpu.peak_flops(dtype) * gemm_efficiency(gpu, dtype, m, n, k))
     t_mem = elementwise_time_s(gpu, (m * k + k * n + m * n) * elem_bytes * batch)
     return max(t_math, t_mem) + gpu.efficiency.kernel_overhead_us * 1e-6
+
+
+def fp8_cast_bytes(dtype: str, inputs: float) -> float:
+    """HBM traffic of casting ``inputs`` GEMM input elements to FP8 (none in bf16/fp16):
+    a bandwidth-bound cost FP8 adds per GEMM, largest relative to the GEMM's FLOPs when
+    the hidden size is small."""
+    return C.FP8_CAST_BYTES * inputs if dtype == "fp8" else 0.0
 
 
 def elementwise_time_s(gpu: GPUSpec, nbytes: float) -> float:

@@ -18,6 +18,9 @@ OPTIMIZER_BYTES = 12.0
 #: Gradients are reduced in fp32 (Megatron-LM ``--accumulate-allreduce-grads-in-fp32``,
 #: required for bf16; Llama 3 paper Sec. 3.3.2 "FP32 gradient accumulation").
 GRAD_COMM_BYTES = 4.0
+#: Gradients kept and reduced in bf16 (``grad_reduce_in_fp32=False``, NVIDIA's setting for
+#: FP8 recipes: NeMo ``bf16_with_fp8_mixed`` and the NeMo 2.0 performance recipes).
+BF16_GRAD_BYTES = 2.0
 #: Parameters are all-gathered in the compute dtype after the distributed optimizer step.
 PARAM_COMM_BYTES = 2.0
 
@@ -51,6 +54,12 @@ LOSS_BYTES_PER_LOGIT = 16.0
 #: FP8 training keeps an fp8 copy of each weight beside the bf16 one (Transformer Engine
 #: ``fp8_weight_caching``; NVIDIA TE docs, "FP8 primer").
 FP8_WEIGHT_CACHE_BYTES = 1.0
+#: FP8 GEMMs take FP8 inputs: Transformer Engine's ``cast_transpose`` reads each bf16 input
+#: element (2 B) and writes it as FP8 twice, row-wise for this GEMM and transposed for the
+#: weight-gradient GEMM (1 + 1 B), computing the amax on the way (NVIDIA Transformer Engine
+#: docs, "FP8 primer"; ``transformer_engine/common/transpose/cast_transpose.cu``). Backward
+#: casts the output gradients the same way (covered by ``ELEMENTWISE_BWD_RATIO``).
+FP8_CAST_BYTES = 4.0
 
 # ---- mixture of experts ------------------------------------------------------------------
 #: Token permutation before the dispatch all-to-all and un-permutation after the combine:

@@ -24,7 +24,9 @@ from planner.costmodel.compose import (
     Overlap,
     bubble_s,
     busy_s,
+    dp_window_microbatches,
     iteration_time_s,
+    split_p2p,
     stage_memory,
     stage_time,
     tail_time,
@@ -38,6 +40,7 @@ from planner.costmodel.layer import (
     model_flops_per_sequence,
 )
 from planner.costmodel.energy import iteration_energy_j
+from planner.costmodel.numerics import Numerics
 from planner.costmodel.network import PlacementError, combine, group_spans
 from planner.costmodel.pipeline import Stage, distinct_stages, stage_layout
 from planner.costmodel.moe import expert_spans
@@ -436,34 +439,21 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
     window_f = time["forward"]
     window_b = time["backward"] + time["recompute"]
 
-    params, experts = stage_params_split(model, plan.tp, plan.pp, st.layers, st.embedding,
-                                         st.head, plan.ep, plan.etp)
-    edp = expert_dp_size(plan.tp, plan.cp, plan.dp, plan.ep, plan.etp)
     layers = max(st.num_layers, 1)
-    comm = dp_comm(params, plan.zero_stage, dp_spans, tuple(cluster.topology),
-                   cluster.collective_chunks)
-    if experts:
-        comm = add_dp_comm(comm, dp_comm(experts, plan.zero_stage, edp_spans,
-                                         tuple(cluster.topology), cluster.collective_chunks))
     ov = Overlap(plan.overlap_param_gather, plan.overlap_dp_grad_reduce,
                  gpu.efficiency.overlap_slowdown)
-    tied = 0.0
-    if st.embedding or st.head:
-        tied = tied_embedding_sync_s(model, plan.tp, plan.pp, pp_spans, tuple(cluster.topology))
-    oo, op = plan.offload_optimizer, plan.offload_params
-    optimizer = optimizer_step_s(gpu, params, plan.zero_stage, dp_cp, oo)
-    states = state_bytes(params, plan.zero_stage, dp_cp, plan.dtype, oo, op)
-    if experts:
-        optimizer += optimizer_step_s(gpu, experts, plan.zero_stage, edp, oo)
-        states = add_states(states, state_bytes(experts, plan.zero_stage, edp, plan.dtype,
-                                                oo, op))
-    ot, host = _offload(cluster, plan, params, experts, dp_cp, edp)
+    comm, tied, optimizer, states, (ot, host) = _stage_states(
+        model, cluster, plan, st, dp_spans, pp_spans, dp_cp, edp_spans)
     compute = sum(time[k] for k in ("forward", "backward", "recompute", "tp_comm", "cp_comm",
                                     "ep_comm"))
-    stage = stage_time(compute, window_f, window_b, p2p, comm.mb_fwd_s, comm.mb_bwd_s,
-                       ot.fetch_s, layers, ov)
+    p2p_out, p2p_ovl = split_p2p(p2p, plan.virtual_stages, plan.overlap_p2p_comm)
+    stage = stage_time(compute, window_f, window_b, p2p_out, p2p_ovl, comm.mb_fwd_s,
+                       comm.mb_bwd_s, ot.fetch_s, layers, ov)
+    time["pp_comm"] = stage.p2p_exposed_s
     last = tail_time(optimizer, ot.step_s + ot.param_copy_s, tied, comm.grad_s, comm.param_s,
-                     ot.grad_down_s, window_f, window_b, layers, ov)
+                     ot.grad_down_s, window_f, window_b, layers, ov,
+                     dp_window_microbatches(plan.pp, plan.virtual_stages,
+                                            max(1, math.ceil(plan.num_microbatches))))
     time["dp_comm"] = stage.dp_exposed_s
     tail = {"dp_comm": last.dp_s, "optimizer": last.optimizer_s}
     if cluster.offload is not None:
@@ -494,12 +484,37 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
 _NO_OFFLOAD = OffloadTimes(0.0, 0.0, 0.0, 0.0)
 
 
+def _stage_states(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
+                  dp_spans: tuple[int, ...], pp_spans: tuple[int, ...], dp_cp: int,
+                  edp_spans: tuple[int, ...]):
+    """A stage's data-parallel traffic, tied-embedding sync, optimizer step, HBM states and
+    offload terms (its own parameters over dp x cp, routed experts over their group)."""
+    gpu, levels = cluster.gpu, tuple(cluster.topology)
+    params, experts = stage_params_split(model, plan.tp, plan.pp, st.layers, st.embedding,
+                                         st.head, plan.ep, plan.etp)
+    edp = expert_dp_size(plan.tp, plan.cp, plan.dp, plan.ep, plan.etp)
+    nm, z = Numerics.of(plan), plan.zero_stage
+    oo, op = plan.offload_optimizer, plan.offload_params
+    comm = dp_comm(params, z, dp_spans, levels, cluster.collective_chunks, nm)
+    optimizer = optimizer_step_s(gpu, params, z, dp_cp, oo)
+    states = state_bytes(params, z, dp_cp, nm, oo, op)
+    if experts:
+        comm = add_dp_comm(comm, dp_comm(experts, z, edp_spans, levels,
+                                         cluster.collective_chunks, nm))
+        optimizer += optimizer_step_s(gpu, experts, z, edp, oo)
+        states = add_states(states, state_bytes(experts, z, edp, nm, oo, op))
+    tied = 0.0
+    if st.embedding or st.head:
+        tied = tied_embedding_sync_s(model, plan.tp, plan.pp, pp_spans, levels, nm)
+    return comm, tied, optimizer, states, _offload(cluster, plan, params, experts, dp_cp, edp)
+
+
 def _offload(cluster: ClusterSpec, plan: Plan, params: float, experts: float, dp_cp: int,
              edp: int) -> tuple[OffloadTimes, dict[str, float]]:
     """Offload-tier times and host bytes of a stage (zero without a tier)."""
     if cluster.offload is None:
         return _NO_OFFLOAD, {}
-    z, dt, oo, op = plan.zero_stage, plan.dtype, plan.offload_optimizer, plan.offload_params
+    z, dt, oo, op = plan.zero_stage, Numerics.of(plan), plan.offload_optimizer, plan.offload_params
     ot = offload_times(cluster.offload, params, z, dp_cp, dt, oo, op)
     hs = host_state_bytes(params, z, dp_cp, dt, oo, op)
     if experts:

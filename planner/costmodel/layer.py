@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.costmodel import constants as C
-from planner.costmodel.compute import elementwise_time_s, gemm_time_s
+from planner.costmodel.compute import elementwise_time_s, fp8_cast_bytes, gemm_time_s
 from planner.costmodel.attention import (
     attention_core,
     attention_gemms,
@@ -183,7 +183,8 @@ def layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     dgrad = {n: gemm_time_s(gpu, dt, m, k, nn) for n, m, nn, k in gemms}
     wgrad = {n: gemm_time_s(gpu, dt, k, nn, m) for n, m, nn, k in gemms}
     attn_f, attn_b, attn_flops = attention_core(model, gpu, shape, strat)
-    ew_f = elementwise_time_s(gpu, _elementwise_bytes(model, shape, strat))
+    ew_f = elementwise_time_s(gpu, _elementwise_bytes(model, shape, strat)
+                              + fp8_cast_bytes(dt, sum(m * k for _, m, _, k in gemms)))
     ew_b = C.ELEMENTWISE_BWD_RATIO * ew_f
 
     fwd = sum(fwd_g.values()) + attn_f + ew_f

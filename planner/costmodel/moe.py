@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.costmodel import constants as C
-from planner.costmodel.compute import elementwise_time_s, gemm_time_s
+from planner.costmodel.compute import elementwise_time_s, fp8_cast_bytes, gemm_time_s
 from planner.costmodel.attention import attention_core, attention_gemms, attention_params
 from planner.costmodel.attention import cp_buffer_bytes, cp_comm, recomputed, tp_comm_pairs
 from planner.costmodel.network import collective_time_s
@@ -227,7 +227,9 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     dgrad = {n: gemm_time_s(gpu, dt, m, k, nn, b) for n, m, nn, k, b in gemms}
     wgrad = {n: gemm_time_s(gpu, dt, k, nn, m, b) for n, m, nn, k, b in gemms}
     attn_f, attn_b, attn_flops = attention_core(model, gpu, shape, strat)
-    ew_f = elementwise_time_s(gpu, _elementwise_bytes(model, shape, strat))
+    casts = sum(m * k * b for name, m, _, k, b in gemms if name != "router")
+    ew_f = elementwise_time_s(gpu, _elementwise_bytes(model, shape, strat)
+                              + fp8_cast_bytes(dt, casts))
     ew_b = C.ELEMENTWISE_BWD_RATIO * ew_f
     fwd = sum(fwd_g.values()) + attn_f + ew_f
     bwd = sum(dgrad.values()) + sum(wgrad.values()) + attn_b + ew_b

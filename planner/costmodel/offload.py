@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.costmodel import constants as C
+from planner.costmodel.numerics import Numerics
 from planner.costmodel.stage import StateBytes, state_bytes
 from planner.specs.cluster import OffloadTier
 
@@ -46,7 +47,7 @@ def optimizer_shard(params_local: float, zero: int, dp_cp: int) -> float:
     return params_local / (dp_cp if zero >= 1 else 1)
 
 
-def host_state_bytes(params_local: float, zero: int, dp_cp: int, dtype: str,
+def host_state_bytes(params_local: float, zero: int, dp_cp: int, dtype: Numerics | str,
                      offload_optimizer: bool, offload_params: bool) -> StateBytes:
     """Bytes one GPU's offloaded states take in the tier: the optimizer shard (12 B) and
     its fp32 gradients (4 B) under ZeRO-Offload; the bf16 weight shard under
@@ -60,7 +61,8 @@ def host_state_bytes(params_local: float, zero: int, dp_cp: int, dtype: str,
     )
 
 
-def offload_times(tier: OffloadTier, params_local: float, zero: int, dp_cp: int, dtype: str,
+def offload_times(tier: OffloadTier, params_local: float, zero: int, dp_cp: int,
+                  dtype: Numerics | str,
                   offload_optimizer: bool, offload_params: bool) -> OffloadTimes:
     """Link transfers and the CPU step of one GPU (ZeRO-Offload's data flow: gradients
     down, update on the CPU, parameters up; ZeRO-Infinity: parameters fetched per pass)."""
@@ -69,7 +71,7 @@ def offload_times(tier: OffloadTier, params_local: float, zero: int, dp_cp: int,
     grad = shard * C.GRAD_BYTES / link if offload_optimizer else 0.0
     step = shard / tier.cpu_adam_params_per_s if offload_optimizer else 0.0
     # the updated shard crosses the link when the optimizer and the parameters live apart
-    copy = shard * C.PARAM_COMM_BYTES / link if offload_optimizer != offload_params else 0.0
+    copy = shard * Numerics.of(dtype).param_comm_bytes / link if offload_optimizer != offload_params else 0.0
     fetch = (state_bytes(params_local, zero, dp_cp, dtype).weights / link
              if offload_params else 0.0)
     return OffloadTimes(grad, step, copy, fetch)

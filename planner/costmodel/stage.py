@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.costmodel import constants as C
+from planner.costmodel.numerics import Numerics
 from planner.costmodel.compute import elementwise_time_s, gemm_time_s
 from planner.costmodel.layer import LayerShape, LayerStrategy, Net, embedding_params, head_params
 from planner.costmodel.network import collective_time_s, p2p_time_s
@@ -100,7 +101,8 @@ class DPComm:
 
 
 def dp_comm(params_local: float, zero: int, dp_spans: tuple[int, ...],
-            levels: tuple[TopologyLevel, ...], chunks: int) -> DPComm:
+            levels: tuple[TopologyLevel, ...], chunks: int,
+            numerics: Numerics | str = "bf16") -> DPComm:
     """Gradient reduction and parameter gathering over the dp x cp group.
 
     ZeRO 0: all-reduce of fp32 gradients. ZeRO 1 (Megatron distributed optimizer):
@@ -109,8 +111,9 @@ def dp_comm(params_local: float, zero: int, dp_spans: tuple[int, ...],
     again for backward, gradients reduce-scattered, every microbatch (Rajbhandari et al.
     2020, Sec. 5).
     """
-    g = params_local * C.GRAD_COMM_BYTES
-    p = params_local * C.PARAM_COMM_BYTES
+    nm = Numerics.of(numerics)
+    g = params_local * nm.grad_comm_bytes
+    p = params_local * nm.param_comm_bytes
 
     def coll(op: str, size: float) -> float:
         return collective_time_s(op, size, dp_spans, levels, chunks)  # type: ignore[arg-type]
@@ -136,7 +139,8 @@ def optimizer_step_s(gpu: GPUSpec, params_local: float, zero: int, dp_cp: int,
 
 
 def tied_embedding_sync_s(model: ModelSpec, tp: int, pp: int, pp_spans: tuple[int, ...],
-                          levels: tuple[TopologyLevel, ...]) -> float:
+                          levels: tuple[TopologyLevel, ...],
+                          numerics: Numerics | str = "bf16") -> float:
     """All-reduce of the tied embedding's gradient between the first and the last stage
     after backward (Megatron-LM ``_allreduce_embedding_grads``), on the outermost level
     the pipeline crosses."""
@@ -144,7 +148,7 @@ def tied_embedding_sync_s(model: ModelSpec, tp: int, pp: int, pp_spans: tuple[in
         return 0.0
     outer = max(i for i, k in enumerate(pp_spans) if k > 1)
     pair = tuple(2 if i == outer else 1 for i in range(len(levels)))
-    size = model.vocab_size * model.hidden_size / tp * C.GRAD_COMM_BYTES
+    size = model.vocab_size * model.hidden_size / tp * Numerics.of(numerics).grad_comm_bytes
     return collective_time_s("allreduce", size, pair, levels)
 
 
@@ -156,14 +160,16 @@ class StateBytes:
     optimizer: float
 
 
-def state_bytes(params_local: float, zero: int, dp_cp: int, dtype: str,
+def state_bytes(params_local: float, zero: int, dp_cp: int, numerics: Numerics | str,
                 offload_optimizer: bool = False, offload_params: bool = False) -> StateBytes:
     """Weights, gradients and optimizer states per GPU under ZeRO sharding; what an
-    offload moves to the offload tier (``offload.host_state_bytes``) is not on the GPU."""
-    w_bytes = C.WEIGHT_BYTES + (C.FP8_WEIGHT_CACHE_BYTES if dtype == "fp8" else 0.0)
+    offload moves to the offload tier (``offload.host_state_bytes``) is not on the GPU.
+    ``numerics`` (a :class:`Numerics` or a dtype) sets the bytes per parameter."""
+    nm = Numerics.of(numerics)
     return StateBytes(
-        weights=0.0 if offload_params else params_local * w_bytes / (dp_cp if zero >= 3 else 1),
-        gradients=params_local * C.GRAD_BYTES / (dp_cp if zero >= 2 else 1),
+        weights=0.0 if offload_params else
+        params_local * nm.weight_bytes / (dp_cp if zero >= 3 else 1),
+        gradients=params_local * nm.grad_bytes / (dp_cp if zero >= 2 else 1),
         optimizer=0.0 if offload_optimizer else
         params_local * C.OPTIMIZER_BYTES / (dp_cp if zero >= 1 else 1),
     )

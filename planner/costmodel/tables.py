@@ -29,6 +29,8 @@ from planner.costmodel.evaluator import layer_setup, state_shape, strategy_from
 from planner.costmodel.layer import LayerShape, Net, layer_cost
 from planner.costmodel.moe import expert_spans
 from planner.costmodel.network import combine, spans_for
+from planner.costmodel.compose import split_p2p
+from planner.costmodel.numerics import Numerics
 from planner.costmodel.offload import host_state_bytes, offload_times
 from planner.costmodel.pipeline import Stage, stage_layout
 from planner.costmodel.points import RECOMPUTE, STATES, Inner, Outer
@@ -108,7 +110,8 @@ class Terms:
     v: np.ndarray
     pp: np.ndarray
     world: np.ndarray
-    p2p_s: np.ndarray
+    p2p_s: np.ndarray  # pipeline sends on the critical path (compose.split_p2p)
+    p2p_overlap_s: np.ndarray  # pipeline sends the interleaved schedule overlaps
     sp_ok: np.ndarray  # (Q, 2)
     state_ok: np.ndarray  # (Q, Z)
     buffers_bytes: np.ndarray  # (Q, Z)
@@ -187,12 +190,12 @@ def _affine(fn, *args) -> tuple[np.ndarray, np.ndarray]:
     return slope, lo - slope * 1e9
 
 
-def _dp_fields(params: float, z: int, spans, levels, chunks) -> tuple[float, ...]:
-    c = dp_comm(params, z, spans, levels, chunks)
+def _dp_fields(params: float, z: int, spans, levels, chunks, numerics) -> tuple[float, ...]:
+    c = dp_comm(params, z, spans, levels, chunks, numerics)
     return (c.mb_fwd_s, c.mb_bwd_s, c.grad_s, c.param_s)
 
 
-def _state_slopes(gpu, tier, n: int, dtype: str, Z: int) -> dict[str, np.ndarray]:
+def _state_slopes(gpu, tier, n: int, dtype: Numerics, Z: int) -> dict[str, np.ndarray]:
     """Per parameter of a stage, for each state option over a ZeRO group of ``n`` GPUs: the
     GPU optimizer step, the HBM states, and with an offload tier the exposed CPU step and
     parameter copy, the gradient transfer, the per-pass parameter fetch and the tier's
@@ -316,7 +319,8 @@ def _state_slopes_per_outer(ctx: _Ctx, shard: np.ndarray, eshard: np.ndarray
     """Per-parameter state terms for each ZeRO group size, gathered per outer: (O, Z)."""
     gpu, tier = ctx.cluster.gpu, ctx.cluster.offload
     sizes = sorted(set(shard.tolist()) | set(eshard.tolist()))
-    per_size = [_state_slopes(gpu, tier, n, ctx.dtype, ctx.num_states) for n in sizes]
+    per_size = [_state_slopes(gpu, tier, n, Numerics.of(ctx.base), ctx.num_states)
+                for n in sizes]
     pos = {n: i for i, n in enumerate(sizes)}
     out: dict[str, np.ndarray] = {}
     for pre, sh in (("slope_", shard), ("eslope_", eshard)):
@@ -409,7 +413,8 @@ def _dp_table(ctx: _Ctx, keys: dict) -> tuple[np.ndarray, np.ndarray]:
         if spans:
             for z in range(4):
                 slope[k, z], icpt[k, z] = _affine(_dp_fields, z, spans, ctx.levels,
-                                           ctx.cluster.collective_chunks)
+                                                  ctx.cluster.collective_chunks,
+                                                  Numerics.of(ctx.base))
     return slope, icpt
 
 
@@ -425,9 +430,13 @@ def _assemble(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys: dict,
     p2p = np.array([p2p_time_per_microbatch_s(model, LayerShape(tp, cp, mbs, ctx.seq), v, pp,
                                              pp_s, levels)
                    for (tp, cp, mbs, v, pp, pp_s) in keys["p2p"]])
-    tied = np.array([tied_embedding_sync_s(model, tp, pp, pp_s, levels)
+    tied = np.array([tied_embedding_sync_s(model, tp, pp, pp_s, levels, Numerics.of(ctx.base))
                    for (tp, pp, pp_s) in keys["tied"]])
-    A["p2p_s"] = p2p[np.array(q_keys["p2p"], np.int64)] if len(p2p) else np.zeros(0)
+    vs = np.array([k[3] for k in keys["p2p"]], np.int64)
+    out, ovl = split_p2p(p2p, vs, bool(getattr(ctx.base, "overlap_p2p_comm", True)))
+    qp = np.array(q_keys["p2p"], np.int64)
+    A["p2p_s"] = np.asarray(out)[qp] if len(p2p) else np.zeros(0)
+    A["p2p_overlap_s"] = np.asarray(ovl)[qp] if len(p2p) else np.zeros(0)
     A["tied_s"] = (tied[np.array(q_keys["tied"], np.int64)][:, None]
                    * (o["group_embedding"][qo] | o["group_head"][qo])) if len(tied) else np.zeros((0, 1))
     A.update(_group_state_terms(ctx, o, qo, keys, q_keys))

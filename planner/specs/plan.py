@@ -74,6 +74,14 @@ class Plan(Spec):
         False, description="ZeRO-Infinity: the bf16 parameter shards of ZeRO stage 3 live in "
         "the offload tier and are fetched for each forward and backward")
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    fp8_params: bool = Field(
+        False, description="FP8 training keeps the model weights only as FP8 (1 B per "
+        "parameter beside the fp32 master) and all-gathers them in FP8 (Transformer Engine "
+        "fp8_params / Megatron --fp8-param-gather); needs dtype=fp8")
+    grad_reduce_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="precision of the main-gradient buffer and of its data-parallel "
+        "reduction: fp32 (Megatron --accumulate-allreduce-grads-in-fp32) or bf16 (NVIDIA's "
+        "FP8 recipes: grad_reduce_in_fp32=False)")
     attention: Literal["flash", "standard"] = "flash"
     cp_comm: Literal["ring", "all_to_all", "all_gather"] = Field(
         "ring", description="ring: K/V blocks passed around the cp ring, overlapped with "
@@ -82,6 +90,10 @@ class Plan(Spec):
     overlap_dp_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False
+    overlap_p2p_comm: bool = Field(
+        True, description="with interleaving (virtual_stages > 1), pipeline sends overlap the "
+        "other chunks' compute (Megatron-LM --overlap-p2p-communication, on by default since "
+        "Megatron-Core 0.2; the 2022 code of Korthikanti et al. did not)")
     placement: Placement = Field(default_factory=Placement)
 
     @model_validator(mode="before")
@@ -96,6 +108,8 @@ class Plan(Spec):
     def _check(self) -> "Plan":
         if self.sequence_parallel and self.tp_comm == "allreduce":
             raise ValueError("sequence_parallel=true needs tp_comm=rs_ag (reduce-scatter/all-gather)")
+        if self.fp8_params and self.dtype != "fp8":
+            raise ValueError(f"fp8_params=true needs dtype=fp8, got dtype={self.dtype}")
         if self.offload_params and self.zero_stage != 3:
             raise ValueError(
                 f"offload_params=true needs zero_stage=3 (ZeRO-Infinity offloads the parameter "
@@ -112,9 +126,11 @@ class Plan(Spec):
         """Plain-data form; the offload switches are written only when on, so plans that do
         not offload read exactly as before the offload tier existed."""
         out = super().to_dict()
-        for k in ("offload_optimizer", "offload_params"):
+        for k in ("offload_optimizer", "offload_params", "fp8_params"):
             if not out.get(k):
                 out.pop(k, None)
+        if out.get("grad_reduce_dtype") == "fp32":
+            out.pop("grad_reduce_dtype")
         return out
 
     @property

@@ -3,7 +3,8 @@
 Source data: ``hardware_catalog/calibration/korthikanti2022.yaml`` (copied from the
 project's shared calibration set; V. Korthikanti et al., "Reducing Activation
 Recomputation in Large Transformer Models", MLSys 2023, arXiv 2205.05198, Tables 3 and 5,
-Figures 1 and 7). Runs on Selene (DGX A100 80GB), fp16, unfused softmax attention.
+Figures 1 and 7). Runs on Selene (DGX A100 80GB), fp16, unfused softmax attention, with
+the 2022 Megatron-LM schedule (pipeline sends not overlapped).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def calibration_plan(run: dict, seq_len: int, mode: str | None) -> Plan:
         tp=run["tp"], pp=run["pp"], dp=run["dp"], microbatch_size=run["microbatch"],
         global_batch_size=run["global_batch"], seq_len=seq_len,
         virtual_stages=run["virtual_stages"], attention="standard", dtype="fp16",
-        zero_stage=0, **extra,
+        zero_stage=0, overlap_p2p_comm=False, **extra,
     )
 
 
