@@ -52,6 +52,7 @@ from formulations.linear import Expr, LinearModel
 from formulations.space import RECOMPUTE
 from planner.costmodel.compose import (
     dp_window_microbatches,
+    headroom_bytes,
     Overlap,
     bubble_coefficient,
     iteration_time_s,
@@ -215,7 +216,7 @@ def _setup(tb: Tables, pts: list[int], time_only: bool) -> _Setup:
         kappa_n=int(math.floor(cluster.gpu.efficiency.overlap_slowdown * KAPPA_DEN)),
         ovl_param=base.overlap_param_gather, ovl_grad=base.overlap_dp_grad_reduce,
         usable=int(math.floor(cluster.gpu.hbm_bytes))
-        - int(math.floor(cluster.memory_reserve_gib * 2**30)),
+        - int(math.floor(headroom_bytes(cluster))),
         host_cap=(int(math.floor(cluster.offload.capacity_bytes))
                   if cluster.offload is not None else 0),
         ticks=ticks, t_ub=ticks.up(t_ub_s) + 10)

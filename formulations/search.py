@@ -30,6 +30,7 @@ from planner.costmodel.compose import (
     Overlap,
     busy_s,
     dp_window_microbatches,
+    headroom_bytes,
     iteration_time_s,
     stage_time,
     tail_time,
@@ -112,7 +113,7 @@ def _fitting(tb: Tables) -> np.ndarray:
     A = tb.terms
     cluster = tb.space.cluster
     cap = cluster.gpu.hbm_bytes
-    reserve = cluster.memory_reserve_gib * 2**30
+    reserve = headroom_bytes(cluster)
     inf = np.inf
     Q, G = A.group_valid.shape
     ok = A.rc_ok[None, :, :, None] & A.sp_ok[:, None, None, :]  # (Q, T, 3, 2)

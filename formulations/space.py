@@ -80,6 +80,11 @@ class SearchSpace:
             return [v] if v in values else []
         return values
 
+    def _pinned(self, key: str) -> int:
+        """A pinned integer degree (0 when not pinned): bounds widen to include it."""
+        v = self.fixed.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
     def _outers(self) -> list[Outer]:
         n = self.cluster.num_gpus
         gb = self.base["global_batch_size"]
@@ -98,11 +103,14 @@ class SearchSpace:
                     for dp in self._allowed("dp", dps):
                         if gb % dp:
                             continue
-                        mbss = [b for b in divisors(gb // dp) if b <= opt.max_microbatch]
+                        # a pinned value widens the bound instead of falling outside it
+                        mbs_cap = max(opt.max_microbatch, self._pinned("microbatch_size"))
+                        mbss = [b for b in divisors(gb // dp) if b <= mbs_cap]
                         for mbs in self._allowed("microbatch_size", mbss):
                             m = gb // (dp * mbs)
+                            v_cap = max(opt.max_virtual_stages, self._pinned("virtual_stages"))
                             vs = [1] if pp == 1 else [
-                                v for v in range(1, opt.max_virtual_stages + 1)
+                                v for v in range(1, v_cap + 1)
                                 if pp * v <= layers and (v == 1 or m % pp == 0)]
                             for v in self._allowed("virtual_stages", vs):
                                 uneven = layers % (pp * v) != 0

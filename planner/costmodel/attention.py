@@ -78,9 +78,17 @@ def attention_core(model: ModelSpec, gpu: GPUSpec, shape: LayerShape, strat: Lay
     return t_f, t_b, 4 * scores * dh
 
 
+def tp_overlap_possible(net: Net) -> bool:
+    """Userbuffer overlap needs every TP peer reachable over NVLink (CUDA IPC / multi-node
+    NVLink): the TP group must sit inside one innermost domain (Transformer Engine
+    ``initialize_ub``; NVIDIA documents it for NVLink-connected GPUs only)."""
+    return all(k == 1 for k in net.tp_spans[1:])
+
+
 def tp_comm_pairs(gpu: GPUSpec, net: Net, shape: LayerShape, strat: LayerStrategy,
                   fwd_g: dict[str, float], dgrad: dict[str, float], wgrad: dict[str, float],
-                  pairs: Sequence[tuple[str, str]], size: float) -> tuple[float, float]:
+                  pairs: Sequence[tuple[str, str]], size: float,
+                  chunked: dict[str, float] | None = None) -> tuple[float, float]:
     """Exposed TP communication of (column-parallel, row-parallel) GEMM pairs (attention:
     QKV and projection; MLP: FC1 and FC2), each pair one all-reduce or one all-gather and
     one reduce-scatter of ``size`` bytes in each direction (see :func:`planner.costmodel.layer._tp_comm`)."""
@@ -89,8 +97,6 @@ def tp_comm_pairs(gpu: GPUSpec, net: Net, shape: LayerShape, strat: LayerStrateg
     spans, levels = net.tp_spans, net.levels
     ag = collective_time_s("all_gather", size, spans, levels, net.chunks)
     rs = collective_time_s("reduce_scatter", size, spans, levels, net.chunks)
-    over = strat.overlap_tp_comm
-
     kappa = gpu.efficiency.overlap_slowdown
 
     def hide(comm: float, gemm: float, overlapped: bool = True) -> float:
@@ -105,12 +111,32 @@ def tp_comm_pairs(gpu: GPUSpec, net: Net, shape: LayerShape, strat: LayerStrateg
             bwd += hide(one, wgrad[col])
         return fwd, bwd
     for col, row in pairs:
-        fwd += hide(ag, fwd_g[col], over) + hide(rs, fwd_g[row], over)
+        fwd += _forward_pair(ag, rs, fwd_g[col], fwd_g[row], (chunked or fwd_g)[col],
+                             (chunked or fwd_g)[row], strat.overlap_tp_comm,
+                             tp_overlap_possible(net), kappa)
+    # backward re-gather of the saved input behind the row GEMM's data gradient: a bulk
+    # userbuffer overlap (no chunking), wherever overlap is allowed and possible
+    over = strat.overlap_tp_comm is not False and tp_overlap_possible(net)
     for _col, row in pairs:
         bwd += hide(ag, dgrad[row], over)
     for col, _row in pairs:
         bwd += hide(ag, dgrad[col]) + hide(rs, wgrad[col])
     return fwd, bwd
+
+
+def _forward_pair(ag: float, rs: float, g_col: float, g_row: float, c_col: float, c_row: float,
+                  mode: bool | str, possible: bool, kappa: float) -> float:
+    """Forward TP exchange of one column/row GEMM pair with sequence parallelism: without
+    overlap the all-gather and reduce-scatter wait for each other and the GEMMs; with
+    userbuffer overlap each GEMM runs as ``tp`` chunks (``c_*``, their extra time counted
+    here) while the ring exchange hides behind them (Wang et al., ASPLOS 2023; Transformer
+    Engine ``CommOverlapP2P``). ``auto`` takes the faster; overlap is off where the TP group
+    leaves the NVLink domain (:func:`tp_overlap_possible`)."""
+    plain = ag + rs
+    if mode is False or not possible:
+        return plain
+    over = (c_col - g_col) + exposed_s(ag, c_col, kappa) + (c_row - g_row) + exposed_s(rs, c_row, kappa)
+    return over if mode is True else min(plain, over)
 
 
 def cp_comm(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape, strat: LayerStrategy,

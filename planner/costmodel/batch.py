@@ -24,6 +24,7 @@ from planner.costmodel.compose import (
     Overlap,
     busy_s,
     dp_window_microbatches,
+    headroom_bytes,
     iteration_time_s,
     stage_memory,
     stage_time,
@@ -31,7 +32,7 @@ from planner.costmodel.compose import (
 )
 from planner.costmodel.energy import energy_coefficients
 from planner.costmodel.evaluator import check_structure, evaluate
-from planner.costmodel.layer import model_flops_per_sequence
+from planner.costmodel.layer import masked_attention_flops_per_sequence, model_flops_per_sequence
 from planner.costmodel.network import PlacementError, spans_for
 from planner.costmodel.objective import TIME, Objective
 from planner.costmodel.points import DECISIONS, RECOMPUTE, STATES, Inner, Outer
@@ -128,7 +129,7 @@ def _memory(tb: Tables, q, rc, sp, z, n, g_ok) -> tuple[np.ndarray, np.ndarray]:
     mem = stage_memory(A.states_bytes[q, :, z], A.buffers_bytes[q, z][:, None], act,
                        A.group_inflight[q], A.v[q][:, None], ws,
                        np.where(head, A.head_act_bytes[q, sp][:, None], 0.0),
-                       cluster.memory_reserve_gib * 2**30)
+                       headroom_bytes(cluster))
     total = np.max(np.where(g_ok, mem.total, -np.inf), axis=1)
     host = np.max(np.where(g_ok, A.host_bytes[q, :, z], 0.0), axis=1)
     return total, host
@@ -144,7 +145,9 @@ def _finish(tb: Tables, q, rc, sp, ok, t_iter, mem, host, busy) -> Estimates:
     counts = np.array([space.model.layer_counts()[t] for t in tb.layer_types], float)
     extra = _per_type(A.layer_extra_flops, q, rc, sp) @ counts  # per microbatch and replica
     model_flops = gb * model_flops_per_sequence(space.model, seq)
-    hw_flops = model_flops + extra * replicas * A.m[q]
+    masked = (gb * masked_attention_flops_per_sequence(space.model, seq)
+              if space.base.get("attention", "flash") == "flash" else 0.0)
+    hw_flops = model_flops - masked + extra * replicas * A.m[q]
     world = A.world[q].astype(float)
     peak = cluster.gpu.peak_flops(dtype)
     coef = {w: energy_coefficients(cluster, int(w)) for w in np.unique(world)}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.costmodel.compute import exposed_s
+from planner.costmodel.constants import ALLOCATOR_FRAGMENTATION
 from planner.costmodel.pipeline import bubble_factor
 
 
@@ -166,6 +167,13 @@ def bubble_s(pp, v, stage_s, counts, axis: int = -1):
     """The bubble part of :func:`iteration_time_s` (for the breakdown)."""
     out = bubble_coefficient(pp, v) * np.sum(counts * stage_s, axis=axis)
     return float(out) if np.ndim(out) == 0 else out
+
+
+def headroom_bytes(cluster) -> float:
+    """HBM per GPU a plan may not fill: the cluster's fixed reserve plus allocator
+    fragmentation (:data:`planner.costmodel.constants.ALLOCATOR_FRAGMENTATION` of HBM)."""
+    return (cluster.memory_reserve_gib * 2**30
+            + ALLOCATOR_FRAGMENTATION * cluster.gpu.hbm_bytes)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 GiB = 2**30
 
+#: HBM a training process cannot use for tensors beyond the cluster's fixed reserve (CUDA
+#: context, NCCL channel buffers, cuBLAS/cuDNN workspaces; ``memory_reserve_gib``, 2 GiB by
+#: default): fragmentation of PyTorch's caching allocator, which holds reserved but
+#: unallocated blocks (PyTorch CUDA memory-management notes; Megatron-Core and torchtitan
+#: runs report reserved minus allocated of a few percent of HBM). 3 % of capacity.
+ALLOCATOR_FRAGMENTATION = 0.03
+
 #: Bytes per element of activations and weights in the compute dtype. FP8 training keeps
 #: bf16 master copies of activations for most tensors (NVIDIA Transformer Engine docs,
 #: "Using FP8 with Transformer Engine"), so activations stay at 2 bytes.

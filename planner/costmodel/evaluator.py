@@ -25,6 +25,7 @@ from planner.costmodel.compose import (
     bubble_s,
     busy_s,
     dp_window_microbatches,
+    headroom_bytes,
     iteration_time_s,
     split_p2p,
     stage_memory,
@@ -32,6 +33,8 @@ from planner.costmodel.compose import (
     tail_time,
 )
 from planner.costmodel.layer import (
+    MFU_CONVENTION,
+    masked_attention_flops_per_sequence,
     LayerCost,
     LayerShape,
     LayerStrategy,
@@ -121,6 +124,7 @@ class Estimate(Spec):
             "hbm_capacity_gib": self.hbm_capacity_bytes / C.GiB,
             "mfu": self.mfu,
             "hfu": self.hfu,
+            "flops_convention": MFU_CONVENTION,
             "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu,
             "gpu_busy_s": self.gpu_busy_s,
@@ -380,7 +384,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     model_flops = plan.global_batch_size * model_flops_per_sequence(model, plan.seq_len)
     rec_flops = sum(model.layer_counts()[t] * (c.recompute_flops + c.padding_flops)
                     for t, c in prep.costs.items())
-    hw_flops = model_flops + rec_flops * plan.tp * plan.cp * m * plan.dp
+    masked = (masked_attention_flops_per_sequence(model, plan.seq_len) * plan.global_batch_size
+              if plan.attention == "flash" else 0.0)
+    hw_flops = model_flops - masked + rec_flops * plan.tp * plan.cp * m * plan.dp
     n = plan.world_size
     peak = gpu.peak_flops(plan.dtype)
     return Estimate(
@@ -468,7 +474,7 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
     buffers = comm_buffer_bytes(model, shape, plan.zero_stage, tuple(st.layers) or model.layer_types)
     mem = stage_memory(states.weights + states.gradients + states.optimizer, buffers, layer_act,
                        st.inflight_chunks, plan.virtual_stages, workspace,
-                       head.act_bytes if st.head else 0.0, cluster.memory_reserve_gib * C.GiB)
+                       head.act_bytes if st.head else 0.0, headroom_bytes(cluster))
     memory = {
         "weights": states.weights,
         "gradients": states.gradients,

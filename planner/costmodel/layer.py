@@ -104,6 +104,23 @@ def head_model_flops_per_token(model: ModelSpec) -> float:
     return 2 * model.hidden_size * model.vocab_size
 
 
+#: The MFU convention, stated in every answer: the one Megatron-LM
+#: (``num_floating_point_operations``), torchtitan (``get_num_flop_per_token``) and PaLM
+#: (App. B) share. The Llama 3 paper does not state whether it halves causal attention.
+MFU_CONVENTION = ("model FLOPs = 3 x forward (6 per parameter per token) + attention "
+                  "12 L s h per token, the full s x s square (causal masking not halved; "
+                  "Megatron-LM, torchtitan, PaLM App. B); hfu counts executed FLOPs: "
+                  "recomputation and MoE padding included, causal blocks a FlashAttention "
+                  "kernel skips excluded")
+
+
+def masked_attention_flops_per_sequence(model: ModelSpec, seq: int) -> float:
+    """Forward + backward FLOPs of the causal half of the attention square that
+    FlashAttention skips (Dao 2023, Sec. 4.1): in the model count, never executed."""
+    attn = sum(n * 4 * seq * model.q_dim for n in model.layer_counts().values())
+    return 3 * C.FLASH_CAUSAL_FRACTION * attn * seq
+
+
 def model_flops_per_sequence(model: ModelSpec, seq: int) -> float:
     """Forward + backward FLOPs of one sequence (3x forward)."""
     per_token = sum(
@@ -190,7 +207,11 @@ def layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     fwd = sum(fwd_g.values()) + attn_f + ew_f
     bwd = sum(dgrad.values()) + sum(wgrad.values()) + attn_b + ew_b
 
-    tp_f, tp_b = _tp_comm(model, gpu, net, shape, strat, fwd_g, dgrad, wgrad)
+    # userbuffer overlap runs each GEMM as tp chunks on concurrent streams: the chunks
+    # fill the GPU together, each extra chunk costs a launch and a stream synchronization
+    extra = (shape.tp - 1) * gpu.efficiency.kernel_overhead_us * 1e-6
+    chunked = {n: t + extra for n, t in fwd_g.items()}
+    tp_f, tp_b = _tp_comm(model, gpu, net, shape, strat, fwd_g, dgrad, wgrad, chunked)
     cp_f, cp_b = cp_comm(model, gpu, net, shape, strat, attn_f, attn_b)
 
     gemm_flops = sum(2 * m * nn * k for _, m, nn, k in gemms)
@@ -214,8 +235,8 @@ def layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
 
 
 def _tp_comm(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape, strat: LayerStrategy,
-             fwd_g: dict[str, float], dgrad: dict[str, float], wgrad: dict[str, float]
-             ) -> tuple[float, float]:
+             fwd_g: dict[str, float], dgrad: dict[str, float], wgrad: dict[str, float],
+             chunked: dict[str, float]) -> tuple[float, float]:
     """Exposed TP communication (forward, backward) of one layer.
 
     Megatron-LM: without sequence parallelism two all-reduces in forward (after the
@@ -224,11 +245,12 @@ def _tp_comm(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape, strat:
     With sequence parallelism each all-reduce becomes a reduce-scatter and an all-gather
     (Korthikanti et al. 2022, Sec. 4.2.2); in backward the re-gather of the saved input
     overlaps the data-gradient GEMM and the reduce-scatter the weight-gradient GEMM.
-    ``overlap_tp_comm`` overlaps every forward collective with its GEMM (Transformer
-    Engine userbuffers).
+    ``overlap_tp_comm`` overlaps every forward collective with its GEMM, run as ``tp``
+    concurrent chunks (``chunked``: the GEMM plus the extra launches; Transformer Engine
+    userbuffers), inside the NVLink domain only.
     """
     return tp_comm_pairs(gpu, net, shape, strat, fwd_g, dgrad, wgrad,
                          (("qkv", "proj"), ("fc1", "fc2")),
-                         shape.tokens * model.hidden_size * C.ACT_BYTES)
+                         shape.tokens * model.hidden_size * C.ACT_BYTES, chunked)
 
 

@@ -33,7 +33,7 @@ class LayerStrategy:
     tp_comm: str = "allreduce"
     attention: str = "flash"
     cp_comm: str = "ring"
-    overlap_tp_comm: bool = False
+    overlap_tp_comm: bool | str = False  # True, False or "auto" (the faster, per layer)
     dtype: str = "bf16"
     layer_type: str = "dense"
 

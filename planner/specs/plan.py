@@ -89,7 +89,11 @@ class Plan(Spec):
         "all_gather: K/V all-gathered over cp, the LBNL model's 2D tensor parallelism")
     overlap_dp_grad_reduce: bool = True
     overlap_param_gather: bool = True
-    overlap_tp_comm: bool = False
+    overlap_tp_comm: bool | Literal["auto"] = Field(
+        "auto", description="overlap the forward TP all-gather/reduce-scatter with their GEMMs "
+        "(Transformer Engine userbuffers, Megatron --tp-comm-overlap): needs sequence "
+        "parallelism and a TP group inside one NVLink domain; splits each GEMM into tp "
+        "chunks. auto: per layer, whichever is faster (a decision of the search)")
     overlap_p2p_comm: bool = Field(
         True, description="with interleaving (virtual_stages > 1), pipeline sends overlap the "
         "other chunks' compute (Megatron-LM --overlap-p2p-communication, on by default since "

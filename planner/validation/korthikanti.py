@@ -94,7 +94,7 @@ def calibration_plan(run: dict, seq_len: int, mode: str | None) -> Plan:
         tp=run["tp"], pp=run["pp"], dp=run["dp"], microbatch_size=run["microbatch"],
         global_batch_size=run["global_batch"], seq_len=seq_len,
         virtual_stages=run["virtual_stages"], attention="standard", dtype="fp16",
-        zero_stage=0, overlap_p2p_comm=False, **extra,
+        zero_stage=0, overlap_p2p_comm=False, overlap_tp_comm=False, **extra,
     )
 
 

@@ -1,0 +1,65 @@
+"""The solver's free optimum against NVIDIA's tuned NeMo recipes (issue: trust at the optimum).
+
+For every row of ``hardware_catalog/calibration/nvidia_nemo_2407_2502.yaml``, solve with only
+the model, cluster, GPU count, global batch, sequence length and dtype given (plus the
+recipe's numeric settings: FP8 parameters and bf16 gradient reduction, precision choices
+rather than parallelization), and print the predicted throughput of the optimum against the
+published throughput of the recipe and against the model's prediction of the recipe itself.
+
+    python benchmarks/bench_recipes.py            # about a minute
+
+A real optimum may beat a tuned recipe by a few percent; a large margin means the model is
+optimistic where the solver lands (README, "Trust at the optimum").
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from planner.api import solve
+from planner.costmodel.evaluator import evaluate
+from planner.validation.nemo import (
+    nemo_data,
+    recipe_base,
+    recipe_cluster,
+    recipe_model,
+    recipe_plan,
+    tokens_per_s_per_gpu,
+)
+
+
+def _plan_text(p) -> str:
+    extra = f" ep{p.ep}" if p.ep > 1 else ""
+    return (f"tp{p.tp} pp{p.pp} v{p.virtual_stages} cp{p.cp} dp{p.dp}{extra} mbs{p.microbatch_size}"
+            f" z{p.zero_stage} rc={p.recompute if isinstance(p.recompute, str) else 'mixed'}")
+
+
+def main() -> None:
+    data = nemo_data()
+    ratios = []
+    print(f"{'run':38s} {'published':>9s} {'recipe*':>8s} {'optimum*':>8s} {'opt/pub':>8s}"
+          f" {'opt/recipe*':>11s}  optimum plan   (* = predicted, tokens/s/GPU)")
+    for row in data["rows"]:
+        model, cluster = recipe_model(data, row["model"]), recipe_cluster(row)
+        recipe = tokens_per_s_per_gpu(row, evaluate(model, cluster, recipe_plan(row)))
+        base = recipe_base(row)
+        t0 = time.perf_counter()
+        res = solve(model, cluster, global_batch_size=base["global_batch_size"],
+                    seq_len=base["seq_len"], dtype=base["dtype"],
+                    fix={"fp8_params": base["fp8_params"],
+                         "grad_reduce_dtype": base["grad_reduce_dtype"]},
+                    time_limit_s=120)
+        best = res.best
+        opt = tokens_per_s_per_gpu(row, best.estimate)
+        ratio = opt / row["measured"]
+        ratios.append(ratio)
+        print(f"{row['name']:38s} {row['measured']:9,.0f} {recipe:8,.0f} {opt:8,.0f} "
+              f"{ratio - 1:+8.1%} {opt / recipe - 1:+11.1%}  {_plan_text(best.plan)}"
+              f"  ({time.perf_counter() - t0:.1f} s)")
+    print(f"\noptimum vs published: mean {statistics.mean(ratios) - 1:+.1%}, "
+          f"max {max(ratios) - 1:+.1%}, min {min(ratios) - 1:+.1%}")
+
+
+if __name__ == "__main__":
+    main()

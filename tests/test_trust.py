@@ -1,0 +1,129 @@
+"""Mechanisms that keep the optimum honest (trust at the optimum): each test pins a
+mechanism by its direction and hand-checked size, not the numbers of a calibration row."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.costmodel import constants as C
+from planner.costmodel.compose import dp_window_microbatches, headroom_bytes, split_p2p
+from planner.costmodel.compute import gemm_efficiency, gemm_time_s
+from planner.costmodel.evaluator import evaluate
+from planner.costmodel.layer import layer_cost, masked_attention_flops_per_sequence
+from planner.costmodel.shapes import LayerShape, LayerStrategy, Net
+from planner.specs.loaders import load_gpu, load_model
+from planner.specs.plan import Plan
+
+from conftest import small_cluster, tiny_model
+
+
+def test_gemm_efficiency_saturates_and_never_exceeds_the_fitted_fraction():
+    gpu = load_gpu("b200")
+    frac, h = gpu.gemm_peak_fraction("fp8"), gpu.efficiency.gemm_half_dim
+    effs = [gemm_efficiency(gpu, "fp8", d, d, d) for d in (h, 2 * h, 8 * h, 64 * h, 1e9)]
+    assert effs == sorted(effs) and effs[-1] <= frac
+    assert effs[0] == pytest.approx(frac / 8)  # each factor is 1/2 at the half dimension
+    assert effs[2] == pytest.approx(frac * (8 / 9) ** 3)
+    # below the half dimension the factor stays 1/2 and the roofline decides: a GEMV is
+    # bandwidth bound, not slowed by a vanishing efficiency
+    t = gemm_time_s(gpu, "fp8", 1, 8192, 8192, elem_bytes=2.0)
+    assert t == pytest.approx(2 * (8192 + 8192 * 8192 + 8192) / (gpu.hbm_Bps * gpu.efficiency.hbm_fraction)
+                              + gpu.efficiency.kernel_overhead_us * 1e-6)
+
+
+def _fp8_cast_share(hidden: int) -> float:
+    """Share of a layer's forward time that FP8 casting adds."""
+    model = tiny_model(hidden_size=hidden, num_attention_heads=hidden // 128,
+                       num_kv_heads=hidden // 128, ffn_hidden_size=4 * hidden, ffn_type="gelu")
+    gpu = load_gpu("h100")
+    net = Net(tuple(small_cluster(8).topology), (1,), (1,))
+    shape = LayerShape(tp=1, cp=1, mbs=1, seq=4096)
+    fp8 = layer_cost(model, gpu, net, shape, LayerStrategy(dtype="fp8")).fwd_s
+    # the same layer with the cast traffic removed (its GEMMs still FP8)
+    tokens_in = 4096 * (hidden + hidden + hidden + 4 * hidden)  # qkv, proj, fc1, fc2 inputs
+    cast_s = C.FP8_CAST_BYTES * tokens_in / (gpu.hbm_Bps * gpu.efficiency.hbm_fraction)
+    return cast_s / fp8
+
+
+def test_fp8_casts_cost_bandwidth_and_weigh_more_on_small_models():
+    small, large = _fp8_cast_share(2048), _fp8_cast_share(16384)
+    assert small > 2 * large > 0
+    model = tiny_model()
+    gpu = load_gpu("h100")
+    net = Net(tuple(small_cluster(8).topology), (1,), (1,))
+    shape = LayerShape(tp=1, cp=1, mbs=1, seq=2048)
+    bf16 = layer_cost(model, gpu, net, shape, LayerStrategy(dtype="bf16"))
+    assert bf16.fwd_s > 0  # no casts in bf16: covered by the hand count above
+
+
+def test_interleaved_pipeline_sends_overlap_only_with_interleaving():
+    assert split_p2p(1.0, 1, True) == (1.0, 0.0)  # 1F1B waits for its sends
+    assert split_p2p(1.0, 4, True) == (0.0, 1.0)  # interleaved: behind the other chunks
+    assert split_p2p(1.0, 4, False) == (1.0, 0.0)  # --no-overlap-p2p-communication
+    model = tiny_model(num_layers=16)
+    c = small_cluster(16)
+    base = dict(pp=4, dp=4, global_batch_size=64, seq_len=2048, virtual_stages=2,
+                placement={"order": ["tp", "cp", "ep", "pp", "dp"]})
+    on = evaluate(model, c, Plan(**base)).time_breakdown_s["pp_comm"]
+    off = evaluate(model, c, Plan(**base, overlap_p2p_comm=False)).time_breakdown_s["pp_comm"]
+    assert 0 < on < off
+
+
+def test_dp_overlap_window_spans_the_interleaved_cooldown():
+    # Megatron-Core's interleaved schedule: 2 (pp - 1) + (v - 1) pp chunk steps on rank 0
+    assert dp_window_microbatches(4, 12, 8) == pytest.approx((6 + 44) / 12)
+    assert dp_window_microbatches(4, 12, 2) == 2  # at most the microbatches there are
+    assert dp_window_microbatches(8, 1, 64) == 1  # 1F1B: the last backward only
+
+
+def test_tp_overlap_stays_inside_the_nvlink_domain():
+    """Userbuffer overlap needs NVLink peers: a TP group split over InfiniBand pays its
+    forward exchanges in full, and `auto` never makes a layer slower."""
+    model = tiny_model(hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                       ffn_hidden_size=14336)
+    gpu = load_gpu("h100")
+    levels = tuple(small_cluster(16).topology)
+    shape = LayerShape(tp=8, cp=1, mbs=1, seq=4096)
+    costs = {}
+    for spans in ((8, 1), (4, 2)):
+        for mode in (False, True, "auto"):
+            strat = LayerStrategy(sequence_parallel=True, tp_comm="rs_ag", overlap_tp_comm=mode)
+            costs[spans, mode] = layer_cost(model, gpu, Net(levels, spans, (1, 1)), shape, strat)
+    inside, split = (8, 1), (4, 2)
+    assert costs[inside, True].tp_comm_s < costs[inside, False].tp_comm_s
+    assert costs[inside, "auto"].tp_comm_s == min(costs[inside, True].tp_comm_s,
+                                                  costs[inside, False].tp_comm_s)
+    assert costs[split, True].tp_comm_s == costs[split, False].tp_comm_s  # not possible
+    assert costs[split, False].tp_comm_s > costs[inside, False].tp_comm_s
+
+
+def test_hfu_excludes_the_causal_half_flash_skips_and_mfu_states_its_convention():
+    model = load_model("llama3-8b")
+    c = small_cluster(8)
+    plan = Plan(cp=8, global_batch_size=8, seq_len=65536, recompute="none", zero_stage=1)
+    est = evaluate(model, c, plan)
+    assert est.hfu < est.mfu  # masked blocks are never executed
+    masked = masked_attention_flops_per_sequence(model, 65536) * 8
+    assert est.model_flops - est.hardware_flops == pytest.approx(masked)
+    std = evaluate(model, c, plan.model_copy(update={"attention": "standard"}))
+    assert std.hardware_flops == pytest.approx(std.model_flops)  # unfused: the full square
+    assert "causal" in est.to_json()["flops_convention"]
+
+
+def test_memory_headroom_reserve_plus_fragmentation():
+    c = small_cluster(8)
+    expected = c.memory_reserve_gib * 2**30 + C.ALLOCATOR_FRAGMENTATION * c.gpu.hbm_bytes
+    assert headroom_bytes(c) == pytest.approx(expected)
+    est = evaluate(tiny_model(), c, Plan(dp=8, global_batch_size=64, seq_len=2048))
+    assert est.memory_breakdown_bytes["reserve"] == pytest.approx(expected)
+
+
+def test_a_pinned_interleaving_widens_the_space():
+    """`--fix virtual_stages=12` beyond `--max-virtual-stages 8` is searched, not refused
+    with a divisibility error."""
+    from planner.orchestration import solve
+
+    model = tiny_model(num_layers=48)
+    res = solve(model, small_cluster(16), fixed={"pp": 2, "virtual_stages": 12, "tp": 1},
+                time_limit_s=20)
+    assert res.best.plan.virtual_stages == 12 and res.best.estimate.feasible
