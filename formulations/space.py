@@ -47,6 +47,9 @@ class SpaceOptions:
     #: allow layer splits that do not divide pp x v (end stages get fewer layers)
     allow_uneven: bool = True
     search_placement: bool = True
+    #: highest ZeRO stage to consider: 1 for frameworks whose sharding is Megatron-LM's
+    #: distributed optimizer (NeMo, Megatron-LM without its FSDP), 3 for FSDP/DeepSpeed
+    max_zero_stage: int = 3
 
 
 def divisors(n: int) -> list[int]:
@@ -199,7 +202,7 @@ class SearchSpace:
     def zero_options(self, o: Outer) -> list[int]:
         if "zero_stage" in self.fixed:
             return [int(self.fixed["zero_stage"])]
-        return [0, 1, 2, 3] if o.dp * o.cp > 1 else [0]
+        return [z for z in range(self.options.max_zero_stage + 1)] if o.dp * o.cp > 1 else [0]
 
     @property
     def num_states(self) -> int:
@@ -221,7 +224,8 @@ class SearchSpace:
                else [False, True])
         ops = ([bool(self.fixed["offload_params"])] if "offload_params" in self.fixed
                else [False, True])
-        op_zeros = [3] if (3 in zeros or "zero_stage" not in self.fixed) else []
+        op_zeros = [3] if (3 in zeros or ("zero_stage" not in self.fixed
+                                          and self.options.max_zero_stage >= 3)) else []
         return [k for k, (z, oo, op) in enumerate(STATES)
                 if oo in oos and op in ops and z in (op_zeros if op else zeros)]
 
