@@ -127,3 +127,20 @@ def test_a_pinned_interleaving_widens_the_space():
     res = solve(model, small_cluster(16), fixed={"pp": 2, "virtual_stages": 12, "tp": 1},
                 time_limit_s=20)
     assert res.best.plan.virtual_stages == 12 and res.best.estimate.feasible
+
+
+def test_calibration_notes_name_what_the_plan_extrapolates():
+    from planner.specs.loaders import load_cluster
+    from planner.validation.coverage import calibration_notes
+
+    a100 = load_cluster("dgx-a100-superpod", gpus=1024)
+    plan = Plan(tp=4, pp=8, dp=32, global_batch_size=1536, seq_len=2048,
+                sequence_parallel=True, attention="flash")
+    (note,) = calibration_notes(a100, plan)
+    assert "FlashAttention" in note and "TP communication overlap" in note and "1,024" in note
+    inside = plan.model_copy(update={"attention": "standard", "overlap_tp_comm": False,
+                                     "dp": 8, "tp": 8, "pp": 8})
+    assert calibration_notes(a100.resized(512), inside) == []
+    h100 = load_cluster("dgx-h100-superpod", gpus=64)
+    (note,) = calibration_notes(h100, Plan(dp=64, global_batch_size=64, seq_len=4096))
+    assert "dtype bf16" in note

@@ -1,0 +1,63 @@
+"""Where a plan leaves the measurements its GPU was calibrated on.
+
+A solver lands where the model is most optimistic; the answer is only as good as the
+calibration near it. For each GPU generation this module knows what its shared set covers
+(``docs/validation.md``) and names what a plan uses beyond it, so that the output can say
+so instead of presenting an extrapolation as a measurement-backed figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs.cluster import ClusterSpec
+from planner.specs.plan import Plan
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """What one generation's calibration runs cover."""
+
+    name: str
+    dtypes: tuple[str, ...]
+    max_gpus: int
+    flash_attention: bool  # the runs used fused (flash) attention
+    tp_overlap: bool  # the runs overlapped TP communication with GEMMs
+
+
+KORTHIKANTI = CalibrationSet("Korthikanti et al. 2022 on Selene (A100)", ("fp16", "bf16"),
+                             512, flash_attention=False, tp_overlap=False)
+NEMO = CalibrationSet("NVIDIA NeMo 24.07/25.02 FP8 recipes", ("fp8",), 512,
+                      flash_attention=True, tp_overlap=True)
+#: GPU catalog name -> the set its efficiencies were fitted on (None: no measurements).
+SETS: dict[str, CalibrationSet | None] = {
+    "a100-sxm-80gb": KORTHIKANTI, "a100-sxm-40gb": KORTHIKANTI,
+    "h100-sxm": NEMO, "h200": NEMO, "b200": NEMO, "gb200": NEMO,
+}
+
+
+def calibration_notes(cluster: ClusterSpec, plan: Plan) -> list[str]:
+    """What ``plan`` on ``cluster`` uses beyond its GPU's calibration runs (empty when the
+    plan stays inside them)."""
+    gpu = cluster.gpu.name
+    if gpu not in SETS:
+        return [f"{gpu} has no published measurements in the calibration sets: its "
+                "efficiencies are public-benchmark estimates, not fitted"]
+    cal = SETS[gpu]
+    assert cal is not None
+    beyond = []
+    if plan.dtype not in cal.dtypes:
+        beyond.append(f"dtype {plan.dtype} (the set is {'/'.join(cal.dtypes)})")
+    if plan.attention == "flash" and not cal.flash_attention:
+        beyond.append("FlashAttention (the set uses unfused attention)")
+    if (plan.overlap_tp_comm is not False and plan.tp > 1 and plan.sequence_parallel
+            and not cal.tp_overlap):
+        beyond.append("TP communication overlap (the set has none)")
+    if plan.world_size > cal.max_gpus:
+        beyond.append(f"{plan.world_size:,} GPUs (the set has at most {cal.max_gpus}; "
+                      "stragglers and jitter at scale are not modelled)")
+    if not beyond:
+        return []
+    return [f"{gpu} is calibrated on {cal.name}; this plan goes beyond it: "
+            + "; ".join(beyond) + ". Expect the prediction to be optimistic there "
+            "(docs/validation.md)"]
