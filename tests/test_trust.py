@@ -144,3 +144,25 @@ def test_calibration_notes_name_what_the_plan_extrapolates():
     h100 = load_cluster("dgx-h100-superpod", gpus=64)
     (note,) = calibration_notes(h100, Plan(dp=64, global_batch_size=64, seq_len=4096))
     assert "dtype bf16" in note
+
+
+def test_cli_memory_headroom_and_calibration_notes(capsys):
+    import json
+
+    from test_cli import run as run_cli
+
+    def run(*args):
+        return run_cli(capsys, *args)
+
+    base = ["evaluate", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus", "8",
+            "--global-batch", "8", "--json"]
+    code, out, _ = run(*base)
+    default = json.loads(out)
+    code, out, _ = run(*base, "--memory-headroom", "10")
+    wide = json.loads(out)
+    frag = 0.03 * 80
+    assert default["memory_breakdown_gib"]["reserve"] == pytest.approx(2 + frag)
+    assert wide["memory_breakdown_gib"]["reserve"] == pytest.approx(10 + frag)
+    assert "dtype bf16" in default["calibration_notes"][0]  # H100 is fitted in FP8 only
+    code, _, err = run(*base, "--memory-headroom", "nan")
+    assert code == 2 and "--memory-headroom" in err

@@ -25,6 +25,33 @@ CLUSTER_HELP = "Catalog name (`planner catalog clusters`) or cluster YAML."
 GPUS_HELP = "Resize the cluster's outermost level."
 SEQ_LEN_HELP = "Sequence length; default from the model."
 DTYPE_HELP = "bf16, fp16 or fp8; default from the model."
+HEADROOM_HELP = ("GiB per GPU kept free for the CUDA context and NCCL/cuBLAS workspaces "
+                 "(default: the cluster's memory_reserve_gib, 2 GiB); allocator "
+                 "fragmentation, 3% of HBM, comes on top.")
+
+
+def with_headroom(cluster: Any, gib: float | None) -> Any:
+    """The cluster with ``--memory-headroom`` applied (checked: finite, >= 0, < HBM)."""
+    import math
+
+    from planner.errors import InputError
+
+    if gib is None:
+        return cluster
+    if not math.isfinite(gib) or gib < 0 or gib >= cluster.gpu.hbm_gib:
+        raise InputError(f"--memory-headroom: expected GiB in [0, {cluster.gpu.hbm_gib:g}) "
+                         f"(the GPU's HBM), got {gib!r}")
+    return cluster.model_copy(update={"memory_reserve_gib": float(gib)})
+
+
+def warn_calibration(cluster: Any, plan: Any) -> list[str]:
+    """Print (and return) what the plan uses beyond its GPU's calibration runs."""
+    from planner.validation.coverage import calibration_notes
+
+    notes = calibration_notes(cluster, plan)
+    for n in notes:
+        err.print(f"[yellow]calibration:[/] {escape(n)}")
+    return notes
 
 
 class ObjectiveName(str, Enum):

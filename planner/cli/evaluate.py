@@ -7,7 +7,19 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from planner.cli.console import CLUSTER_HELP, GPUS_HELP, MODEL_HELP, _emit_json, err, out, check_writable, warn_context_length
+from planner.cli.console import (
+    CLUSTER_HELP,
+    GPUS_HELP,
+    HEADROOM_HELP,
+    MODEL_HELP,
+    _emit_json,
+    check_writable,
+    err,
+    out,
+    warn_calibration,
+    warn_context_length,
+    with_headroom,
+)
 
 
 def _overrides(sets: list[str], shortcuts: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -34,6 +46,7 @@ def evaluate(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp8."),
     json_: bool = typer.Option(False, "--json", help="Print the stable JSON object instead of tables."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write a stacked-bar PNG of the time breakdown."),
+    memory_headroom: Optional[float] = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
 ) -> None:
     """Predict what one training plan costs: iteration time, memory, MFU and breakdowns."""
     from planner.api import evaluate as run_evaluate
@@ -44,7 +57,7 @@ def evaluate(
 
     check_writable(plot, "--plot")
     m = load_model(model)
-    c = load_cluster(cluster, gpus)
+    c = with_headroom(load_cluster(cluster, gpus), memory_headroom)
     warn_context_length(m, seq_len, bool(plan) or any(x.startswith("seq_len=") for x in set_))
     warnings: list[str] = []
     shortcuts = dict(tp=tp, pp=pp, dp=dp, cp=cp, microbatch_size=mbs,
@@ -53,12 +66,13 @@ def evaluate(
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     est = run_evaluate(m, c, p)
+    notes = warn_calibration(c, p)
     if plot:
         from planner.report.plots import plot_breakdown
 
         plot_breakdown([(f"{m.name} on {c.num_gpus}x {c.gpu.name}", est)], plot)
     if json_:
-        _emit_json({"plan": p.to_dict(), **est.to_json()})
+        _emit_json({"plan": p.to_dict(), **est.to_json(), "calibration_notes": notes})
     else:
         try:
             domain = domain_factors(p, c.domain_size)

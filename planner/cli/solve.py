@@ -9,8 +9,11 @@ from rich.markup import escape
 
 from planner.cli.console import (
     check_writable,
+    warn_calibration,
     warn_context_length,
+    with_headroom,
     CLUSTER_HELP,
+    HEADROOM_HELP,
     DTYPE_HELP,
     GPUS_HELP,
     MODEL_HELP,
@@ -32,7 +35,7 @@ def solve(
     objective: ObjectiveName = typer.Option(ObjectiveName.time, "--objective", help="What to minimize."),
     backend: BackendName = typer.Option(BackendName.cpsat, "--backend",
                                         help="cpsat (default), milp, or exhaustive (brute force)."),
-    time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds before giving up the proof."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds for the whole solve, set-up included; when they run out, the best plan found so far (not proven optimal)."),
     top: int = typer.Option(1, "--top", help="Return the K best distinct plans."),
     fix: list[str] = typer.Option([], "--fix", help="Fix a plan field: FIELD=VALUE (repeatable), "
                                   "e.g. --fix tp=8 --fix recompute=full --fix placement.domain.tp=8."),
@@ -49,6 +52,7 @@ def solve(
     even_pipeline: bool = typer.Option(False, "--even-pipeline", help="Layers must divide pp x virtual stages."),
     max_microbatch: int = typer.Option(16, "--max-microbatch", help="Largest microbatch to consider."),
     max_virtual_stages: int = typer.Option(8, "--max-virtual-stages", help="Most interleaved chunks per GPU."),
+    memory_headroom: Optional[float] = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
 ) -> None:
     """Find the best parallelization plan, proven optimal over the search space."""
     from planner.api import solve as run_solve
@@ -56,7 +60,7 @@ def solve(
 
     check_writable(out_path, "--out")
     m = load_model(model)
-    c = load_cluster(cluster, gpus)
+    c = with_headroom(load_cluster(cluster, gpus), memory_headroom)
     warn_context_length(m, seq_len, bool(plan))
     obj = objective.value.replace("-", "_")
     status = LazyStatus(err, not json_)
@@ -76,15 +80,16 @@ def solve(
         status.stop()
     if out_path:
         _write_plan(res.best.plan, out_path)
+    notes = warn_calibration(c, res.best.plan)
     if json_:
-        _emit_json(res.to_json())
+        _emit_json({**res.to_json(), "calibration_notes": notes})
         return
     _print_result(res, m, c, out_path)
 
 
 def _emit_infeasible(e: InfeasibleError, backend: str, objective: str) -> None:
     _emit_json({"plan": None, "estimate": None,
-                "solver": {"backend": backend, "status": "infeasible", "objective": objective},
+                "solver": {"backend": backend, "status": e.status, "objective": objective},
                 "alternatives": [], "message": str(e), "reasons": e.reasons, "hints": e.hints})
 
 
@@ -97,7 +102,7 @@ def _write_plan(plan: Any, path: str) -> None:
 
 def _print_result(res: Any, m: Any, c: Any, out_path: Optional[str]) -> None:
     from planner.costmodel.network import PlacementError, domain_factors
-    from planner.report.text import print_estimate, solve_tables
+    from planner.report.text import print_estimate, solve_status, solve_tables
 
     best = res.best
     try:
@@ -105,7 +110,7 @@ def _print_result(res: Any, m: Any, c: Any, out_path: Optional[str]) -> None:
     except PlacementError:
         domain = None
     print_estimate(out, f"best plan: {m.name} on {c.name} ({c.num_gpus}x {c.gpu.name})",
-                   best.plan, best.estimate, domain)
+                   best.plan, best.estimate, domain, solve_status(res))
     solve_tables(out, res)
     if out_path:
         out.print(f"wrote {out_path}")

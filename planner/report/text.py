@@ -51,11 +51,15 @@ def placement_line(plan: Plan, domain: dict[str, int] | None) -> str:
     return f"per NVSwitch domain: {inside}; order {'-'.join(plan.placement.order)}"
 
 
-def estimate_tables(est: Estimate) -> Group:
+def estimate_tables(est: Estimate, status: Text | None = None) -> Group:
+    """The summary and breakdown tables of one estimate; ``status`` replaces the
+    feasible/INFEASIBLE line (a solve's status: proven optimal or best found)."""
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
     summary.add_column()
-    status = Text("feasible", style="green") if est.feasible else Text("INFEASIBLE", style="bold red")
+    if status is None:
+        status = Text("feasible", style="green") if est.feasible else Text("INFEASIBLE",
+                                                                          style="bold red")
     summary.add_row("status", status)
     summary.add_row("iteration time", _fmt_s(est.iteration_time_s))
     if est.memory_per_gpu_bytes is not None:
@@ -89,7 +93,8 @@ def estimate_tables(est: Estimate) -> Group:
         tm.add_column("GiB", justify="right")
         for k, v in est.memory_breakdown_bytes.items():
             if v > 0:
-                tm.add_row(k.replace("_", " "), f"{v / GiB:.2f}")
+                label = "headroom" if k == "reserve" else k.replace("_", " ")
+                tm.add_row(label, f"{v / GiB:.2f}")
         grid = Table.grid(padding=(0, 4))
         grid.add_row(tt, tm)
         parts.append(grid)
@@ -101,26 +106,53 @@ def estimate_tables(est: Estimate) -> Group:
 
 
 def print_estimate(console: Console, title: str, plan: Plan, est: Estimate,
-                   domain: dict[str, int] | None = None) -> None:
+                   domain: dict[str, int] | None = None, status: Text | None = None) -> None:
     body = Group(Text(plan_line(plan)), Text(placement_line(plan, domain), style="dim"),
-                 Text(""), estimate_tables(est))
+                 Text(""), estimate_tables(est, status))
     console.print(Panel(body, title=title, expand=False))
+
+
+def solve_status(res) -> Text:
+    """A solve's status for the result box: proven optimal, or the best plan found."""
+    return Text(res.status_text, style="green" if res.status == "optimal" else "bold yellow")
+
+
+def solver_lines(res) -> list[str]:
+    """The footer of ``planner solve``: the status and the optimality gap over the space,
+    then how far the formulation's value for the returned plan is below the evaluator's
+    (a property of the model, not an optimality gap)."""
+    units = res.objective.units_for(res.tokens)
+    setup = res.stats.get("setup_s")
+    line = (f"{res.backend}: {res.status_text} in {res.solve_time_s:.2f} s"
+            f"{'' if setup is None else f' (set-up {setup:.2f} s)'} over "
+            f"{res.space_size:,} plans; {res.objective} = {res.best.objective:.6g} {units}; ")
+    opt = res.optimality_gap
+    if res.status == "optimal":
+        line += "optimality gap 0 (proven)"
+    elif opt is None:
+        line += "optimality gap unknown (stopped before bounding the whole space)"
+    else:
+        line += f"optimality gap at most {opt:.1e} (bound {res.proven_bound:.6g})"
+    lines = [line]
+    diff = res.model_vs_evaluator_rel_diff
+    detail = ""
+    if res.best.solver_objective is not None and res.backend != "exhaustive" and diff is not None:
+        detail = (f"model vs evaluator: the formulation's lower bound for this plan is "
+                  f"{res.best.solver_objective:.6g}, {diff:.1e} (relative) below the "
+                  "evaluator's value")
+    stats = res.stats
+    if "points_in_model" in stats:
+        detail += (f"{'; ' if detail else ''}{stats['points_in_model']} of {stats['points']} "
+                   f"configurations after presolve, {stats['solver_calls']} solves, "
+                   f"{stats['evaluations']} exact evaluations")
+    return lines + ([detail] if detail else [])
 
 
 def solve_tables(console: Console, res) -> None:
     """Solver summary and the alternatives of ``planner solve``."""
     units = res.objective.units_for(res.tokens)
-    gap = res.gap
-    line = (f"{res.backend}: {res.status} in {res.solve_time_s:.2f} s over {res.space_size:,} "
-            f"plans; {res.objective} = {res.best.objective:.6g} {units}")
-    if res.best.solver_objective is not None and res.backend != "exhaustive":
-        line += (f" (the integer model's value for this plan, a lower bound: "
-                 f"{res.best.solver_objective:.6g}, {gap:.1e} below the evaluator's)")
-    stats = res.stats
-    if "points_in_model" in stats:
-        line += (f"; {stats['points_in_model']} of {stats['points']} configurations after "
-                 f"presolve, {stats['solver_calls']} solves, {stats['evaluations']} exact evaluations")
-    console.print(line)
+    for line in solver_lines(res):
+        console.print(line)
     totals = res.totals()
     if totals:
         cost = "" if totals["cost_usd"] is None else f", ${totals['cost_usd']:,.0f}"
@@ -129,8 +161,12 @@ def solve_tables(console: Console, res) -> None:
                       f"{totals['gpu_hours']:,.0f} GPU-hours, {totals['energy_mwh']:,.1f} MWh"
                       f"{cost}")
     if res.status != "optimal":
-        console.print("[yellow]not proven optimal[/]: the search stopped at the time limit; "
-                      "raise --time-limit for a proof")
+        limit = "" if res.time_limit_s is None else f" of {res.time_limit_s:g} s"
+        setup = res.stats.get("setup_s")
+        spent = "" if setup is None else f" (set-up took {setup:.2f} s of it)"
+        console.print(f"[yellow]not proven optimal[/]: the search stopped at the time limit"
+                      f"{limit}{spent}; this is the best plan found so far; raise --time-limit "
+                      "for a proof")
     if len(res.plans) > 1:
         t = Table(title=f"top {len(res.plans)} plans", header_style="bold")
         for col in ("#", "plan", "placement", units, "iteration", "MFU", "memory GiB"):
