@@ -16,11 +16,16 @@ class InputError(PlannerError):
 
 
 class InfeasibleError(PlannerError):
-    """The request has no feasible plan; ``reasons`` explains why, ``hints`` what would help."""
+    """The request has no feasible plan; ``reasons`` explains why, ``hints`` what would help.
+
+    ``status`` is ``"infeasible"`` when nothing fits, ``"time_limit"`` when the time limit
+    ran out before any plan was found (the request may still be feasible)."""
 
     exit_code = 1
 
-    def __init__(self, message: str, reasons: list[str] | None = None, hints: list[str] | None = None):
+    def __init__(self, message: str, reasons: list[str] | None = None,
+                 hints: list[str] | None = None, status: str = "infeasible"):
         super().__init__(message)
         self.reasons = reasons or []
         self.hints = hints or []
+        self.status = status

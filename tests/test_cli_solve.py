@@ -33,9 +33,11 @@ def test_solve_json_contract(best_json):
     data = best_json
     assert set(data) >= {"plan", "estimate", "solver", "alternatives"}
     for key in ("backend", "status", "solve_time_s", "objective", "solver_objective",
-                "evaluator_objective", "gap"):
+                "evaluator_objective", "model_vs_evaluator_rel_diff", "optimality_gap"):
         assert key in data["solver"], key
     assert data["solver"]["status"] == "optimal" and data["solver"]["backend"] == "cpsat"
+    assert data["solver"]["status_text"] == "proven optimal"
+    assert data["solver"]["optimality_gap"] == 0.0 and "gap" not in data["solver"]
     # the estimate has the keys of `planner evaluate --json`
     for key in ("iteration_time_s", "memory_per_gpu_gib", "time_breakdown_s", "mfu",
                 "feasible", "reasons"):
@@ -46,7 +48,7 @@ def test_solve_json_contract(best_json):
     # the formulation's value is a lower bound on the exact one
     # (up to float rounding: the vectorized and the scalar evaluator sum in other orders)
     assert data["solver"]["solver_objective"] <= data["solver"]["evaluator_objective"] * (1 + 1e-12)
-    assert -1e-12 <= data["solver"]["gap"] < 1e-3
+    assert -1e-12 <= data["solver"]["model_vs_evaluator_rel_diff"] < 1e-3
 
 
 def test_solve_top_k_distinct_and_ordered(best_json):

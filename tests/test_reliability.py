@@ -197,3 +197,64 @@ def test_hf_context_length_is_named(capsys):
     code, _, err = run(capsys, "evaluate", "-m", cfg, "-c", "dgx-h100-superpod", "--gpus", "8",
                        "--global-batch", "64", "--tp", "8", "--seq-len", "4096")
     assert code == 0 and "max_position_embeddings" not in err
+
+
+# ---- solver status: proven optimal vs best found; model-vs-evaluator is not a gap ----------
+SMALL_SOLVE = ["-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus", "16", "--global-batch",
+               "64", "--max-microbatch", "2", "--max-virtual-stages", "1"]
+
+
+def test_proven_optimal_is_named_and_gaps_are_separate(capsys):
+    import json
+
+    code, out, _ = run(capsys, "solve", *SMALL_SOLVE, "--json")
+    s = json.loads(out)["solver"]
+    assert code == 0 and "gap" not in s
+    assert s["status"] == "optimal" and s["status_text"] == "proven optimal"
+    assert s["optimality_gap"] == 0.0 and 0 <= s["model_vs_evaluator_rel_diff"] < 1e-3
+    code, out, _ = run(capsys, "solve", *SMALL_SOLVE)
+    assert code == 0 and "proven optimal" in out and "optimality gap 0" in out
+    assert "model vs evaluator" in out and " gap 0.0e" not in out
+
+
+def _stopped_at_time_limit(monkeypatch):
+    """The search as if its time ran out right after the presolve's incumbents."""
+    import planner.orchestration.solver as orch
+
+    real = orch.run_search
+    monkeypatch.setattr(orch, "run_search", lambda tb, backend, top_k, limit, *a, **k:
+                        real(tb, backend, top_k, 0.0, *a, **k))
+
+
+def test_best_found_at_the_time_limit_claims_no_optimality(monkeypatch, capsys):
+    import json
+
+    _stopped_at_time_limit(monkeypatch)
+    res = planner.solve("llama3-8b", "dgx-h100-superpod", gpus=16, global_batch_size=64,
+                        max_microbatch=2, max_virtual_stages=1)
+    assert res.status == "time_limit" and res.status_text == "best found (time limit)"
+    assert res.optimality_gap is None and res.proven_bound is None
+    s = res.to_json()["solver"]
+    assert s["optimality_gap"] is None and s["status_text"] == "best found (time limit)"
+    code, out, _ = run(capsys, "solve", *SMALL_SOLVE)
+    assert code == 0 and "best found (time limit)" in out
+    assert out.count("proven optimal") == out.count("not proven optimal") == 1
+    assert "optimality gap unknown" in out and "not proven optimal" in out
+    code, out, _ = run(capsys, "solve", *SMALL_SOLVE, "--json")
+    assert json.loads(out)["solver"]["status"] == "time_limit"
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "exhaustive"])
+def test_time_limit_counts_the_set_up(capsys, backend):
+    """A limit spent before any plan is evaluated says so (exit 1, status time_limit), never
+    a claimed optimum; the solver is not given a floor of extra time."""
+    import json
+
+    with pytest.raises(InfeasibleError, match="time limit") as e:
+        planner.solve("llama3-8b", "dgx-h100-superpod", gpus=16, backend=backend,
+                      time_limit_s=1e-9)
+    assert e.value.status == "time_limit" and any("set-up" in h for h in e.value.hints)
+    code, out, err = run(capsys, "solve", *SMALL_SOLVE, "--backend", backend,
+                         "--time-limit", "1e-9", "--json")
+    assert code == 1 and json.loads(out)["solver"]["status"] == "time_limit"
+    assert "setting up the search" in err and "Traceback" not in err

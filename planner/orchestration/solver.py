@@ -43,29 +43,51 @@ class SolvedPlan:
                 "objective": self.objective}
 
 
+#: How each solve status reads: only "optimal" is a proof.
+STATUS_TEXT = {"optimal": "proven optimal", "time_limit": "best found (time limit)"}
+
+
 @dataclass
 class SolveResult:
     backend: str
-    status: str  # optimal | feasible | time_limit
+    status: str  # optimal (proven) | time_limit (the best plan found when time ran out)
     objective: Objective
     plans: list[SolvedPlan]
-    solve_time_s: float
+    solve_time_s: float  # wall time of the whole solve, set-up included
     space_size: int
     stats: dict[str, Any] = field(default_factory=dict)
     tokens: float | None = None
     proven_bound: float | None = None  # lower bound over the whole space, reported units
     price_per_gpu_hour: float | None = None  # the cluster's, for the totals
+    time_limit_s: float | None = None
 
     @property
     def best(self) -> SolvedPlan:
         return self.plans[0]
 
     @property
-    def gap(self) -> float | None:
+    def status_text(self) -> str:
+        return STATUS_TEXT.get(self.status, self.status)
+
+    @property
+    def model_vs_evaluator_rel_diff(self) -> float | None:
+        """(exact - model) / exact for the best plan: how far the formulation's lower bound
+        for this plan is below the evaluator's value. Not an optimality gap."""
         b = self.best
         if b.solver_objective is None or b.objective == 0:
             return None
         return (b.objective - b.solver_objective) / b.objective
+
+    @property
+    def optimality_gap(self) -> float | None:
+        """(best - bound) / best over the whole space: 0 once proven optimal, ``None`` when
+        the search stopped before bounding the space."""
+        if self.status == "optimal":
+            return 0.0
+        b = self.best.objective
+        if self.proven_bound is None or b == 0:
+            return None
+        return max(b - self.proven_bound, 0.0) / b
 
     def to_json(self) -> dict[str, Any]:
         b = self.best
@@ -75,12 +97,15 @@ class SolveResult:
             "solver": {
                 "backend": self.backend,
                 "status": self.status,
+                "status_text": self.status_text,
                 "solve_time_s": self.solve_time_s,
+                "time_limit_s": self.time_limit_s,
                 "objective": self.objective.name,
                 "objective_units": self.objective.units_for(self.tokens),
                 "solver_objective": b.solver_objective,
                 "evaluator_objective": b.objective,
-                "gap": self.gap,
+                "model_vs_evaluator_rel_diff": self.model_vs_evaluator_rel_diff,
+                "optimality_gap": self.optimality_gap,
                 "proven_bound": self.proven_bound,
                 "space_size": self.space_size,
                 **self.stats,
@@ -159,28 +184,12 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     size = space.size()
     if size == 0:
         raise explain_no_placement(space)
-    if backend == "exhaustive":
-        res: SearchResult = run_exhaustive(
-            space, objective, top_k, time_limit_s,
-            progress=lambda done, total: say(f"exhaustive: {done:,} of {total:,} plans evaluated"),
-            max_time_s=max_iteration_time_s)
-        stats = {"evaluations": res.stats.evaluations}
-    else:
-        say(f"tabulating the cost model over {size:,} plans")
-        tb = build_tables(space, objective)
-        say("solving")
-        res = run_search(tb, backend, top_k, max(time_limit_s - (time.perf_counter() - t0), 1.0),
-                         presolve, progress=say, log=log, max_time_s=max_iteration_time_s)
-        stats = {"points": res.stats.points_total, "points_in_model": res.stats.points_model,
-                 "solver_calls": res.stats.solver_calls, "evaluations": res.stats.evaluations}
+    res, stats, setup_s = _search(space, size, objective, backend, top_k, time_limit_s,
+                                  presolve, say, log, max_iteration_time_s, t0)
     if not res.candidates:
         if res.status == "time_limit":
-            raise InfeasibleError(
-                f"no plan found within the time limit ({time_limit_s:g} s)",
-                [f"{backend} stopped before finding a feasible plan in a space of {size:,} "
-                 "plans; the request may still be feasible"],
-                ["raise --time-limit", "keep the bound presolve on (drop --no-presolve)",
-                 "fix some knobs with --fix to shrink the space"])
+            raise _time_limit_error(backend, time_limit_s, size, setup_s,
+                                    stats.get("tabulated", True), t0)
         if max_iteration_time_s is not None:
             raise InfeasibleError(
                 f"no plan fits in memory and iterates within {max_iteration_time_s:.6g} s",
@@ -191,11 +200,67 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     plans = [_solved(c, objective, tokens, backend, res.status == "optimal")
              for c in res.candidates]
     status = res.status if res.status != "infeasible" else "optimal"
-    # no plan in the space is better than this (the best plan's value once proven)
-    pb = None if res.bound is None else min(res.bound * objective_scale(
+    # no plan in the space is better than this (the best plan's value once proven); a
+    # search stopped by the time limit has proven no bound over the whole space
+    pb = None if res.bound is None or status != "optimal" else min(res.bound * objective_scale(
         objective, plans[0].plan, tokens), plans[0].objective)
-    return SolveResult(backend, status, objective, plans, wall, size, stats, tokens, pb,
-                       price_per_gpu_hour(cluster))
+    return SolveResult(backend, status, objective, plans, wall, size,
+                       {**stats, "setup_s": setup_s}, tokens, pb,
+                       price_per_gpu_hour(cluster), time_limit_s)
+
+
+def _search(space: SearchSpace, size: int, objective: Objective, backend: str, top_k: int,
+            time_limit_s: float, presolve: bool, say: Callable[[str], None],
+            log: Callable[[str], None] | None, max_iteration_time_s: float | None,
+            t0: float) -> tuple[SearchResult, dict[str, Any], float]:
+    """Run the search on what is left of the time limit (counted from ``t0``: enumerating
+    and tabulating the space are part of it). A phase that has started runs to its end;
+    none starts once the limit is spent (the result then has no candidates and the status
+    ``time_limit``). Returns the result, its statistics and the set-up time."""
+    if backend == "exhaustive":
+        setup_s = time.perf_counter() - t0
+        if setup_s >= time_limit_s:
+            return SearchResult(backend, "time_limit"), {"evaluations": 0}, setup_s
+        res: SearchResult = run_exhaustive(
+            space, objective, top_k, time_limit_s - setup_s,
+            progress=lambda done, total: say(f"exhaustive: {done:,} of {total:,} plans evaluated"),
+            max_time_s=max_iteration_time_s)
+        return res, {"evaluations": res.stats.evaluations}, setup_s
+    tb = None
+    if time.perf_counter() - t0 < time_limit_s:
+        say(f"tabulating the cost model over {size:,} plans")
+        tb = build_tables(space, objective)
+    setup_s = time.perf_counter() - t0
+    if tb is None or setup_s >= time_limit_s:
+        return SearchResult(backend, "time_limit"), {"tabulated": tb is not None}, setup_s
+    say("solving")
+    res = run_search(tb, backend, top_k, time_limit_s - setup_s, presolve, progress=say,
+                     log=log, max_time_s=max_iteration_time_s)
+    return res, {"points": res.stats.points_total, "points_in_model": res.stats.points_model,
+                 "solver_calls": res.stats.solver_calls,
+                 "evaluations": res.stats.evaluations}, setup_s
+
+
+def _time_limit_error(backend: str, time_limit_s: float, size: int, setup_s: float,
+                      tabulated: bool, t0: float) -> InfeasibleError:
+    """No plan found within the time limit: say where the time went."""
+    wall = time.perf_counter() - t0
+    if setup_s >= time_limit_s:
+        done = "enumerating {:,} plans and tabulating the cost model over them" if tabulated \
+            and backend != "exhaustive" else "enumerating {:,} plans"
+        reasons = [f"setting up the search ({done.format(size)}) took {setup_s:.2f} s of "
+                   f"the {time_limit_s:g} s limit; no plan was evaluated"]
+        hints = [f"a --time-limit well above the {setup_s:.2f} s of set-up"
+                 + ("" if tabulated or backend == "exhaustive"
+                    else ", and tabulating the cost model takes longer than enumerating"),
+                 "fix some knobs with --fix to shrink the space"]
+    else:
+        reasons = [f"{backend} stopped after {wall:.2f} s before finding a feasible plan in a "
+                   f"space of {size:,} plans; the request may still be feasible"]
+        hints = ["raise --time-limit", "keep the bound presolve on (drop --no-presolve)",
+                 "fix some knobs with --fix to shrink the space"]
+    return InfeasibleError(f"no plan found within the time limit ({time_limit_s:g} s)",
+                           reasons, hints, status="time_limit")
 
 
 def _positive(name: str, value: Any, integer: bool = False) -> None:
