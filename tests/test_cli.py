@@ -131,3 +131,15 @@ def test_evaluate_plot(capsys, tmp_path):
     code, _, _ = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "-p",
                      str(DATA / "plan-tp8.yaml"), "--plot", str(png))
     assert code == 0 and png.stat().st_size > 5000
+
+
+@pytest.mark.parametrize("command", [[], ["solve"], ["evaluate"], ["procure"], ["collective"],
+                                     ["catalog"], ["validate"]])
+def test_help_metavars(capsys, command):
+    """Boolean flags read as plain flags and repeatable options show what they take, never
+    typer's ``<bool>`` or ``<list[str]>``."""
+    code, out, _ = run(capsys, *command, "--help")
+    assert code == 0 and "--help" in out
+    assert "<bool>" not in out and "<list[" not in out
+    if command == ["solve"]:
+        assert "FIELD=VALUE" in out

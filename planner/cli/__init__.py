@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from planner import __version__
 from planner.cli.catalog import catalog_cmd as _catalog
@@ -23,8 +24,32 @@ from planner.cli.solve import solve as _solve
 from planner.cli.validate import validate as _validate
 from planner.errors import PlannerError
 
+def _plain_metavars(params: list) -> list:
+    """Help shows a boolean flag as a plain flag (typer would print ``<bool>``) and a
+    repeatable option with its own metavar (``--fix FIELD=VALUE``; ``VALUE`` where none is
+    given, never ``<list[str]>``)."""
+    for p in params:
+        if isinstance(p, TyperOption) and p.metavar is None:
+            if p.is_bool_flag:
+                p.metavar = ""
+            elif p.multiple:
+                p.metavar = "VALUE"
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx):  # type: ignore[no-untyped-def]
+        return _plain_metavars(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx):  # type: ignore[no-untyped-def]
+        return _plain_metavars(super().get_params(ctx))
+
+
 app = typer.Typer(
     name="planner",
+    cls=_Group,
     help="Plan distributed training of large transformers: evaluate a plan, find the best "
     "one (solve), or choose what to buy (procure).",
     no_args_is_help=True,
@@ -47,12 +72,12 @@ def _root(
     pass
 
 
-app.command("evaluate")(_evaluate)
-app.command("catalog")(_catalog)
-app.command("validate")(_validate)
-app.command("solve")(_solve)
-app.command("collective")(_collective)
-app.command("procure")(_procure)
+app.command("evaluate", cls=_Command)(_evaluate)
+app.command("catalog", cls=_Command)(_catalog)
+app.command("validate", cls=_Command)(_validate)
+app.command("solve", cls=_Command)(_solve)
+app.command("collective", cls=_Command)(_collective)
+app.command("procure", cls=_Command)(_procure)
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ def evaluate(
     cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
     plan: Optional[str] = typer.Option(None, "--plan", "-p", help="Plan YAML (see docs/formats.md)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help=GPUS_HELP),
-    set_: list[str] = typer.Option([], "--set", help="Override a plan field: FIELD=VALUE (repeatable)."),
+    set_: list[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Override a plan field: FIELD=VALUE (repeatable)."),
     tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree."),
     pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline-parallel degree."),
     dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (default: GPUs / (tp cp pp))."),

@@ -51,7 +51,8 @@ def procure(
         "time (default with --budget)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Only these GPU types, "
                                        "comma-separated (e.g. h100,b200)."),
-    cluster: list[str] = typer.Option([], "--cluster", "-c", help="Cluster templates to "
+    cluster: list[str] = typer.Option([], "--cluster", "-c", metavar="NAME|PATH",
+                                      help="Cluster templates to "
                                       "consider instead of the catalog's: catalog names or "
                                       "cluster YAML files, comma-separated or repeated "
                                       "(e.g. ramp-a100,examples/ramp-baseline-fat-tree.yaml)."),

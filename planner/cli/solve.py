@@ -37,7 +37,7 @@ def solve(
                                         help="cpsat (default), milp, or exhaustive (brute force)."),
     time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds for the whole solve, set-up included; when they run out, the best plan found so far (not proven optimal)."),
     top: int = typer.Option(1, "--top", help="Return the K best distinct plans."),
-    fix: list[str] = typer.Option([], "--fix", help="Fix a plan field: FIELD=VALUE (repeatable), "
+    fix: list[str] = typer.Option([], "--fix", metavar="FIELD=VALUE", help="Fix a plan field: FIELD=VALUE (repeatable), "
                                   "e.g. --fix tp=8 --fix recompute=full --fix placement.domain.tp=8."),
     plan: Optional[str] = typer.Option(None, "--plan", "-p", help="Partial plan YAML: its fields are fixed."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Global batch (sequences); default from the model."),
