@@ -17,6 +17,7 @@ from planner.api import (  # noqa: E402
     solve,
 )
 from planner.costmodel.evaluator import Estimate  # noqa: E402
+from planner.errors import InfeasibleError, InputError, PlannerError  # noqa: E402
 from planner.specs import ClusterSpec, GPUSpec, ModelSpec, Placement, Plan  # noqa: E402
 
 __all__ = [
@@ -30,6 +31,9 @@ __all__ = [
     "procure",
     "solve",
     "Estimate",
+    "InfeasibleError",
+    "InputError",
+    "PlannerError",
     "ClusterSpec",
     "GPUSpec",
     "ModelSpec",

@@ -10,7 +10,15 @@ from planner.costmodel.evaluator import Estimate
 from planner.costmodel.evaluator import evaluate as _evaluate
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
-from planner.specs.loaders import load_cluster, load_gpu, load_model, plan_from_dict, read_structured
+from planner.specs.loaders import (
+    load_cluster,
+    load_gpu,
+    load_model,
+    plan_from_dict,
+    read_structured,
+    reference,
+)
+from planner.specs.validate import _short
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
@@ -27,23 +35,44 @@ def load_plan(path: str, **overrides: Any) -> Plan:
     """A plan from a YAML file, with keyword overrides of its fields."""
     from pathlib import Path
 
+    path = reference(path, "plan")
     data = read_structured(Path(path))
     data.update(overrides)
     return plan_from_dict(data, path)
 
 
 def _resolve(model: ModelSpec | str, cluster: ClusterSpec | str) -> tuple[ModelSpec, ClusterSpec]:
-    m = load_model(model) if isinstance(model, str) else model
-    c = load_cluster(cluster) if isinstance(cluster, str) else cluster
+    m = model if isinstance(model, ModelSpec) else load_model(model)
+    c = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     return m, c
+
+
+def _plan(plan: Any, where: str) -> Plan:
+    """``plan`` (a Plan or a mapping of plan fields) as a Plan."""
+    if isinstance(plan, Plan):
+        return plan
+    if not isinstance(plan, Mapping):
+        raise InputError(f"{where} {_short(plan)}: expected a Plan or a mapping of plan fields")
+    return plan_from_dict(dict(plan), where)
+
+
+def _flag(name: str, value: Any) -> None:
+    """A yes/no keyword: True, False or None (never a string such as "no", which is true)."""
+    if value is not None and not isinstance(value, bool):
+        raise InputError(f"{name} {_short(value)}: expected True or False")
+
+
+def _callable(name: str, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise InputError(f"{name} {_short(value)}: expected a function taking a line of text")
 
 
 def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Plan | dict[str, Any],
              allow_idle_gpus: bool = False) -> Estimate:
     """Cost of one plan. ``model`` and ``cluster`` may be catalog names or file paths."""
     m, c = _resolve(model, cluster)
-    p = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan), "plan")
-    return _evaluate(m, c, p, allow_idle_gpus=allow_idle_gpus)
+    _flag("allow_idle_gpus", allow_idle_gpus)
+    return _evaluate(m, c, _plan(plan, "plan"), allow_idle_gpus=allow_idle_gpus)
 
 
 def evaluate_many(model: ModelSpec | str, cluster: ClusterSpec | str,
@@ -56,8 +85,11 @@ def evaluate_many(model: ModelSpec | str, cluster: ClusterSpec | str,
     from planner.costmodel.batch import evaluate_many as _many
 
     m, c = _resolve(model, cluster)
-    ps = [p if isinstance(p, Plan) else plan_from_dict(dict(p), f"plans[{i}]")
-          for i, p in enumerate(plans)]
+    _flag("allow_idle_gpus", allow_idle_gpus)
+    if isinstance(plans, (Mapping, Plan, str)) or not isinstance(plans, Iterable):
+        raise InputError(f"plans {_short(plans)}: expected a list of plans (Plan objects or "
+                         "mappings of plan fields)")
+    ps = [_plan(p, f"plans[{i}]") for i, p in enumerate(plans)]
     return _many(m, c, ps, allow_idle_gpus)
 
 
@@ -97,10 +129,15 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     from planner.orchestration import solve as _solve
     from planner.specs.plan_base import base_overrides
 
-    m = load_model(model) if isinstance(model, str) else model
+    m = model if isinstance(model, ModelSpec) else load_model(model)
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-        raise InputError(f"gpus {gpus!r}: expected a positive integer")
-    c = load_cluster(cluster, gpus) if isinstance(cluster, str) else _resized(cluster, gpus)
+        raise InputError(f"gpus {_short(gpus)}: expected a positive integer")
+    c = _resized(cluster, gpus) if isinstance(cluster, ClusterSpec) else load_cluster(cluster, gpus)
+    for name, value in (("allow_idle_gpus", allow_idle_gpus), ("even_pipeline", even_pipeline),
+                        ("presolve", presolve)):
+        _flag(name, value)
+    _callable("progress", progress)
+    _callable("log", log)
     opts = _space_options(options, max_microbatch=max_microbatch,
                           max_virtual_stages=max_virtual_stages,
                           allow_idle_gpus=allow_idle_gpus, even_pipeline=even_pipeline)
@@ -123,15 +160,29 @@ def _resized(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
 def _fixed_fields(plan: str | PathLike[str] | Mapping[str, Any] | None,
                   fix: Mapping[str, Any] | Iterable[str | tuple[str, Any]] | None) -> dict[str, Any]:
     """The fixed plan fields of a solve: ``plan`` (a path or a mapping), then ``fix``."""
-    from planner.specs.loaders import apply_overrides, load_plan_dict, parse_override
+    from planner.specs.loaders import apply_overrides, load_plan_dict
 
     if isinstance(plan, Mapping):
         fixed = dict(plan)
     else:
-        fixed = load_plan_dict(str(plan)) if plan else {}
+        fixed = load_plan_dict(plan) if plan is not None else {}  # type: ignore[arg-type]
+    if fix is not None and not isinstance(fix, (Mapping, str, Iterable)):
+        raise InputError(f"fix {_short(fix)}: expected a mapping of plan fields, FIELD=VALUE "
+                         "strings or (field, value) pairs")
     items = fix.items() if isinstance(fix, Mapping) else [fix] if isinstance(fix, str) else (fix or [])
-    pairs = [parse_override(f) if isinstance(f, str) else tuple(f) for f in items]
-    return apply_overrides(fixed, pairs)  # type: ignore[arg-type]
+    return apply_overrides(fixed, [_override(f) for f in items])
+
+
+def _override(item: Any) -> tuple[str, Any]:
+    """One ``fix`` item: a ``"FIELD=VALUE"`` string or a (field, value) pair."""
+    from planner.specs.loaders import parse_override, plan_field
+
+    if isinstance(item, str):
+        return parse_override(item)
+    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
+        return plan_field(item[0]), item[1]
+    raise InputError(f"fix item {_short(item)}: expected a FIELD=VALUE string or a (field, "
+                     "value) pair")
 
 
 def _space_options(options: SpaceOptions | None, *, max_microbatch: int | None,
@@ -142,11 +193,13 @@ def _space_options(options: SpaceOptions | None, *, max_microbatch: int | None,
         ("max_microbatch", max_microbatch), ("max_virtual_stages", max_virtual_stages),
         ("allow_idle_gpus", allow_idle_gpus),
         ("allow_uneven", None if even_pipeline is None else not even_pipeline)) if v is not None}
+    from formulations.space import SpaceOptions as _SpaceOptions
+
+    if options is not None and not isinstance(options, _SpaceOptions):
+        raise InputError(f"options {_short(options)}: expected a formulations.space.SpaceOptions")
     if not changes:
         return options
     from dataclasses import replace
-
-    from formulations.space import SpaceOptions as _SpaceOptions
 
     return replace(options or _SpaceOptions(), **changes)
 
@@ -186,7 +239,8 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     from planner.specs.plan_base import base_overrides
     from planner.specs.pricing import load_pricing
 
-    m = load_model(model) if isinstance(model, str) else model
+    m = model if isinstance(model, ModelSpec) else load_model(model)
+    _check_procure(gpus, clusters, counts, prices, workers, pareto, progress)
     names = gpus.split(",") if isinstance(gpus, str) else gpus
     if isinstance(clusters, (str, ClusterSpec)):
         clusters = [clusters]
@@ -197,5 +251,42 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
                     templates=templates, counts=counts,
                     max_gpus=DEFAULT_MAX_GPUS if max_gpus is None else max_gpus,
                     pricing=spec, pareto=pareto,
-                    base=base_overrides(global_batch_size, seq_len, dtype), options=options,
+                    base=_checked_base(m, base_overrides(global_batch_size, seq_len, dtype)),
+                    options=_space_options(options, max_microbatch=None,
+                                           max_virtual_stages=None, allow_idle_gpus=None,
+                                           even_pipeline=None),
                     time_limit_s=time_limit_s, workers=workers, progress=progress)
+
+
+def _checked_base(model: ModelSpec, base: dict[str, Any]) -> dict[str, Any]:
+    """The batch, sequence length and dtype given, validated as plan fields (their
+    validated values: 16.0 -> 16)."""
+    from planner.specs.plan_base import model_defaults, require_batch
+
+    data = {**model_defaults(model), **base}
+    require_batch(model, data)
+    plan = plan_from_dict(data, "global_batch_size, seq_len and dtype")
+    return {k: getattr(plan, k) for k in base}
+
+
+def _check_procure(gpus: Any, clusters: Any, counts: Any, prices: Any, workers: Any,
+                   pareto: Any, progress: Any) -> None:
+    """The types of ``procure``'s keywords (the numbers are checked with the query)."""
+    def names(value: Any, what: str, kinds: tuple[type, ...]) -> None:
+        if value is None or isinstance(value, kinds):
+            return
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, kinds) for v in value):
+            raise InputError(f"{what} {_short(value)}: expected a name or a list of names")
+
+    names(gpus, "gpus", (str,))
+    names(clusters, "clusters", (str, ClusterSpec))
+    if counts is not None and (not isinstance(counts, (list, tuple)) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in counts)):
+        raise InputError(f"counts {_short(counts)}: expected a list of positive GPU counts")
+    if prices is not None and not isinstance(prices, (str, dict)):
+        raise InputError(f"prices {_short(prices)}: expected a pricing YAML path or a mapping")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise InputError(f"workers {_short(workers)}: expected a positive integer or None")
+    _flag("pareto", pareto)
+    _callable("progress", progress)

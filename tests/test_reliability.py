@@ -94,7 +94,7 @@ def test_infinite_or_nan_numbers_are_refused(tmp_path, old, new):
         planner.load_gpu(_edited(tmp_path, H100, old, new))
 
 
-@pytest.mark.parametrize("gpus", [-8, 0, 12])
+@pytest.mark.parametrize("gpus", [-8, 0, 13])  # 12 is two nodes of 6 (tests/test_mesh.py)
 def test_api_gpus(gpus):
     with pytest.raises(InputError):
         planner.solve("llama3-8b", planner.load_cluster("dgx-h100-superpod"), gpus=gpus)
@@ -258,3 +258,122 @@ def test_time_limit_counts_the_set_up(capsys, backend):
                          "--time-limit", "1e-9", "--json")
     assert code == 1 and json.loads(out)["solver"]["status"] == "time_limit"
     assert "setting up the search" in err and "Traceback" not in err
+
+
+# ---- found by the fuzz suite (tests/test_fuzz.py) -------------------------------------------
+TINY = str(DATA / "tiny-model.yaml")
+
+
+def _small_solve(**kw):
+    return planner.solve(TINY, "dgx-h100-superpod", **{
+        "gpus": 8, "max_microbatch": 2, "max_virtual_stages": 2, **kw})
+
+
+def test_fixed_fields_are_searched_with_their_validated_values():
+    """A fixed tp of 2.0 crashed the space (float divisors); a fixed sequence_parallel of
+    "false" was searched as true (bool("false"))."""
+    assert _small_solve(plan={"tp": 2.0}).best.plan.tp == 2
+    assert _small_solve(fix={"sequence_parallel": "false"}).best.plan.sequence_parallel is False
+    res = _small_solve(plan={"placement": {"domain": {"tp": 2.0, "dp": 4}}}, fix={"tp": 2})
+    assert res.best.plan.placement.domain["tp"] == 2
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(global_batch_size=2 ** 62), "global_batch_size"),
+    (dict(seq_len=2 ** 62), "seq_len"),
+    (dict(fix={"virtual_stages": 10 ** 12}), "virtual_stages"),
+])
+def test_huge_sizes_are_refused_not_enumerated(kw, field):
+    """Each of these enumerated for hours (divisors of 2**62, range(10**12))."""
+    with pytest.raises(InputError, match=field):
+        _small_solve(**kw)
+
+
+def test_huge_space_bound_is_the_same_space():
+    """max_virtual_stages above the layer count describes the same space (pp x v never
+    exceeds the layers): it answers, instead of looping to 10**12."""
+    assert _small_solve(max_virtual_stages=10 ** 12).status == "optimal"
+
+
+def test_huge_batch_in_a_model_or_plan_file(tmp_path):
+    with pytest.raises(InputError, match="global_batch_size"):
+        planner.load_model(_edited(tmp_path, LLAMA8B, "global_batch_size: 512",
+                                   "global_batch_size: 4611686018427387904"))
+    with pytest.raises(InputError, match="seq_len"):
+        planner.evaluate(TINY, "dgx-h100-superpod", dict(tp=8, dp=128, global_batch_size=128,
+                                                          seq_len=2 ** 40))
+
+
+@pytest.mark.parametrize("args", [["--latencies", "nan"], ["--latencies", "inf"],
+                                  ["--latencies", "1,nan"]])
+def test_collective_non_finite_latency(capsys, args):
+    code, _, err = run(capsys, "collective", "-t", "Ring(2)_Switch(4)", "-b", "100,50", *args)
+    assert code == 2 and "--latencies" in err
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: planner.load_model(5), "model"),
+    (lambda: planner.load_model(None), "model"),
+    (lambda: planner.load_cluster(5), "cluster"),
+    (lambda: planner.load_cluster("dgx-h100-superpod", "8"), "gpus"),
+    (lambda: planner.load_cluster("dgx-h100-superpod", 8.5), "gpus"),
+    (lambda: planner.load_gpu(5), "gpu"),
+    (lambda: planner.load_plan(5), "plan"),
+    (lambda: planner.evaluate(5, "dgx-h100-superpod", {}), "model"),
+    (lambda: planner.evaluate(TINY, "dgx-h100-superpod", 5), "plan"),
+    (lambda: planner.evaluate(TINY, "dgx-h100-superpod", "tp=8"), "plan"),
+    (lambda: planner.evaluate_many(TINY, "dgx-h100-superpod", 5), "plans"),
+    (lambda: planner.evaluate_many(TINY, "dgx-h100-superpod", [5]), r"plans\[0\]"),
+    (lambda: _small_solve(fix=5), "fix"),
+    (lambda: _small_solve(fix=[5]), "fix item"),
+    (lambda: _small_solve(fix=[("tp",)]), "fix item"),
+    (lambda: _small_solve(fix={"nonsense": 1}), "nonsense"),
+    (lambda: _small_solve(options=5), "options"),
+    (lambda: _small_solve(top_k="2"), "--top"),
+    (lambda: _small_solve(progress=5), "progress"),
+    (lambda: planner.procure(TINY, 1e9, gpus=5, max_gpus=16), "gpus"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", counts=5), "counts"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=16, clusters=[5]), "clusters"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=16, options=5), "options"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=16, objective=["cost"]),
+     "objective"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=16, global_batch_size="x"),
+     "global_batch_size"),
+])
+def test_api_argument_types(call, name):
+    """Wrong argument types raised AttributeError, TypeError or ValueError from inside."""
+    with pytest.raises(InputError, match=name):
+        call()
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: _small_solve(allow_idle_gpus="no"), "allow_idle_gpus"),
+    (lambda: planner.evaluate(TINY, "dgx-h100-superpod", dict(
+        tp=8, dp=128, global_batch_size=128, seq_len=512), allow_idle_gpus="no"),
+     "allow_idle_gpus"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=16, prices=5), "prices"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=16, workers=0), "workers"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=True), "max-gpus"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=16, days=True), "days"),
+])
+def test_api_values_not_silently_taken(call, name):
+    """These answered as if the value meant something: "no" as true, prices=5 ignored,
+    workers=0 as one worker, True as the number 1."""
+    with pytest.raises(InputError, match=name):
+        call()
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "latency_us has no upper bound (planner/specs/cluster.py) and formulations/build.py "
+    "asserts instead of refusing; the fix belongs to their owners (reported)"))
+def test_absurd_latency_is_refused(tmp_path):
+    """A finite but absurd latency (75 million seconds) overflows the integer model's rows:
+    an AssertionError from formulations/build.py instead of an InputError."""
+    path = _edited(tmp_path, ROOT / "hardware_catalog" / "clusters" / "dgx-a100-superpod.yaml",
+                   "latency_us: 2", "latency_us: 75059993789649.0")
+    with pytest.raises(InputError, match="latency"):
+        _small_solve_on(path)
+
+
+def _small_solve_on(cluster: str):
+    return planner.solve(TINY, cluster, gpus=8, max_microbatch=2, max_virtual_stages=2)

@@ -6,6 +6,7 @@ RAMP) run through it (docs/seeds.md). The physics is ``costmodel/network.py``'s.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import typer
@@ -44,8 +45,8 @@ def _floats(text: str, what: str) -> list[float]:
         vals = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise InputError(f"{what}: expected comma-separated numbers, got '{text}'") from None
-    if any(v < 0 for v in vals):
-        raise InputError(f"{what}: values must be non-negative, got '{text}'")
+    if any(not math.isfinite(v) or v < 0 for v in vals):
+        raise InputError(f"{what}: expected finite non-negative numbers, got '{text}'")
     return vals
 
 
@@ -57,6 +58,7 @@ def build_levels(topology: Optional[str], cluster: Optional[str], bandwidths: Op
     from planner.specs.loaders import load_cluster
     from planner.specs.topology import shorthand_levels
     from planner.specs.units import parse_bandwidth_GBps
+    from planner.specs.validate import validate
 
     if (topology is None) == (cluster is None):
         raise InputError("give either --topology (with --bandwidths) or --cluster")
@@ -74,7 +76,8 @@ def build_levels(topology: Optional[str], cluster: Optional[str], bandwidths: Op
                for i, b in enumerate(bandwidths.split(",")) if b.strip()]
         lats = _floats(latencies, "--latencies") if latencies else None
         raw = shorthand_levels(topology, bws, lats)
-        levels = [TopologyLevel(**lv) for lv in raw]
+        levels = [validate(TopologyLevel, lv, f"--topology dimension {i + 1}")
+                  for i, lv in enumerate(raw)]
         chunks, name = 64, topology
     n = len(levels)
     if algorithms:

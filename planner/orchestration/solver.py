@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
 from formulations.exhaustive import run_exhaustive
@@ -146,9 +146,35 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, fixed: dict[str, Any] | 
         if k in fixed:
             base_data[k] = fixed.pop(k)
     require_batch(model, base_data)
-    # validate the fixed knobs as plan fields (types, ranges)
-    plan_from_dict({**base_data, **fixed}, "--fix")
-    return SearchSpace(model, cluster, base_data, fixed, options or SpaceOptions())
+    # validate the fixed knobs as plan fields (types, ranges), then search with the
+    # validated values (2.0 -> 2, "false" -> False), never the raw ones
+    plan = plan_from_dict({**base_data, **fixed},
+                          "plan fields (--fix, --plan, --global-batch, --seq-len, --dtype)")
+    fixed = _validated(fixed, plan)
+    layers = model.num_layers
+    if fixed.get("virtual_stages", 1) > layers:
+        raise InputError(f"virtual_stages {fixed['virtual_stages']}: expected at most the "
+                         f"{layers} layers of {model.name} (each interleaved chunk holds a "
+                         "layer or more)")
+    opts = options or SpaceOptions()
+    if opts.max_virtual_stages > layers:  # the same space: pp x v never exceeds the layers
+        opts = replace(opts, max_virtual_stages=layers)
+    return SearchSpace(model, cluster, _validated(base_data, plan), fixed, opts)
+
+
+def _validated(fields: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    """``fields`` (plan fields, ``placement`` possibly partial) with the values ``plan``
+    validated from them."""
+    out = {k: getattr(plan, k) for k in fields if k in Plan.model_fields and k != "placement"}
+    out.update({k: v for k, v in fields.items() if k not in Plan.model_fields})
+    place = fields.get("placement")
+    if isinstance(place, dict):
+        p = plan.placement
+        out["placement"] = {k: (list(p.order) if k == "order" else dict(p.domain or {})
+                                if k == "domain" else v) for k, v in place.items()}
+    elif "placement" in fields:
+        out["placement"] = place
+    return out
 
 
 def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | None = None,
@@ -165,8 +191,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     _check_request(tokens, time_limit_s, max_iteration_time_s, options)
     if backend not in BACKENDS:
         raise InputError(f"--backend '{backend}': expected one of {', '.join(BACKENDS)}")
-    if top_k < 1:
-        raise InputError(f"--top {top_k}: expected a positive integer")
+    _positive("--top", top_k, integer=True)
     objective.check(cluster)
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)

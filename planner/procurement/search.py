@@ -110,12 +110,13 @@ def _check_query(tokens: float, days: float | None, budget_usd: float | None, ma
     """The objective's name (default: time with a budget, else cost); raises InputError on
     a limit that is not a positive finite number."""
     objective = objective or ("time" if budget_usd is not None else "cost")
-    if objective not in OBJECTIVE_METRIC:
+    if not isinstance(objective, str) or objective not in OBJECTIVE_METRIC:
         raise InputError(f"--objective '{objective}': expected one of "
                          f"{', '.join(OBJECTIVE_METRIC)}")
     for name, v in (("--tokens", tokens), ("--days", days), ("--budget", budget_usd),
                     ("--max-gpus", max_gpus), ("pareto_horizon", pareto_horizon)):
-        if v is not None and not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                  and v > 0 and math.isfinite(v)):
             raise InputError(f"{name} {v!r}: expected a positive number")
     if pareto_horizon < 1:
         raise InputError(f"pareto_horizon {pareto_horizon}: expected at least 1")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
-from planner.specs.validate import validate
+from planner.specs.validate import _short, validate
 
 #: Limits on spec files: no model, cluster, plan or pricing file comes near them.
 MAX_FILE_BYTES = 1 << 20
@@ -81,6 +82,16 @@ def read_structured(path: Path) -> dict[str, Any]:
     return data
 
 
+def reference(ref: Any, what: str) -> str:
+    """``ref`` as a catalog name or path string; an :class:`InputError` naming ``what``
+    when it is neither a string nor a path (a number, None, a list ...)."""
+    if isinstance(ref, os.PathLike):
+        ref = os.fspath(ref)
+    if not isinstance(ref, str):
+        raise InputError(f"{what} {_short(ref)}: expected a catalog name or a file path")
+    return ref
+
+
 def _looks_like_path(ref: str) -> bool:
     return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or Path(ref).exists()
 
@@ -97,6 +108,7 @@ def _unknown(kind: catalog.Kind, what: str, ref: str) -> InputError:
 def load_gpu(ref: str | dict[str, Any]) -> GPUSpec:
     if isinstance(ref, dict):
         return validate(GPUSpec, ref, "inline gpu")
+    ref = reference(ref, "gpu")
     if _looks_like_path(ref):
         return validate(GPUSpec, read_structured(Path(ref)), ref)
     path = catalog.find("gpus", ref)
@@ -108,6 +120,7 @@ def load_gpu(ref: str | dict[str, Any]) -> GPUSpec:
 # ---- models ----------------------------------------------------------------------
 def load_model(ref: str) -> ModelSpec:
     """A catalog name, a model YAML file, or a Hugging Face ``config.json``."""
+    ref = reference(ref, "model")
     if _looks_like_path(ref):
         path = Path(ref)
         data = read_structured(path)
@@ -139,6 +152,9 @@ def cluster_from_dict(data: dict[str, Any], source: str) -> ClusterSpec:
 
 def load_cluster(ref: str, gpus: int | None = None) -> ClusterSpec:
     """A catalog name or a cluster YAML file; ``gpus`` resizes the outermost level."""
+    ref = reference(ref, "cluster")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise InputError(f"gpus {_short(gpus)}: expected a positive integer")
     if _looks_like_path(ref):
         cluster = cluster_from_dict(read_structured(Path(ref)), ref)
     else:
@@ -169,7 +185,7 @@ def unknown_plan_keys(data: dict[str, Any]) -> list[str]:
 
 
 def load_plan_dict(ref: str) -> dict[str, Any]:
-    return read_structured(Path(ref))
+    return read_structured(Path(reference(ref, "plan")))
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -177,16 +193,22 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise InputError(f"expected FIELD=VALUE, got '{text}'")
     key, raw = text.split("=", 1)
-    key = key.strip()
+    key = plan_field(key.strip())
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
+    return key, value
+
+
+def plan_field(key: str) -> str:
+    """``key`` if it names a plan field (or ``placement.*``), else an :class:`InputError`
+    with the closest field names."""
     if key not in Plan.model_fields and not key.startswith("placement."):
         near = difflib.get_close_matches(key, list(Plan.model_fields), n=3)
         hint = f"; closest: {', '.join(near)}" if near else ""
-        raise InputError(f"'{key}' is not a plan field{hint}")
-    return key, value
+        raise InputError(f"'{_short(key)[1:-1]}' is not a plan field{hint}")
+    return key
 
 
 def _mapping(value: Any, name: str, key: str) -> dict[str, Any]:

@@ -10,6 +10,11 @@ from planner.specs.base import Spec
 
 LayerType = Literal["dense", "moe"]
 LAYER_TYPES: tuple[LayerType, ...] = ("dense", "moe")
+#: Largest global batch (sequences) and sequence length (tokens) accepted: 16,777,216, far
+#: above any published run (DeepSeek-V3: 15,360 sequences; Llama 4 Scout: 10M-token
+#: context). The search enumerates divisors of the batch, so the bound bounds its time.
+MAX_GLOBAL_BATCH = 1 << 24
+MAX_SEQ_LEN = 1 << 24
 
 
 class MoESpec(Spec):
@@ -57,7 +62,7 @@ class ModelSpec(Spec):
     ffn_hidden_size: PositiveInt
     ffn_type: Literal["gelu", "swiglu"] = "gelu"
     vocab_size: PositiveInt
-    seq_len: PositiveInt = 2048
+    seq_len: PositiveInt = Field(2048, le=MAX_SEQ_LEN)
     tied_embeddings: bool = False
     norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
     position_embedding: Literal["rope", "learned", "none"] = "rope"
@@ -65,7 +70,8 @@ class ModelSpec(Spec):
     dropout: bool = Field(False, description="dropout layers store masks (GPT-3-era Megatron)")
     moe: MoESpec | None = None
     mla: MLASpec | None = Field(None, description="multi-head latent attention (DeepSeek)")
-    global_batch_size: PositiveInt | None = Field(None, description="default batch, sequences")
+    global_batch_size: PositiveInt | None = Field(None, le=MAX_GLOBAL_BATCH,
+                                                  description="default batch, sequences")
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     aliases: list[str] = Field(default_factory=list)
     source: str | None = None

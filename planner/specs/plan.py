@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from planner.specs.base import Spec
-from planner.specs.model import LAYER_TYPES
+from planner.specs.model import LAYER_TYPES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 
 Recompute = Literal["none", "selective", "full"]
 Dim = Literal["tp", "cp", "ep", "dp", "pp"]
@@ -55,8 +55,8 @@ class Plan(Spec):
         None, description="tensor-parallel degree of the expert FFNs; default = tp "
         "(Megatron-Core --expert-tensor-parallel-size); must divide tp")
     microbatch_size: PositiveInt = 1
-    global_batch_size: PositiveInt
-    seq_len: PositiveInt
+    global_batch_size: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
+    seq_len: PositiveInt = Field(le=MAX_SEQ_LEN)
     virtual_stages: PositiveInt = 1
     uneven_pipeline: bool = Field(
         False, description="layers need not divide pp x virtual_stages; end chunks get fewer"
