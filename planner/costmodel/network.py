@@ -73,10 +73,23 @@ def ramp_io_fraction(groups: int, k: int, rule: str = "balanced") -> float:
 
 
 def level_bandwidth_Bps(level: TopologyLevel, k: int) -> float:
-    """Bytes/s per GPU that a group with ``k`` members at this level moves."""
+    """Bytes/s per GPU that a group with ``k`` members at this level moves.
+
+    A switch (or ring, or FC level without ``link_GBps``) gives any group the GPU's whole
+    share of the level. A mesh of point-to-point links (``fully_connected`` with
+    ``link_GBps``, e.g. AMD Infinity Fabric: 7 links of 64 GB/s per direction) gives a
+    group only the ``k - 1`` links to its other members, up to the level's bandwidth:
+    TP2 on an 8-GPU mesh moves 1 link's worth, TP8 7 links' (direct algorithm, one
+    message per peer at once). ASTRA-sim's FC dimension gives each of its p-1 links
+    B/(p-1) (seeds/notes/001_astrasim2.md, Sec. 6.2 item 2), so a group spanning the
+    whole dimension gets B either way."""
     if level.kind == "ramp" and level.transceiver_groups:
         return level.effective_Bps * ramp_io_fraction(level.transceiver_groups, k,
                                                       level.trx_rule)
+    if level.link_GBps is not None:
+        links_Bps = (max(k - 1, 1) * level.link_GBps * 1e9 * level.efficiency
+                     / level.oversubscription)
+        return min(level.effective_Bps, links_Bps)
     return level.effective_Bps
 
 

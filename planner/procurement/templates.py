@@ -14,7 +14,10 @@ from planner.specs.gpu import GPUSpec
 
 #: Catalog cluster whose network, node and host figures a GPU without its own cluster
 #: borrows, by GPU; others borrow ``DERIVE_FROM``. The A100 40GB ships in the DGX A100
-#: (DGX A100 user guide: PCIe Gen4 host, HDR InfiniBand), not in a DGX H100.
+#: (DGX A100 user guide: PCIe Gen4 host, HDR InfiniBand), not in a DGX H100. A derived
+#: template's scale-up level is a switch; a GPU whose node is a mesh of point-to-point
+#: links needs its own catalog cluster (MI300X: ``mi300x-cluster``, Infinity Fabric with
+#: ``link_GBps``), which then replaces the derived template.
 DERIVE_FROM = "dgx-h100-superpod"
 
 

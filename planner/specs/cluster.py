@@ -44,6 +44,17 @@ class TopologyLevel(Spec):
         None, description="RAMP x: transceiver groups per node (kind ramp)")
     trx_rule: Literal["balanced", "eq3"] = Field(
         "balanced", description="RAMP groups per peer: floor(x/(d-1)), or Eq. (3) as printed")
+    link_GBps: PositiveFloat | None = Field(
+        None, description="fully_connected only: bandwidth of the one link to each peer, per "
+        "direction; a group of k members of this level uses k-1 links per GPU (AMD Infinity "
+        "Fabric: 7 x 64 GB/s). Without it the level's bandwidth is shared by any group.")
+
+    @model_validator(mode="after")
+    def _check_links(self) -> "TopologyLevel":
+        if self.link_GBps is not None and self.kind != "fully_connected":
+            raise ValueError(f"link_GBps is for kind fully_connected (a mesh of point-to-point "
+                             f"links), got kind {self.kind!r}")
+        return self
 
     @property
     def effective_Bps(self) -> float:
