@@ -121,9 +121,12 @@ def test_resize_cluster():
     assert c.num_gpus == 16384 and c.topology[-1].size == 2048
     small = load_cluster("dgx-h100-superpod", gpus=4)
     assert small.num_gpus == 4 and len(small.topology) == 1 and small.topology[0].size == 4
+    # not a multiple of 8: the fewest nodes that split it evenly (tests/test_network_realism.py)
+    assert [lv.size for lv in load_cluster("dgx-h100-superpod", gpus=1020).topology] == [6, 170]
     with pytest.raises(InputError) as e:
-        load_cluster("dgx-h100-superpod", gpus=1020)
-    assert "multiple of 8" in str(e.value)
+        load_cluster("dgx-h100-superpod", gpus=1021)  # a prime: no even split
+    assert "--gpus 1021 cannot be placed evenly" in str(e.value)
+    assert "1020 (170 x 6 GPUs)" in str(e.value)
 
 
 def test_hf_llama_config(data_dir):

@@ -161,19 +161,70 @@ class ClusterSpec(Spec):
         """The same cluster resized to ``num_gpus``.
 
         The outermost level grows or shrinks; a count that fits below an inner level
-        drops the levels above it (8 GPUs of a SuperPOD is one NVSwitch domain).
+        drops the levels above it (8 GPUs of a SuperPOD is one NVSwitch domain). A count
+        that does not fill whole units of the level below is placed in as few units as
+        split it evenly (:func:`place_gpus`): 128 GPUs of GB200 NVL72 racks are 2 racks
+        of 64, 12 GPUs of 8-GPU nodes are 2 nodes of 6 (NVIDIA publishes GB200 runs on
+        64, 128 and 256 GPUs). Counts that already filled whole units keep their levels.
         """
         if num_gpus < 1:
             raise ValueError(f"--gpus must be positive, got {num_gpus}")
-        levels = list(self.topology)
-        k = 0
-        while k < len(levels) - 1 and num_gpus > math.prod(lv.size for lv in levels[: k + 1]):
-            k += 1
-        inner = math.prod(lv.size for lv in levels[:k])
-        if num_gpus % inner:
-            raise ValueError(
-                f"--gpus {num_gpus} is not a multiple of {inner}, the GPUs below level "
-                f"'{levels[k].name}'; use a multiple of {inner}"
-            )
-        new_levels = levels[:k] + [levels[k].model_copy(update={"size": num_gpus // inner})]
-        return self.model_copy(update={"num_gpus": num_gpus, "topology": new_levels})
+        levels = place_gpus(list(self.topology), num_gpus)
+        if levels is None:
+            raise ValueError(_unplaceable(list(self.topology), num_gpus))
+        return self.model_copy(update={"num_gpus": num_gpus, "topology": levels})
+
+
+def _top_level(levels: list[TopologyLevel], n: int) -> int:
+    """Index of the outermost level ``n`` GPUs need: the first whose units hold them all,
+    or the outermost level, which grows."""
+    k = 0
+    while k < len(levels) - 1 and n > math.prod(lv.size for lv in levels[: k + 1]):
+        k += 1
+    return k
+
+
+def place_gpus(levels: list[TopologyLevel], n: int) -> list[TopologyLevel] | None:
+    """The levels of a job of ``n`` GPUs on a cluster with ``levels`` (innermost first),
+    or None when no even placement exists.
+
+    With ``k`` the outermost level needed and ``U`` the GPUs in one unit below it (a node,
+    an NVL72 rack), a count that is a multiple of ``U`` fills ``n / U`` whole units.
+    Otherwise the job takes the fewest units ``m >= ceil(n / U)`` that divide ``n``, each
+    holding ``n / m`` GPUs, placed the same way inside the unit (every level below). A
+    unit must be at least half used: ``n / m >= U / 2`` (a prime count above ``U`` would
+    otherwise run one GPU per node); the search over ``n / m`` is then O(U)."""
+    k = _top_level(levels, n)
+    unit = math.prod(lv.size for lv in levels[:k])
+    if n % unit == 0:
+        return levels[:k] + [levels[k].model_copy(update={"size": n // unit})]
+    for per_unit in range(min(unit, n), (unit + 1) // 2 - 1, -1):  # largest share first
+        if n % per_unit:
+            continue
+        inner = place_gpus(levels[:k], per_unit)
+        if inner is None:
+            continue
+        # a share that fits below level k-1 leaves the levels between with one unit each
+        inner += [lv.model_copy(update={"size": 1}) for lv in levels[len(inner):k]]
+        return inner + [levels[k].model_copy(update={"size": n // per_unit})]
+    return None
+
+
+def _unplaceable(levels: list[TopologyLevel], n: int) -> str:
+    """Why ``n`` GPUs cannot be placed, and the nearest counts that can."""
+    k = _top_level(levels, n)
+    unit = math.prod(lv.size for lv in levels[:k])
+    below = next((c for c in range(n - 1, 0, -1) if place_gpus(levels, c)), None)
+    above = next(c for c in range(n + 1, n + unit + 1) if place_gpus(levels, c))
+    near = " or ".join(f"{c} ({_layout(place_gpus(levels, c) or [])})"
+                       for c in (below, above) if c is not None)
+    return (f"--gpus {n} cannot be placed evenly: it does not fill whole units of level "
+            f"'{levels[k - 1].name}' ({unit} GPUs each), and no number of units from "
+            f"{-(-n // unit)} on divides it into equal shares of at least half a unit "
+            f"({(unit + 1) // 2} to {unit} GPUs each); the nearest counts that can be "
+            f"placed are {near}")
+
+
+def _layout(levels: list[TopologyLevel]) -> str:
+    """``2 x 6 GPUs``: the level sizes, outermost first."""
+    return " x ".join(str(lv.size) for lv in reversed(levels)) + " GPUs"
