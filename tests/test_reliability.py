@@ -377,3 +377,16 @@ def test_absurd_latency_is_refused(tmp_path):
 
 def _small_solve_on(cluster: str):
     return planner.solve(TINY, cluster, gpus=8, max_microbatch=2, max_virtual_stages=2)
+
+
+def test_hugging_face_layer_count_is_bounded_before_the_layer_list(tmp_path):
+    """num_hidden_layers 24e12 in a qwen2_moe config built a list of 24e12 MoE layer
+    indices (out of memory) before the model's bound on num_layers was checked."""
+    import json
+
+    cfg = json.loads((DATA / "qwen1.5-moe-a2.7b-config.json").read_text())
+    cfg["num_hidden_layers"] = 24 * 10 ** 12
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="num_hidden_layers"):
+        planner.load_model(str(path))

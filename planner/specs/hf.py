@@ -10,19 +10,25 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from planner.errors import InputError
-from planner.specs.validate import validate
-from planner.specs.model import ModelSpec
+from planner.specs.validate import _short, validate
+from planner.specs.model import MAX_LAYERS, ModelSpec
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
 
-def _need(cfg: dict[str, Any], key: str, source: str, family: str) -> int:
+def _need(cfg: dict[str, Any], key: str, source: str, family: str,
+          maximum: int | None = None) -> int:
     """A required integer field (every size and count the cost model reads)."""
     if key not in cfg or cfg[key] is None:
         raise InputError(f"{source}: {family} config.json is missing '{key}', which the cost model needs")
-    return _opt_int(cfg, key, source)  # type: ignore[return-value]
+    value = _opt_int(cfg, key, source)
+    assert value is not None
+    if maximum is not None and value > maximum:
+        raise InputError(f"{source}: {key} {_short(value)}: expected an integer from 1 to "
+                         f"{maximum:,}")
+    return value
 
 
 def _opt_int(cfg: dict[str, Any], key: str, source: str, minimum: int = 1,
@@ -32,7 +38,7 @@ def _opt_int(cfg: dict[str, Any], key: str, source: str, minimum: int = 1,
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{source}: {key} {value!r}: expected an integer >= {minimum}")
+        raise InputError(f"{source}: {key} {_short(value)}: expected an integer >= {minimum}")
     return value
 
 
@@ -40,7 +46,8 @@ def _int_list(cfg: dict[str, Any], key: str, source: str) -> list[int]:
     value = cfg.get(key) or []
     if not isinstance(value, list) or any(
             isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
-        raise InputError(f"{source}: {key} {value!r}: expected a list of layer indices (>= 0)")
+        raise InputError(f"{source}: {key} {_short(value)}: expected a list of layer indices "
+                         "(>= 0)")
     return value
 
 
@@ -48,7 +55,7 @@ def _rate(cfg: dict[str, Any], key: str, source: str) -> float:
     """A probability field (dropout rates): a number in [0, 1]; 0 when absent."""
     value = cfg.get(key, 0) or 0
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise InputError(f"{source}: {key} {value!r}: expected a number from 0 to 1")
+        raise InputError(f"{source}: {key} {_short(value)}: expected a number from 0 to 1")
     return float(value)
 
 
@@ -59,7 +66,7 @@ def _llama_like(cfg: dict[str, Any], source: str, family: str) -> dict[str, Any]
     if act not in ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh"):
         raise InputError(f"{source}: hidden_act '{act}' is not supported; expected silu or gelu")
     return {
-        "num_layers": g("num_hidden_layers"),
+        "num_layers": _need(cfg, "num_hidden_layers", source, family, MAX_LAYERS),
         "hidden_size": g("hidden_size"),
         "num_attention_heads": heads,
         "num_kv_heads": _opt_int(cfg, "num_key_value_heads", source, default=heads),
@@ -166,7 +173,7 @@ FAMILIES: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
 def model_from_hf(cfg: dict[str, Any], source: str, name: str | None = None) -> ModelSpec:
     kind = cfg.get("model_type")
     if kind is not None and not isinstance(kind, str):
-        raise InputError(f"{source}: model_type {kind!r}: expected a string, one of "
+        raise InputError(f"{source}: model_type {_short(kind)}: expected a string, one of "
                          f"{', '.join(sorted(FAMILIES))}")
     if kind is None:
         raise InputError(f"{source}: config.json has no 'model_type'; expected one of "

@@ -146,7 +146,8 @@ def cluster_from_dict(data: dict[str, Any], source: str) -> ClusterSpec:
     elif isinstance(gpu, dict):
         data["gpu"] = load_gpu(gpu)
     else:
-        raise InputError(f"{source}: gpu: expected a catalog name or a mapping, got {gpu!r}")
+        raise InputError(f"{source}: gpu: expected a catalog name or a mapping, got "
+                         f"{_short(gpu)}")
     return validate(ClusterSpec, data, source)
 
 
@@ -213,7 +214,7 @@ def plan_field(key: str) -> str:
 
 def _mapping(value: Any, name: str, key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InputError(f"--fix {key}: {name} is {value!r}, not a mapping; give "
+        raise InputError(f"--fix {key}: {name} is {_short(value)}, not a mapping; give "
                          f"{name}.FIELD=VALUE only")
     return dict(value)
 

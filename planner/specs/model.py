@@ -15,6 +15,9 @@ LAYER_TYPES: tuple[LayerType, ...] = ("dense", "moe")
 #: context). The search enumerates divisors of the batch, so the bound bounds its time.
 MAX_GLOBAL_BATCH = 1 << 24
 MAX_SEQ_LEN = 1 << 24
+#: 10,000 layers is 100x the deepest published model; the bound keeps per-layer lists
+#: (layer_kinds, a Hugging Face config's MoE layer list) finite.
+MAX_LAYERS = 10_000
 
 
 class MoESpec(Spec):
@@ -52,9 +55,7 @@ class ModelSpec(Spec):
     """A decoder-only transformer. Field names are the stable model-file format."""
 
     name: str
-    # 10,000 layers is 100x the deepest published model; the bound keeps per-layer lists
-    # (layer_kinds) finite
-    num_layers: int = Field(gt=0, le=10_000)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt
     num_kv_heads: PositiveInt | None = Field(None, description="GQA/MQA groups; default = heads")
