@@ -339,6 +339,8 @@ def test_collective_non_finite_latency(capsys, args):
      "objective"),
     (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=16, global_batch_size="x"),
      "global_batch_size"),
+    (lambda: planner.procure(TINY, None, gpus="h100", max_gpus=16), "--tokens"),
+    (lambda: planner.procure(TINY, 1e9, gpus="h100", max_gpus=16.5), "--max-gpus"),
 ])
 def test_api_argument_types(call, name):
     """Wrong argument types raised AttributeError, TypeError or ValueError from inside."""

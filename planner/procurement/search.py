@@ -115,9 +115,13 @@ def _check_query(tokens: float, days: float | None, budget_usd: float | None, ma
                          f"{', '.join(OBJECTIVE_METRIC)}")
     for name, v in (("--tokens", tokens), ("--days", days), ("--budget", budget_usd),
                     ("--max-gpus", max_gpus), ("pareto_horizon", pareto_horizon)):
-        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                  and v > 0 and math.isfinite(v)):
+        required = name in ("--tokens", "--max-gpus", "pareto_horizon")
+        if (v is not None or required) and not (
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                and math.isfinite(v)):
             raise InputError(f"{name} {v!r}: expected a positive number")
+    if not isinstance(max_gpus, int):
+        raise InputError(f"--max-gpus {max_gpus!r}: expected a positive integer")
     if pareto_horizon < 1:
         raise InputError(f"pareto_horizon {pareto_horizon}: expected at least 1")
     return objective
