@@ -392,3 +392,20 @@ def test_hugging_face_layer_count_is_bounded_before_the_layer_list(tmp_path):
     path.write_text(json.dumps(cfg))
     with pytest.raises(InputError, match="num_hidden_layers"):
         planner.load_model(str(path))
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "shorthand_levels (planner/specs/topology.py) calls float() on each latency/efficiency "
+    "without checking its type; the fix belongs to its owner (reported)"))
+@pytest.mark.parametrize("field", ["latencies_us", "efficiencies"])
+def test_shorthand_cluster_lists_of_lists(tmp_path, field):
+    """A shorthand cluster with latencies_us or efficiencies [[]] raises TypeError from
+    float() (pydantic passes a TypeError through) instead of an InputError."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "examples" / "torus-3d.yaml").read_text())
+    data[field] = [[]]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match=field):
+        planner.load_cluster(str(path))
