@@ -164,8 +164,9 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, fixed: dict[str, Any] | 
 
 def _validated(fields: dict[str, Any], plan: Plan) -> dict[str, Any]:
     """``fields`` (plan fields, ``placement`` possibly partial) with the values ``plan``
-    validated from them."""
-    out = {k: getattr(plan, k) for k in fields if k in Plan.model_fields and k != "placement"}
+    validated from them (a None stays None: unset, not the default the plan derived)."""
+    out = {k: None if v is None else getattr(plan, k) for k, v in fields.items()
+           if k in Plan.model_fields and k != "placement"}
     out.update({k: v for k, v in fields.items() if k not in Plan.model_fields})
     place = fields.get("placement")
     if isinstance(place, dict):
