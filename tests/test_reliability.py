@@ -409,3 +409,14 @@ def test_shorthand_cluster_lists_of_lists(tmp_path, field):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(InputError, match=field):
         planner.load_cluster(str(path))
+
+
+@pytest.mark.xfail(strict=True, raises=OverflowError, reason=(
+    "expand_cluster_topology (planner/specs/topology.py) takes int() of each level size to "
+    "count the GPUs and catches TypeError and ValueError, not the OverflowError of an "
+    "infinite size; the fix belongs to its owner (reported)"))
+def test_infinite_level_size_without_num_gpus(tmp_path):
+    path = _edited(tmp_path, ROOT / "examples" / "ramp-baseline-fat-tree.yaml",
+                   "size: 16", "size: .inf")
+    with pytest.raises(InputError, match="size"):
+        planner.load_cluster(path)
