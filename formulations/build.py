@@ -50,6 +50,7 @@ import numpy as np
 
 from formulations.linear import Expr, LinearModel
 from formulations.space import RECOMPUTE
+from planner.errors import InputError
 from planner.costmodel.compose import (
     dp_window_microbatches,
     headroom_bytes,
@@ -92,10 +93,20 @@ def choose_ticks(t_ub_s: float, multiplier: float) -> Ticks:
 
 
 def check_magnitudes(lm: LinearModel) -> None:
-    """Assert that no row can reach the magnitudes where double arithmetic goes inexact."""
+    """Refuse a model whose rows reach the magnitudes where double arithmetic goes inexact.
+
+    Only absurd inputs get here (a latency of years, a bandwidth of bytes per second), so
+    it is the input that is refused, with the quantity that overflowed."""
     for c in lm.cons:
         lo, hi = lm.bounds(c.expr)
-        assert max(abs(lo), abs(hi)) <= 64 * SAFE, "row magnitude beyond double precision"
+        if max(abs(lo), abs(hi)) > 64 * SAFE:
+            what = {"time": "an iteration time", "memory": "a memory total"}.get(
+                getattr(c, "dim", ""), "a row")
+            raise InputError(
+                f"{what} of some candidate plan reaches {max(abs(lo), abs(hi)):.3g} integer "
+                f"units, beyond what the solver represents exactly (2^53): check the "
+                f"cluster's latency_us and bandwidth_GBps and the GPU's peak_tflops and "
+                f"hbm_gib for implausible values")
 
 
 @dataclass

@@ -126,14 +126,7 @@ def check_answer(obj: Any) -> None:
 #: Failures found by this suite whose fix belongs in code its authors could not change:
 #: (exception type, the file raising it, a message fragment) -> the strict-xfail
 #: reproducer in tests/test_reliability.py. An entry goes once its reproducer passes.
-KNOWN: dict[tuple[type, str, str], str] = {
-    (AssertionError, "formulations/build.py", "row magnitude beyond double precision"):
-        "test_absurd_latency_is_refused",
-    (TypeError, "planner/specs/topology.py", "float() argument must be"):
-        "test_shorthand_cluster_lists_of_lists",
-    (OverflowError, "planner/specs/topology.py", "cannot convert float infinity"):
-        "test_infinite_level_size_without_num_gpus",
-}
+KNOWN: dict[tuple[type, str, str], str] = {}
 
 
 def _known(err: BaseException) -> bool:

@@ -390,6 +390,9 @@ def test_cli_json(capsys, cli_catalog):
         assert all(key in r for r in data["pareto"])
     assert data["pareto"] and data["query"]["objective"] == "cost"
     assert data["choice"]["days"] <= 30 and data["stats"]["pareto_computed"] is True
+    # the chosen plan is bf16: the H100 and A100 fits have no bf16 / FlashAttention runs
+    # in common with it, so the choice is flagged as extrapolated
+    assert data["calibration_notes"] and data["choice"]["gpu"] in data["calibration_notes"][0]
 
 
 def test_cli_text_pareto_and_plot(capsys, cli_catalog, tmp_path):

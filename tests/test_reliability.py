@@ -365,15 +365,23 @@ def test_api_values_not_silently_taken(call, name):
         call()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "latency_us has no upper bound (planner/specs/cluster.py) and formulations/build.py "
-    "asserts instead of refusing; the fix belongs to their owners (reported)"))
 def test_absurd_latency_is_refused(tmp_path):
-    """A finite but absurd latency (75 million seconds) overflows the integer model's rows:
-    an AssertionError from formulations/build.py instead of an InputError."""
+    """A finite but absurd latency (75 million seconds) overflowed the integer model's rows:
+    an AssertionError from formulations/build.py instead of an InputError. The level's
+    latency is now at most a second."""
     path = _edited(tmp_path, ROOT / "hardware_catalog" / "clusters" / "dgx-a100-superpod.yaml",
                    "latency_us: 2", "latency_us: 75059993789649.0")
     with pytest.raises(InputError, match="latency"):
+        _small_solve_on(path)
+
+
+def test_absurd_bandwidth_is_refused_by_the_solver(tmp_path):
+    """A bandwidth of bytes per second passes the spec (any positive number is a bandwidth)
+    but makes iteration times no integer model row can hold: the solver refuses the input
+    naming the fields to check, where it asserted."""
+    path = _edited(tmp_path, ROOT / "hardware_catalog" / "clusters" / "dgx-a100-superpod.yaml",
+                   "bandwidth_GBps: 300", "bandwidth_GBps: 1.0e-12")
+    with pytest.raises(InputError, match="bandwidth_GBps"):
         _small_solve_on(path)
 
 
@@ -394,9 +402,6 @@ def test_hugging_face_layer_count_is_bounded_before_the_layer_list(tmp_path):
         planner.load_model(str(path))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "shorthand_levels (planner/specs/topology.py) calls float() on each latency/efficiency "
-    "without checking its type; the fix belongs to its owner (reported)"))
 @pytest.mark.parametrize("field", ["latencies_us", "efficiencies"])
 def test_shorthand_cluster_lists_of_lists(tmp_path, field):
     """A shorthand cluster with latencies_us or efficiencies [[]] raises TypeError from
@@ -411,10 +416,6 @@ def test_shorthand_cluster_lists_of_lists(tmp_path, field):
         planner.load_cluster(str(path))
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason=(
-    "expand_cluster_topology (planner/specs/topology.py) takes int() of each level size to "
-    "count the GPUs and catches TypeError and ValueError, not the OverflowError of an "
-    "infinite size; the fix belongs to its owner (reported)"))
 def test_infinite_level_size_without_num_gpus(tmp_path):
     path = _edited(tmp_path, ROOT / "examples" / "ramp-baseline-fat-tree.yaml",
                    "size: 16", "size: .inf")

@@ -10,7 +10,16 @@ from typing import Any, Optional
 
 import typer
 
-from planner.cli.console import DTYPE_HELP, SEQ_LEN_HELP, LazyStatus, _emit_json, err, out, check_writable
+from planner.cli.console import (
+    DTYPE_HELP,
+    SEQ_LEN_HELP,
+    LazyStatus,
+    _emit_json,
+    check_writable,
+    err,
+    out,
+    warn_calibration,
+)
 from planner.errors import InfeasibleError, InputError
 from planner.procurement import DEFAULT_MAX_GPUS
 
@@ -118,8 +127,10 @@ def _show(result: Any, failure: InfeasibleError | None, *, plot: Optional[str], 
         from planner.report.plots import plot_pareto
 
         plot_pareto(result, plot)
+    choice = getattr(result, "choice", None)
+    notes = warn_calibration(choice.gpu, choice.plan) if choice is not None else []
     if json_:
-        data = result.to_json()
+        data = {**result.to_json(), "calibration_notes": notes}
         if failure is not None:
             data.update(message=str(failure), reasons=failure.reasons, hints=failure.hints)
         _emit_json(data)

@@ -30,7 +30,9 @@ class TopologyLevel(Spec):
     kind: LevelKind = "switch"
     size: PositiveInt
     bandwidth_GBps: PositiveFloat
-    latency_us: float = Field(1.0, ge=0)
+    #: At most one second: network latencies are microseconds (NVLink ~1, IB ~2-5, a
+    #: cross-datacenter hop ~1000); beyond that the number is a unit mistake.
+    latency_us: float = Field(1.0, ge=0, le=1e6)
     efficiency: float = Field(1.0, gt=0, le=1, description="achieved share of bandwidth")
     oversubscription: float = Field(1.0, ge=1, description="taper above this level's units")
     in_network_reduction: bool = Field(False, description="switch reduces (NVLS/SHARP)")

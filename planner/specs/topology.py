@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.errors import InputError
+from planner.specs.validate import _short
 from planner.specs.base import Spec
 
 _KINDS = {
@@ -78,6 +79,17 @@ def _per_dim(values: Any, n: int, what: str, text: str) -> list[Any]:
     return values
 
 
+def _number(value: Any, what: str) -> float:
+    """A number from a shorthand list entry (numeric strings allowed, as pydantic allows)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(f"{what}: expected a number, got {type(value).__name__} "
+                         f"{_short(value)}")
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"{what}: expected a number, got {_short(value)}") from None
+
+
 def shorthand_levels(text: str, bandwidths_GBps: Any, latencies_us: Any = None,
                      efficiencies: Any = None) -> list[dict[str, Any]]:
     """Topology level mappings (``TopologyLevel`` fields) of a shorthand string."""
@@ -97,9 +109,9 @@ def shorthand_levels(text: str, bandwidths_GBps: Any, latencies_us: Any = None,
             bandwidth_GBps=parse_bandwidth_GBps(bw, f"bandwidth of dimension {i}"),
             in_network_reduction=inr)
         if lat is not None:
-            level["latency_us"] = float(lat)
+            level["latency_us"] = _number(lat, f"latencies_us of dimension {i}")
         if eff is not None:
-            level["efficiency"] = float(eff)
+            level["efficiency"] = _number(eff, f"efficiencies of dimension {i}")
         levels.append(level)
     return levels
 
@@ -189,8 +201,8 @@ def expand_cluster_topology(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("num_gpus") is None and isinstance(topo, list) and topo:
         try:
             data = {**data, "num_gpus": math.prod(int(_size(lv)) for lv in topo)}
-        except (TypeError, ValueError):
-            pass  # the field validation reports the bad size
+        except (TypeError, ValueError, OverflowError):
+            pass  # the field validation reports the bad size (inf, nan, text)
     return data
 
 

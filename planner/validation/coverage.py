@@ -36,10 +36,10 @@ SETS: dict[str, CalibrationSet | None] = {
 }
 
 
-def calibration_notes(cluster: ClusterSpec, plan: Plan) -> list[str]:
-    """What ``plan`` on ``cluster`` uses beyond its GPU's calibration runs (empty when the
-    plan stays inside them)."""
-    gpu = cluster.gpu.name
+def calibration_notes(cluster: ClusterSpec | str, plan: Plan) -> list[str]:
+    """What ``plan`` on ``cluster`` (or on a GPU named by its catalog name) uses beyond its
+    GPU's calibration runs (empty when the plan stays inside them)."""
+    gpu = cluster if isinstance(cluster, str) else cluster.gpu.name
     if gpu not in SETS:
         return [f"{gpu} has no published measurements in the calibration sets: its "
                 "efficiencies are public-benchmark estimates, not fitted"]
