@@ -14,13 +14,17 @@ def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     absolute percentage error per GPU generation."""
     from planner.validation import run_recipes, run_validation
 
-    rep, nemo = run_validation(), run_recipes()
+    from planner.validation.serving import run_serving
+
+    rep, nemo, serving = run_validation(), run_recipes(), run_serving()
     if json_:
         _emit_json({"korthikanti2022": rep.to_json(), "nemo_recipes": nemo.to_json(),
-                    "mape_by_generation": _mape_by_generation(rep, nemo)})
+                    "mape_by_generation": _mape_by_generation(rep, nemo),
+                    "serving": serving.to_json()})
         return
     _print_korthikanti(rep)
     _print_recipes(nemo)
+    _print_serving(serving)
     summary = ", ".join(f"{g} {m:.1%}" for g, m in _mape_by_generation(rep, nemo).items())
     out.print(f"[bold]MAPE per generation:[/bold] {summary}")
 
@@ -59,3 +63,19 @@ def _print_recipes(nemo) -> None:
     out.print(t)
     for g in nemo.by_generation():
         out.print(f"{g}: MAPE {nemo.mape(g):.2%}, max |error| {nemo.max_error(g):.2%}")
+
+
+def _print_serving(serving) -> None:
+    t = Table(title=f"Serving, H100 FP8: predicted vs published ({serving.source})",
+              header_style="bold")
+    for col in ("model", "tp", "batch", "isl/osl", "metric", "predicted", "published", "error"):
+        t.add_column(col, justify="left" if col in ("model", "metric") else "right")
+    for r in serving.rows:
+        name = "tok/s/GPU" if r.metric.startswith("output") else "TTFT ms"
+        t.add_row(r.model, str(r.tp), str(r.batch), f"{r.isl}/{r.osl}", name,
+                  f"{r.predicted:,.1f}", f"{r.measured:,.1f}", f"{r.error:+.1%}")
+    out.print(t)
+    for metric, label in (("output_tokens_per_s_per_gpu", "output tokens/s/GPU"),
+                          ("first_token_latency_ms", "TTFT")):
+        out.print(f"serving {label}: MAPE {serving.mape(metric):.2%}, "
+                  f"max |error| {serving.max_error(metric):.2%}")

@@ -1,0 +1,62 @@
+"""Queueing of requests at a replica: M/D/1 waiting time, its mean and its tail.
+
+Requests arrive as a Poisson stream (rate ``lam``); a server takes a deterministic
+``service_s`` per request (a prompt's prefill is a fixed amount of work for a fixed prompt
+length). The mean wait is the Pollaczek-Khinchine formula with zero service variance,
+``W = rho s / (2 (1 - rho))`` (Kleinrock 1975, Queueing Systems Vol. 1, Sec. 5.6). The tail
+is the Cramer-Lundberg exponential: ``P(W > t) ~ rho exp(-theta t)`` with ``theta`` the
+positive root of ``lam (exp(theta s) - 1) = theta`` (Asmussen 2003, Applied Probability and
+Queues, Ch. XIII.5; the constant is taken as ``P(W > 0) = rho``). docs/serving.md says where
+it stops holding (bursty arrivals, load balancing across replicas, rho near 1).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _decay(rho: float) -> float:
+    """``x = theta s``: the positive root of ``rho (e^x - 1) = x`` for 0 < rho < 1, by
+    bisection (the left side is convex, below x near 0 and above it for large x)."""
+    lo, hi = 0.0, 1.0
+    while rho * (math.exp(hi) - 1.0) < hi:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if rho * (math.exp(mid) - 1.0) < mid:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def md1_wait_s(rho: float, service_s: float, quantile: float | None = None) -> float:
+    """Waiting time before service at utilization ``rho`` and service ``service_s``: the
+    mean (``quantile`` None) or the ``quantile`` (e.g. 0.99). Infinite at rho >= 1."""
+    if rho <= 0 or service_s <= 0:
+        return 0.0
+    if rho >= 1:
+        return math.inf
+    if quantile is None:
+        return rho * service_s / (2.0 * (1.0 - rho))
+    tail = 1.0 - quantile
+    if rho <= tail:
+        return 0.0
+    return math.log(rho / tail) / (_decay(rho) / service_s)
+
+
+def poisson_quantile(mean: float, quantile: float) -> float:
+    """Normal approximation of a Poisson count's quantile, ``m + z sqrt(m)`` (z from the
+    inverse error function by bisection; exact enough for counts of a few or more)."""
+    if mean <= 0:
+        return 0.0
+    lo, hi = -10.0, 10.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < quantile:
+            lo = mid
+        else:
+            hi = mid
+    return mean + hi * math.sqrt(mean)

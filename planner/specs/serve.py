@@ -1,0 +1,95 @@
+"""Serving inputs: the workload (prompt and output lengths, offered load, latency SLOs) and
+one serving plan (the layout of a replica, its batch and precisions, and the pools)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from planner.specs.base import Spec
+
+WeightDtype = Literal["bf16", "fp8", "int4", "fp4"]
+KVDtype = Literal["bf16", "fp8"]
+ServeMode = Literal["aggregated", "disaggregated"]
+#: Longest prompt/output accepted: 16,777,216 tokens, far above any served context
+#: (Llama 4 Scout: 10M tokens); bounds the cost-model arithmetic.
+MAX_SERVE_TOKENS = 1 << 24
+#: At most a million concurrent sequences per replica and a million replicas.
+MAX_CONCURRENCY = 1 << 20
+MAX_REPLICAS = 1 << 20
+
+
+class ServeWorkload(Spec):
+    """What is served: ``isl`` prompt tokens and ``osl`` output tokens per request, an
+    offered Poisson load ``rate_rps`` (None: the offline maximum-throughput question) and
+    the latency SLOs at ``percentile``."""
+
+    isl: PositiveInt = Field(..., le=MAX_SERVE_TOKENS, description="input (prompt) tokens")
+    osl: PositiveInt = Field(..., le=MAX_SERVE_TOKENS, description="output tokens")
+    rate_rps: float | None = Field(None, gt=0, le=1e9, description="offered requests/s")
+    ttft_ms: float | None = Field(None, gt=0, le=1e9, description="time-to-first-token SLO")
+    tpot_ms: float | None = Field(None, gt=0, le=1e9, description="time-per-output-token SLO")
+    percentile: float = Field(0.99, gt=0, lt=1, description="the SLOs hold at this quantile")
+
+
+class ServePlan(Spec):
+    """One serving configuration. A replica is ``tp x pp`` GPUs of one type holding the
+    whole model; ``ep`` (dividing ``tp``) shards the experts of MoE layers over the TP
+    ranks instead of splitting each expert. Aggregated: ``replicas`` serve prefill and
+    decode with continuous batching and chunked prefill (``prefill_chunk`` tokens per
+    step). Disaggregated: ``prefill_replicas`` prefill and ``replicas`` decode, the KV
+    cache sent between them over the network."""
+
+    tp: PositiveInt = Field(1, le=4096)
+    pp: PositiveInt = Field(1, le=4096)
+    ep: PositiveInt = Field(1, le=4096)
+    concurrency: PositiveInt = Field(64, le=MAX_CONCURRENCY, description="max sequences")
+    weight_dtype: WeightDtype = "bf16"
+    kv_dtype: KVDtype = "bf16"
+    prefill_chunk: PositiveInt = Field(2048, le=MAX_SERVE_TOKENS, description="tokens/step")
+    replicas: PositiveInt = Field(1, le=MAX_REPLICAS)
+    mode: ServeMode = "aggregated"
+    prefill_replicas: int = Field(0, ge=0, le=MAX_REPLICAS, description="disaggregated only")
+    gpu: str | None = Field(None, description="GPU type of the replicas (catalog name)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ServePlan":
+        if self.tp % self.ep:
+            raise ValueError(f"ep={self.ep} must divide tp={self.tp} (experts are sharded "
+                             "over the tensor-parallel ranks)")
+        if self.mode == "disaggregated" and self.prefill_replicas < 1:
+            raise ValueError("mode disaggregated needs prefill_replicas >= 1")
+        if self.mode == "aggregated" and self.prefill_replicas:
+            raise ValueError(f"prefill_replicas={self.prefill_replicas} is for mode "
+                             "disaggregated; aggregated replicas prefill themselves")
+        return self
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.gpus_per_replica * (self.replicas + self.prefill_replicas)
+
+
+class ServeEngine(Spec):
+    """What the serving engine's kernels do that the hardware does not decide.
+
+    ``gqa_kv_shared``: the decode attention kernel reads each KV head once for its group
+    of query heads (TensorRT-LLM's XQA kernels, integrated for Hopper in v0.10.0, its
+    release notes; FlashInfer/FlashAttention decode in vLLM and SGLang). False: once per
+    query head, as TensorRT-LLM's masked multi-head attention did before XQA (v0.6.1, the
+    calibration set). ``request_overhead_ms``: fixed host time per request before its first
+    token (scheduling, input copy, sampling); ``collective_overhead_us``: the launch and
+    synchronization of each TP/EP collective beyond the links' latency (an NCCL kernel per
+    all-reduce). Both fitted once on the whole calibration set by
+    tools/calibrate_serving.py."""
+
+    name: str = "default"
+    gqa_kv_shared: bool = True
+    # fitted by tools/calibrate_serving.py on TensorRT-LLM H100 FP8 (MAPE 11.8% output
+    # tokens/s/GPU, 8.6% TTFT over 24 rows)
+    request_overhead_ms: float = Field(3.0, ge=0, le=1e6)
+    collective_overhead_us: float = Field(40.0, ge=0, le=1e6, description="per TP/EP collective")

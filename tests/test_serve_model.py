@@ -1,0 +1,163 @@
+"""The serving cost model: hand-checked sizes and times, the M/D/1 queue, the evaluator's
+reasons, the calibration bar, and properties (decode time grows with context; more HBM
+never lowers the feasible concurrency)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.costmodel.layer import embedding_params, head_params, layer_params
+from planner.costmodel.queueing import md1_wait_s, poisson_quantile
+from planner.costmodel.serve_eval import evaluate_serve, replica_perf
+from planner.costmodel.serving import (
+    decode_step_s,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token_layer,
+    max_concurrency,
+    serve_memory,
+    weight_bytes_per_gpu,
+)
+from planner.specs.loaders import load_cluster, load_model
+from planner.specs.serve import ServePlan, ServeWorkload
+
+H100 = load_cluster("dgx-h100-superpod")
+B200 = load_cluster("dgx-b200-superpod")
+L7 = load_model("llama2-7b")
+L70 = load_model("llama2-70b")
+
+
+def test_kv_bytes_per_token_hand_checked():
+    # Llama 2 70B: 8 KV heads of 128; tp 2 holds 4 -> K and V, 1 byte each in fp8
+    assert kv_bytes_per_token_layer(L70, 2, "fp8") == 2 * 4 * 128 * 1
+    # tp 16 > 8 KV heads: each rank keeps one head (replicated)
+    assert kv_bytes_per_token_layer(L70, 16, "bf16") == 2 * 1 * 128 * 2
+    # DeepSeek-V3 MLA: latent 512 + RoPE key 64, bf16, whatever the tp
+    ds = load_model("deepseek-v3")
+    assert kv_bytes_per_token_layer(ds, 8, "bf16") == (512 + 64) * 2
+    # a sequence of 20 tokens holds two 16-token blocks in each of the 32 layers
+    plan = ServePlan(kv_dtype="bf16")
+    assert kv_bytes_per_sequence(L7, plan, 20) == 32 * 32 * 2 * 4096 * 2
+
+
+def test_weight_bytes_hand_checked():
+    plan = ServePlan(tp=1, weight_dtype="fp8")
+    layers = 32 * layer_params(L7, "dense", 1)
+    ends = embedding_params(L7, 1) + head_params(L7, 1, separate=False)
+    assert weight_bytes_per_gpu(L7, plan) == pytest.approx(layers * 1.0 + ends * 2.0)
+    # int4 weight-only: half a byte plus one fp16 scale per 128 weights
+    int4 = weight_bytes_per_gpu(L7, plan.model_copy(update={"weight_dtype": "int4"}))
+    assert int4 == pytest.approx(layers * (0.5 + 2 / 128) + ends * 2.0)
+
+
+def test_decode_batch_one_reads_the_weights_at_hbm_speed():
+    """A batch-1 decode step of Llama 2 7B in bf16 is bound by reading 13.5 GB at the
+    H100's achievable 3.35 x 0.87 TB/s (4.6 ms), plus launches and small kernels."""
+    plan = ServePlan(tp=1, concurrency=1, weight_dtype="bf16")
+    t = decode_step_s(L7, H100, plan, 128)
+    floor = weight_bytes_per_gpu(L7, plan) / (3.35e12 * 0.87)
+    assert floor == pytest.approx(4.65e-3, rel=0.02)
+    assert floor < t < 1.25 * floor
+
+
+def test_fp8_weights_halve_the_batch_one_decode():
+    bf16 = decode_step_s(L7, H100, ServePlan(concurrency=1), 128)
+    fp8 = decode_step_s(L7, H100, ServePlan(concurrency=1, weight_dtype="fp8"), 128)
+    assert 0.45 < fp8 / bf16 < 0.65
+
+
+def test_md1_queue_hand_checked():
+    # Pollaczek-Khinchine, deterministic service: rho s / (2 (1 - rho))
+    assert md1_wait_s(0.5, 1.0) == pytest.approx(0.5)
+    assert md1_wait_s(0.8, 2.0) == pytest.approx(0.8 * 2 / 0.4)
+    assert md1_wait_s(0.005, 1.0, 0.99) == 0.0  # P(wait > 0) = rho < 1 %
+    assert md1_wait_s(1.0, 1.0) == math.inf
+    # the tail's decay: rho (e^x - 1) = x at x = theta s; P99 = ln(rho / 0.01) / theta
+    w = md1_wait_s(0.5, 1.0, 0.99)
+    x = math.log(0.5 / 0.01) / w
+    assert 0.5 * (math.exp(x) - 1) == pytest.approx(x, rel=1e-9)
+    assert w > md1_wait_s(0.5, 1.0)  # the P99 wait exceeds the mean
+    assert poisson_quantile(100.0, 0.99) == pytest.approx(100 + 2.3263 * 10, rel=1e-4)
+
+
+def test_unsupported_layouts_say_why():
+    w = ServeWorkload(isl=128, osl=128)
+    fp4 = evaluate_serve(L7, H100, ServePlan(weight_dtype="fp4"), w)
+    assert not fp4.feasible and "FP4" in fp4.reasons[0]
+    assert evaluate_serve(L7, B200, ServePlan(weight_dtype="fp4"), w).feasible
+    ep = evaluate_serve(L7, H100, ServePlan(tp=2, ep=2), w)
+    assert not ep.feasible and "ep=2" in ep.reasons[0]
+    heads = evaluate_serve(load_model("falcon-180b"), H100, ServePlan(tp=3), w)
+    assert "does not divide" in heads.reasons[0]
+    big = evaluate_serve(L70, H100, ServePlan(tp=1), w)
+    assert not big.feasible and "exceeds" in big.reasons[0] and "HBM" in big.reasons[0]
+
+
+def test_memory_limit_is_exactly_max_concurrency():
+    plan = ServePlan(tp=2, weight_dtype="fp8", kv_dtype="fp8")
+    n = max_concurrency(L70, H100, plan, 2048, 2048)
+    assert n > 10
+    fits = serve_memory(L70, H100, plan.model_copy(update={"concurrency": n}), 2048, 2048)
+    over = serve_memory(L70, H100, plan.model_copy(update={"concurrency": n + 1}), 2048, 2048)
+    assert fits.total <= fits.capacity < over.total
+
+
+def test_slos_and_load():
+    plan = ServePlan(tp=2, concurrency=64, weight_dtype="fp8", kv_dtype="fp8", replicas=4)
+    light = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=1))
+    heavy = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=12))
+    assert light.feasible and light.ttft_p99_ms >= light.ttft_ms
+    assert heavy.ttft_ms > light.ttft_ms and heavy.tpot_ms > light.tpot_ms
+    assert light.output_tokens_per_s == pytest.approx(128.0)
+    over = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=1e4))
+    assert not over.feasible and "saturates" in over.reasons[0] and over.ttft_ms is None
+    tight = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=1,
+                                                          tpot_ms=1.0))
+    assert not tight.feasible and "TPOT" in tight.reasons[0]
+
+
+def test_disaggregated_decode_is_not_stalled_by_prefill():
+    w = ServeWorkload(isl=4096, osl=256, rate_rps=2)
+    agg = ServePlan(tp=2, concurrency=64, weight_dtype="fp8", replicas=2)
+    dis = agg.model_copy(update={"mode": "disaggregated", "replicas": 1, "prefill_replicas": 1})
+    a, d = evaluate_serve(L70, H100, agg, w), evaluate_serve(L70, H100, dis, w)
+    perf = replica_perf(L70, H100, dis, 4096, 256)
+    assert perf.kv_transfer_s > 0
+    assert d.tpot_ms == pytest.approx(perf.decode_step_s * 1e3) and d.tpot_ms < a.tpot_ms
+
+
+def test_calibration_within_15_percent():
+    from planner.validation.serving import run_serving
+
+    rep = run_serving().to_json()
+    assert len(rep["rows"]) == 24
+    assert rep["mape"]["output_tokens_per_s_per_gpu"] <= 0.15
+    assert rep["mape"]["first_token_latency_ms"] <= 0.15
+
+
+@settings(max_examples=25, deadline=None)
+@given(c1=st.integers(1, 32768), c2=st.integers(1, 32768), batch=st.integers(1, 512),
+       tp=st.sampled_from([1, 2, 4, 8]), kv=st.sampled_from(["bf16", "fp8"]))
+def test_decode_step_grows_with_context(c1, c2, batch, tp, kv):
+    plan = ServePlan(tp=tp, concurrency=batch, kv_dtype=kv, weight_dtype="fp8")
+    lo, hi = sorted((c1, c2))
+    assert decode_step_s(L70, H100, plan, lo) <= decode_step_s(L70, H100, plan, hi)
+    if hi > lo:
+        assert decode_step_s(L70, H100, plan, lo) < decode_step_s(L70, H100, plan, hi)
+
+
+@settings(max_examples=25, deadline=None)
+@given(hbm1=st.floats(20, 400), hbm2=st.floats(20, 400), isl=st.integers(1, 32768),
+       osl=st.integers(1, 8192), tp=st.sampled_from([1, 2, 4, 8]))
+def test_more_hbm_never_lowers_the_feasible_concurrency(hbm1, hbm2, isl, osl, tp):
+    lo, hi = sorted((hbm1, hbm2))
+    plan = ServePlan(tp=tp, weight_dtype="fp8")
+
+    def with_hbm(gib):
+        return H100.model_copy(update={"gpu": H100.gpu.model_copy(update={"hbm_gib": gib})})
+
+    assert (max_concurrency(L70, with_hbm(lo), plan, isl, osl)
+            <= max_concurrency(L70, with_hbm(hi), plan, isl, osl))
