@@ -19,8 +19,10 @@ from planner.cli.catalog import catalog_cmd as _catalog
 from planner.cli.collective import collective as _collective
 from planner.cli.console import print_error
 from planner.cli.evaluate import evaluate as _evaluate
+from planner.cli.export import export as _export
 from planner.cli.procure import procure as _procure
 from planner.cli.solve import solve as _solve
+from planner.cli.sweep import sweep as _sweep
 from planner.cli.validate import validate as _validate
 from planner.errors import PlannerError
 
@@ -78,6 +80,8 @@ app.command("validate", cls=_Command)(_validate)
 app.command("solve", cls=_Command)(_solve)
 app.command("collective", cls=_Command)(_collective)
 app.command("procure", cls=_Command)(_procure)
+app.command("export", cls=_Command)(_export)
+app.command("sweep", cls=_Command)(_sweep)
 
 
 def main() -> None:

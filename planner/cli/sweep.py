@@ -1,0 +1,114 @@
+"""``planner sweep``: a grid of solves or procurements (planner/sweep/), as one table."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Optional
+
+import typer
+
+from planner.cli.console import check_writable, err
+from planner.errors import InputError
+
+
+class Backend(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+class PlotKind(str, Enum):
+    heatmap = "heatmap"
+    bottleneck = "bottleneck"
+
+
+def _progress(total: int, done: int):
+    """A rich progress bar with an ETA on stderr (hidden when stderr is not a terminal)."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("ETA"), TimeRemainingColumn(), console=err,
+                   disable=not err.is_terminal)
+    task = bar.add_task("sweep", total=total, completed=done)
+    return bar, (lambda _p, _r: bar.advance(task))
+
+
+def _plot(rows: list[dict[str, Any]], axes: list[str], path: str, kind: PlotKind | None,
+          x: str | None, y: str | None, value: str | None, group: str | None) -> None:
+    from planner.report.sweep import plot_bottlenecks, plot_heatmap
+
+    kind = kind or (PlotKind.heatmap if len(axes) >= 2 else PlotKind.bottleneck)
+    if kind == PlotKind.heatmap:
+        if len(axes) < 2 and (x is None or y is None):
+            raise InputError("--plot heatmap: needs two axes (--x and --y)")
+        plot_heatmap(rows, x or axes[0], y or axes[1], path, value or "iteration_time_s")
+    else:
+        plot_bottlenecks(rows, x or axes[-1], path,
+                         group=group or (axes[0] if len(axes) >= 2 and x is None else None))
+    err.print(f"plot written to {path}", soft_wrap=True)
+
+
+def sweep(
+    sweep_file: str = typer.Argument(..., metavar="SWEEP.yaml", help="Sweep file: base point "
+                                     "and axes (README, What-if sweeps)."),
+    out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Results table, .parquet "
+                                           "or .csv; points already in it are not run again."),
+    backend: Backend = typer.Option(Backend.local, "--backend", help="local (process pool) "
+                                    "or ray (Ray tasks; pip install 'planner[ray]')."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster: auto or "
+                                          "ray://HOST:PORT (default: a local Ray instance)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", help="Points at once "
+                                          "(default: one per CPU)."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Draw a PNG: a heatmap over two "
+                                       "axes, or bottleneck bars along one."),
+    plot_kind: Optional[PlotKind] = typer.Option(None, "--plot-kind", help="heatmap (default "
+                                                 "with two axes or more) or bottleneck."),
+    x: Optional[str] = typer.Option(None, "--x", help="Plot axis (default: the first; the "
+                                    "last for bottleneck bars)."),
+    y: Optional[str] = typer.Option(None, "--y", help="Heatmap's second axis."),
+    value: Optional[str] = typer.Option(None, "--value", help="Heatmap value: "
+                                        "iteration_time_s (default), train_days, cost_usd, mfu, "
+                                        "..."),
+    group: Optional[str] = typer.Option(None, "--group", help="Bottleneck bars: one panel "
+                                        "per value of this axis."),
+) -> None:
+    """Run a what-if sweep: every point of the grid is a solve or a procure."""
+    from planner.sweep import expand, load_sweep, run_sweep
+    from planner.sweep.runners import check_run_options
+    from planner.sweep.table import done_results, output_format
+
+    check_run_options(backend.value, address, workers)
+    if out_path:
+        output_format(out_path)
+        check_writable(out_path, "--out")
+    check_writable(plot, "--plot")
+    points = expand(load_sweep(sweep_file), sweep_file)
+    done = len(done_results(out_path, points)) if out_path else 0
+    err.print(f"{len(points)} points, {done} already in {out_path}" if done else
+              f"{len(points)} points", soft_wrap=True)
+    bar, tick = _progress(len(points), done)
+    with bar:
+        rows = run_sweep(points, out=out_path, backend=backend.value, address=address,
+                         workers=workers, on_result=tick)
+    axes = list(points[0].axes)
+    _summary(rows, axes, out_path)
+    if plot:
+        _plot(rows, axes, plot, plot_kind, x, y, value, group)
+
+
+def _summary(rows: list[dict[str, Any]], axes: list[str], out_path: str | None) -> None:
+    """The table on stdout when not written to a file; counts on stderr."""
+    infeasible = sum(r["status"] == "infeasible" for r in rows)
+    if out_path:
+        err.print(f"{len(rows)} rows written to {out_path} ({infeasible} infeasible)",
+                  soft_wrap=True)
+        return
+    import csv
+    import sys
+
+    cols = ["point_key", *axes, "status", "tp", "pp", "dp", "cp", "iteration_time_s", "mfu",
+            "memory_per_gpu_gib", "bottleneck", "train_days", "cost_usd"]
+    w = csv.writer(sys.stdout)
+    w.writerow(cols)
+    for r in rows:
+        w.writerow(["" if r.get(c) is None else r.get(c) for c in cols])

@@ -1,0 +1,157 @@
+"""One point of a sweep: a solve or a procure on the scaled hardware, as one table row.
+
+``run_point`` is a pure function of the point's settings (a plain dict, so that process
+pools and Ray ship it as is); the row holds the plan, the estimate, the totals when tokens
+are given, and which term limits the optimum (``bottleneck``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from planner.costmodel.evaluator import OFFLOAD_KEY, Estimate, evaluate
+from planner.errors import InfeasibleError, InputError
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Plan
+from planner.sweep.scaling import scaled_cluster
+from planner.sweep.spec import Point, PointSpec, check_point
+
+#: how the evaluator's time breakdown groups into MAD-Max's limiting resources (Hsia et
+#: al., ISCA 2024, Fig. 20: compute, memory, network; plus the pipeline bubble)
+COMPUTE_KEYS = ("forward", "backward", "recompute", "optimizer")
+NETWORK_KEYS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
+TERMS = ("compute", "memory", "network", "bubble")
+#: HBM this many times faster leaves only the FLOP-bound share of the kernel time
+_FAST_HBM = 1e6
+PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "microbatch_size", "virtual_stages",
+                "zero_stage", "recompute", "sequence_parallel", "offload_optimizer")
+
+
+def _compute_s(est: Estimate) -> float:
+    return sum(est.time_breakdown_s.get(k, 0.0) for k in COMPUTE_KEYS)
+
+
+def bottleneck_terms(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
+                     est: Estimate) -> dict[str, float]:
+    """Seconds per iteration of each limiting term. ``memory`` is the kernel time HBM
+    bandwidth adds (the same plan re-evaluated with HBM 1e6 x faster: what is left is the
+    FLOP-bound time) plus offload-tier transfers; ``compute`` the rest of the kernels."""
+    gpu = cluster.gpu.model_copy(update={"hbm_TBps": cluster.gpu.hbm_TBps * _FAST_HBM})
+    fast = evaluate(model, cluster.model_copy(update={"gpu": gpu}), plan)
+    kernels = _compute_s(est)
+    hbm = min(max(kernels - _compute_s(fast), 0.0), kernels)
+    b = est.time_breakdown_s
+    return {"compute": kernels - hbm, "memory": hbm + b.get(OFFLOAD_KEY, 0.0),
+            "network": sum(b.get(k, 0.0) for k in NETWORK_KEYS), "bubble": b.get("bubble", 0.0)}
+
+
+def estimate_columns(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
+                     est: Estimate) -> dict[str, Any]:
+    """The plan's knobs, its estimate and its limiting terms as row columns."""
+    terms = bottleneck_terms(model, cluster, plan, est)
+    row: dict[str, Any] = {k: getattr(plan, k) for k in PLAN_COLUMNS}
+    row.update(num_gpus=plan.world_size, iteration_time_s=est.iteration_time_s, mfu=est.mfu,
+               memory_per_gpu_gib=(est.memory_per_gpu_bytes or 0.0) / 2**30,
+               tokens_per_s=est.tokens_per_s)
+    row.update({f"t_{k}_s": v for k, v in terms.items()})
+    row["bottleneck"] = max(TERMS, key=lambda k: terms[k])
+    return row
+
+
+def _solve_row(p: PointSpec) -> dict[str, Any]:
+    from planner.api import solve
+    from planner.specs.loaders import load_cluster, load_model
+
+    model = load_model(p.model)
+    cluster = scaled_cluster(load_cluster(p.cluster, p.gpus), p)  # type: ignore[arg-type]
+    res = solve(model, cluster, fix=p.fix, global_batch_size=p.global_batch_size,
+                seq_len=p.seq_len, dtype=p.dtype, objective=p.objective or "time",
+                tokens=p.tokens, time_limit_s=p.time_limit_s,
+                max_iteration_time_s=_max_iteration_s(model, p))
+    best = res.best
+    row = {"status": res.status, "gpu_name": cluster.gpu.name, "cluster_name": cluster.name}
+    row.update(estimate_columns(model, cluster, best.plan, best.estimate))
+    totals = res.totals()
+    row.update(train_days=totals.get("days"), gpu_hours=totals.get("gpu_hours"),
+               cost_usd=totals.get("cost_usd"), energy_mwh=totals.get("energy_mwh"))
+    return row
+
+
+def _max_iteration_s(model: ModelSpec, p: PointSpec) -> float | None:
+    """A deadline in days as a limit on the iteration time."""
+    if p.days is None or p.tokens is None:
+        return None
+    batch = p.global_batch_size or model.global_batch_size
+    if not batch:
+        raise InputError(f"days {p.days}: a deadline needs global_batch_size (the model "
+                         f"{model.name} has no default)")
+    iterations = p.tokens / (batch * (p.seq_len or model.seq_len))
+    return p.days * 86400.0 / iterations
+
+
+def _procure_row(p: PointSpec) -> dict[str, Any]:
+    from planner.api import procure
+    from planner.procurement import catalog_templates, named_templates
+    from planner.specs.loaders import load_model
+
+    if p.nvs_domain is not None:
+        raise InputError("nvs_domain: a solve scaling (procure sizes its own clusters)")
+    model = load_model(p.model)
+    names = p.gpu_types.split(",") if p.gpu_types else None
+    templates = named_templates(p.clusters.split(","), names) if p.clusters else \
+        catalog_templates(names)
+    scaled = [scaled_cluster(t, p) for t in templates]
+    res = procure(model, p.tokens, days=p.days, budget_usd=p.budget_usd,  # type: ignore[arg-type]
+                  objective=p.objective, clusters=scaled, max_gpus=p.max_gpus,
+                  pricing=p.pricing, global_batch_size=p.global_batch_size,
+                  seq_len=p.seq_len, dtype=p.dtype, time_limit_s=p.time_limit_s, workers=1)
+    c = res.choice
+    assert c is not None  # procure raises InfeasibleError otherwise
+    cluster = next(t for t in scaled if t.name == c.cluster).resized(c.num_gpus)
+    row = {"status": "optimal" if c.proven_optimal else "time_limit", "gpu_name": c.gpu,
+           "cluster_name": c.cluster}
+    row.update(estimate_columns(model, cluster, c.plan, c.estimate))
+    row.update(train_days=c.days, gpu_hours=c.gpu_hours, cost_usd=c.cost_usd,
+               energy_mwh=c.energy_mwh)
+    return row
+
+
+def run_point(settings: dict[str, Any]) -> dict[str, Any]:
+    """The row of one point (``settings``: a :class:`PointSpec` as a dict). An infeasible
+    point is a row with ``status`` infeasible and the reason; bad input raises."""
+    p = PointSpec.model_validate(settings)
+    check_point(p, "point")
+    try:
+        row = _solve_row(p) if p.command == "solve" else _procure_row(p)
+    except InfeasibleError as err:
+        return {"point_key": p.key(), "status": "infeasible", "reason": str(err).split("\n")[0]}
+    row["point_key"] = p.key()
+    row["reason"] = None
+    return row
+
+
+def check_points(points: Sequence[Point]) -> None:
+    """Every point's input, before any is run: its fields, its model and cluster names, its
+    GPU count and scalings (loads each model and cluster once)."""
+    from planner.specs.loaders import load_cluster, load_model
+
+    models: set[str] = set()
+    clusters: dict[tuple[str, int | None], ClusterSpec] = {}
+    for pt in points:
+        p, where = pt.spec, f"point {pt.axes}"
+        check_point(p, where)
+        try:
+            if p.model not in models:
+                load_model(p.model)
+                models.add(p.model)
+            if p.command == "procure":
+                if p.nvs_domain is not None:
+                    raise InputError("nvs_domain: a solve scaling (procure sizes its clusters)")
+                continue
+            key = (p.cluster, p.gpus)
+            if key not in clusters:
+                clusters[key] = load_cluster(p.cluster, p.gpus)  # type: ignore[arg-type]
+            scaled_cluster(clusters[key], p)
+        except InputError as err:
+            raise InputError(f"{where}: {err}") from None

@@ -1,0 +1,83 @@
+"""Hardware what-ifs: a point's scalings applied to GPU and cluster specs (model_copy, so
+every derived quantity, from GEMM rooflines to collective times, follows from the one cost
+model). Factors multiply the catalog value; ``nvs_domain`` sets the innermost domain's
+GPU count (LBNL sweeps NVS 4, 8 and 64: Subramanian et al. 2024, Table A3)."""
+
+from __future__ import annotations
+
+import math
+
+from planner.errors import InputError
+from planner.specs.cluster import ClusterSpec, TopologyLevel
+from planner.specs.gpu import GPUSpec
+from planner.sweep.spec import PointSpec
+
+
+def scaled_gpu(gpu: GPUSpec, p: PointSpec) -> GPUSpec:
+    """The GPU with its peak FLOP/s (every dtype), HBM capacity and bandwidth, and its
+    prices scaled."""
+    if (p.peak_flops, p.hbm_capacity, p.hbm_bandwidth, p.price) == (1, 1, 1, 1):
+        return gpu
+    price = None if gpu.price_per_gpu_hour is None else gpu.price_per_gpu_hour * p.price
+    capex = None if gpu.capex_usd is None else gpu.capex_usd * p.price
+    return gpu.model_copy(update={
+        "peak_tflops": {k: v * p.peak_flops for k, v in gpu.peak_tflops.items()},
+        "hbm_gib": gpu.hbm_gib * p.hbm_capacity, "hbm_TBps": gpu.hbm_TBps * p.hbm_bandwidth,
+        "price_per_gpu_hour": price, "capex_usd": capex})
+
+
+def _level_index(levels: list[TopologyLevel], ref: str, field: str) -> int:
+    names = [lv.name for lv in levels]
+    if ref in names:
+        return names.index(ref)
+    if ref.isdigit() and int(ref) < len(levels):
+        return int(ref)
+    raise InputError(f"{field}.{ref}: no such network level; the cluster's levels are "
+                     f"{', '.join(f'{i} {n}' for i, n in enumerate(names))} (name or index)")
+
+
+def scaled_levels(levels: list[TopologyLevel], p: PointSpec) -> list[TopologyLevel]:
+    """Every level's bandwidth and latency times the network factors, then the per-level
+    ones."""
+    bw = [p.network_bandwidth] * len(levels)
+    lat = [p.network_latency] * len(levels)
+    for ref, f in p.level_bandwidth.items():
+        bw[_level_index(levels, ref, "bandwidth")] *= f
+    for ref, f in p.level_latency.items():
+        lat[_level_index(levels, ref, "latency")] *= f
+    out = []
+    for lv, b, t in zip(levels, bw, lat):
+        update: dict[str, float] = {"bandwidth_GBps": lv.bandwidth_GBps * b,
+                                    "latency_us": lv.latency_us * t}
+        if lv.link_GBps is not None:
+            update["link_GBps"] = lv.link_GBps * b
+        out.append(lv if (b, t) == (1, 1) else lv.model_copy(update=update))
+    return out
+
+
+def with_domain(cluster: ClusterSpec, size: int) -> ClusterSpec:
+    """``cluster`` with ``size`` GPUs per innermost domain: the level above holds the rest
+    (num_gpus unchanged). Two-level clusters only, as LBNL's (NVS domain and IB)."""
+    n = cluster.num_gpus
+    levels = list(cluster.topology)
+    if size == levels[0].size:
+        return cluster
+    if len(levels) != 2 or n % size or size > n:
+        shape = " x ".join(f"{lv.name} {lv.size}" for lv in levels)
+        raise InputError(f"nvs_domain {size}: expected a divisor of the {n} GPUs of a two-level "
+                         f"cluster (domain and network above it); this one is {shape}")
+    levels = [levels[0].model_copy(update={"size": size}),
+              levels[1].model_copy(update={"size": n // size})]
+    node = cluster.gpus_per_node
+    return cluster.model_copy(update={
+        "topology": levels, "gpus_per_node": None if node is None else math.gcd(node, size)})
+
+
+def scaled_cluster(cluster: ClusterSpec, p: PointSpec) -> ClusterSpec:
+    """``cluster`` (already resized to the point's GPU count) with every scaling of ``p``."""
+    out = cluster if p.nvs_domain is None else with_domain(cluster, p.nvs_domain)
+    levels = scaled_levels(list(out.topology), p)
+    price = out.price_per_gpu_hour
+    update = {"gpu": scaled_gpu(out.gpu, p), "topology": levels,
+              "price_per_gpu_hour": None if price is None else price * p.price}
+    return out.model_copy(update=update)

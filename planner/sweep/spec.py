@@ -1,0 +1,213 @@
+"""A sweep file: a base point and axes, expanded into a grid of points.
+
+Each point is one ``solve`` or one ``procure`` with hardware scalings applied to the
+cluster (planner/sweep/scaling.py). The grid is the product of the axes, in the order the
+file lists them; an axis is a list of values of one point field, or a mapping of labels to
+sets of fields (a "composite" axis: ``compute: {peak_flops: factor}``), where the string
+``factor`` stands for the point's ``factor`` axis value (MAD-Max scales one resource at a
+time by a common factor, Hsia et al., ISCA 2024, Fig. 19).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+
+from planner.errors import InputError
+from planner.specs.base import Spec
+from planner.specs.validate import _short, validate
+
+Command = Literal["solve", "procure"]
+#: the string a composite axis uses for the point's ``factor`` value
+FACTOR_REF = "factor"
+#: axis names with a level: ``bandwidth.<level>`` and ``latency.<level>`` (level name or
+#: index, innermost 0) scale one network level
+LEVEL_AXES = {"bandwidth": "level_bandwidth", "latency": "level_latency"}
+
+
+class PointSpec(Spec):
+    """One point of a sweep: what to solve or procure, and how the hardware is scaled.
+    Scalings are factors on the catalog value (1 = unchanged); ``nvs_domain`` is the number
+    of GPUs in the innermost (NVSwitch) domain."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    command: Command = "solve"
+    model: str
+    cluster: str | None = Field(None, description="solve: catalog name or file")
+    gpus: PositiveInt | None = Field(None, description="solve: GPU count (resizes the cluster)")
+    global_batch_size: PositiveInt | None = None
+    seq_len: PositiveInt | None = None
+    dtype: str | None = None
+    objective: str | None = None
+    tokens: PositiveFloat | None = Field(None, description="token budget: days, cost, energy")
+    days: PositiveFloat | None = Field(None, description="deadline in days (needs tokens)")
+    budget_usd: PositiveFloat | None = Field(None, description="procure: budget")
+    gpu_types: str | None = Field(None, description="procure: GPU names, comma-separated")
+    clusters: str | None = Field(None, description="procure: cluster templates, comma-separated")
+    max_gpus: PositiveInt | None = Field(None, description="procure: largest GPU count")
+    pricing: Literal["rent", "own"] | None = None
+    fix: dict[str, Any] = Field(default_factory=dict, description="solve: pinned plan fields")
+    time_limit_s: PositiveFloat = Field(60.0, le=86400.0)
+    peak_flops: PositiveFloat = 1.0
+    hbm_capacity: PositiveFloat = 1.0
+    hbm_bandwidth: PositiveFloat = 1.0
+    network_bandwidth: PositiveFloat = 1.0
+    network_latency: NonNegativeFloat = 1.0
+    level_bandwidth: dict[str, PositiveFloat] = Field(default_factory=dict)
+    level_latency: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    nvs_domain: PositiveInt | None = None
+    price: PositiveFloat = Field(1.0, description="factor on GPU-hour and purchase prices")
+    factor: float | None = Field(None, description="a common factor composite axes refer to")
+
+    def key(self) -> str:
+        """A stable hash of the point's settings: the row's identity when resuming."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+FIELDS = tuple(PointSpec.model_fields)
+
+
+class SweepSpec(Spec):
+    """A sweep file (docs in README "What-if sweeps")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    name: str = "sweep"
+    command: Command = "solve"
+    base: dict[str, Any] = Field(default_factory=dict)
+    axes: dict[str, list[Any] | dict[str, dict[str, Any]]] = Field(..., min_length=1)
+
+
+@dataclass(frozen=True)
+class Point:
+    """An expanded point: its axis values (as the table shows them) and its settings."""
+
+    axes: dict[str, Any]
+    spec: PointSpec
+
+    @property
+    def key(self) -> str:
+        return self.spec.key()
+
+
+def field_of(name: str, where: str) -> tuple[str, str | None]:
+    """The point field an axis or base key sets, and the level for ``bandwidth.<level>``."""
+    head, dot, level = name.partition(".")
+    if dot and head in LEVEL_AXES and level:
+        return LEVEL_AXES[head], level
+    if name in FIELDS and name not in LEVEL_AXES.values():
+        return name, None
+    raise InputError(f"{where} {name!r}: unknown field; expected one of "
+                     f"{', '.join(f for f in FIELDS if f not in LEVEL_AXES.values())}, "
+                     "bandwidth.<level> or latency.<level>")
+
+
+def _set(settings: dict[str, Any], name: str, value: Any, where: str) -> None:
+    field, level = field_of(name, where)
+    if level is None:
+        settings[field] = value
+    else:
+        settings[field] = {**settings.get(field, {}), level: value}
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """A sweep file (YAML or JSON), checked: unknown keys and fields are errors."""
+    from planner.specs.loaders import read_structured
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"sweep file {str(path)!r}: no such file")
+    return sweep_from_dict(read_structured(p), str(path))
+
+
+def sweep_from_dict(data: Any, source: str) -> SweepSpec:
+    spec = validate(SweepSpec, data, source)
+    for name in spec.base:
+        field_of(name, f"{source}: base:")
+        if name in spec.axes:
+            raise InputError(f"{source}: base.{name} is also an axis; give it in one place")
+    for name, values in spec.axes.items():
+        if isinstance(values, list) and not values:
+            raise InputError(f"{source}: axes.{name}: empty list; give at least one value")
+        if isinstance(values, dict):
+            if not values:
+                raise InputError(f"{source}: axes.{name}: empty mapping; give label: {{field: "
+                                 "value}} entries")
+            for label, sets in values.items():
+                for key in sets:
+                    field_of(key, f"{source}: axes.{name}.{label}:")
+        else:
+            field_of(name, f"{source}: axes:")
+    return spec
+
+
+def expand(spec: SweepSpec, source: str = "sweep") -> list[Point]:
+    """Every point of the grid, in the file's axis order (the last axis varies fastest)."""
+    names = list(spec.axes)
+    choices = [list(v.items()) if isinstance(v, dict) else list(v) for v in spec.axes.values()]
+    points = []
+    for combo in itertools.product(*choices):
+        settings: dict[str, Any] = {"command": spec.command}
+        for key, value in spec.base.items():
+            _set(settings, key, value, f"{source}: base:")
+        shown: dict[str, Any] = {}
+        composite: list[dict[str, Any]] = []
+        for name, value in zip(names, combo):
+            if isinstance(spec.axes[name], dict):
+                shown[name] = value[0]
+                composite.append(value[1])
+            else:
+                shown[name] = value
+                _set(settings, name, value, f"{source}: axes:")
+        for sets in composite:
+            for key, value in sets.items():
+                _set(settings, key, _resolve(value, settings, shown), f"{source}: axes:")
+        points.append(Point(shown, validate(PointSpec, settings, f"{source}: point {shown}")))
+    _check_unique(points, source)
+    return points
+
+
+def _resolve(value: Any, settings: dict[str, Any], shown: dict[str, Any]) -> Any:
+    if value != FACTOR_REF:
+        return value
+    if settings.get("factor") is None:
+        raise InputError(f"point {shown}: a composite axis refers to 'factor' but no axis or "
+                         "base sets factor; add e.g. axes: {factor: [1, 2, 4, 10]}")
+    return settings["factor"]
+
+
+def _check_unique(points: list[Point], source: str) -> None:
+    seen: dict[str, dict[str, Any]] = {}
+    for p in points:
+        if p.key in seen:
+            raise InputError(f"{source}: points {seen[p.key]} and {p.axes} are the same "
+                             "settings; an axis repeats a value (or a label sets nothing new)")
+        seen[p.key] = p.axes
+
+
+def check_point(spec: PointSpec, where: str) -> None:
+    """What a point needs beyond its fields' types: a cluster to solve on, tokens for a
+    deadline or a procurement."""
+    if spec.command == "solve" and spec.cluster is None:
+        raise InputError(f"{where}: cluster: required for solve (a catalog name or file)")
+    if spec.command == "procure" and spec.tokens is None:
+        raise InputError(f"{where}: tokens: required for procure (the training budget)")
+    if spec.days is not None and spec.tokens is None:
+        raise InputError(f"{where}: days {_short(spec.days)}: a deadline needs tokens (the "
+                         "budget it is a deadline for)")
+    if spec.command == "solve":
+        bad = [f for f in ("budget_usd", "gpu_types", "clusters", "max_gpus", "pricing")
+               if getattr(spec, f) is not None]
+        if bad:
+            raise InputError(f"{where}: {', '.join(bad)}: procure fields; set command: procure")
+    elif spec.cluster is not None or spec.gpus is not None or spec.fix:
+        raise InputError(f"{where}: cluster/gpus/fix are solve fields; procure takes clusters, "
+                         "gpu_types and max_gpus")

@@ -1,0 +1,247 @@
+"""What-if sweeps (planner/sweep/): grid expansion, hardware scalings, the table, resuming,
+the local pool against Ray, plots, bad sweep files and the CLI."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.errors import InputError
+from planner.specs.loaders import load_cluster
+from planner.sweep import expand, read_rows, run_point, run_sweep, sweep_from_dict
+from planner.sweep.point import TERMS
+from planner.sweep.scaling import scaled_cluster
+from planner.sweep.spec import PointSpec
+from planner.sweep.table import RESULT_COLUMNS
+
+from conftest import DATA
+from test_cli import run
+
+TINY = str(DATA / "tiny-model.yaml")
+BASE = {"model": TINY, "cluster": "dgx-h100-superpod", "gpus": 16, "time_limit_s": 30}
+#: 6 points: one infeasible (80 MiB of HBM), NVS domains of 4 and 8, a slower network
+SMALL = {"name": "small", "base": BASE,
+         "axes": {"hbm_capacity": [0.001, 1.0, 2.0], "nvs_domain": [4, 8]}}
+
+
+def small_points():
+    return expand(sweep_from_dict(SMALL, "small"))
+
+
+def test_grid_order_axes_and_keys():
+    pts = small_points()
+    assert [p.axes for p in pts[:3]] == [{"hbm_capacity": 0.001, "nvs_domain": 4},
+                                         {"hbm_capacity": 0.001, "nvs_domain": 8},
+                                         {"hbm_capacity": 1.0, "nvs_domain": 4}]
+    assert len({p.key for p in pts}) == 6
+    # the key is the settings' hash: the same point in another file has the same key
+    again = expand(sweep_from_dict({"base": {**BASE, "nvs_domain": 4},
+                                    "axes": {"hbm_capacity": [1.0]}}, "x"))
+    assert again[0].key == pts[2].key
+
+
+def test_composite_axis_takes_the_factor():
+    spec = sweep_from_dict({"base": BASE, "axes": {
+        "resource": {"compute": {"peak_flops": "factor"},
+                     "memory": {"hbm_bandwidth": "factor", "hbm_capacity": "factor"},
+                     "inter-node": {"bandwidth.infiniband": "factor"}},
+        "factor": [2, 10]}}, "madmax")
+    pts = expand(spec)
+    assert [p.axes for p in pts][:2] == [{"resource": "compute", "factor": 2},
+                                         {"resource": "compute", "factor": 10}]
+    mem = pts[3].spec
+    assert (mem.hbm_bandwidth, mem.hbm_capacity, mem.peak_flops) == (10, 10, 1)
+    assert pts[5].spec.level_bandwidth == {"infiniband": 10}
+
+
+def test_scalings_hand_checked():
+    """H100 SXM: 989 dense bf16 TFLOP/s, 80 GiB, 3.35 TB/s; superpod NVSwitch 450 GB/s,
+    2 us; IB 50 GB/s, 5 us (hardware_catalog)."""
+    base = load_cluster("dgx-h100-superpod", 16)
+    p = PointSpec(model="x", cluster="c", peak_flops=2, hbm_capacity=1.5, hbm_bandwidth=0.5,
+                  network_latency=3, level_bandwidth={"infiniband": 4}, nvs_domain=4,
+                  price=0.7)
+    c = scaled_cluster(base, p)
+    assert c.gpu.peak_tflops["bf16"] == pytest.approx(2 * base.gpu.peak_tflops["bf16"])
+    assert c.gpu.hbm_gib == pytest.approx(120.0)
+    assert c.gpu.hbm_TBps == pytest.approx(base.gpu.hbm_TBps / 2)
+    assert [(lv.size, lv.bandwidth_GBps, lv.latency_us) for lv in c.topology] == \
+        [(4, 450.0, 6.0), (4, 200.0, 15.0)]
+    assert c.num_gpus == 16 and c.gpus_per_node == 4
+    assert c.gpu.price_per_gpu_hour == pytest.approx(0.7 * base.gpu.price_per_gpu_hour)
+    assert base.topology[0].size == 8  # the original is untouched
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.01, 100), st.floats(0.01, 100))
+def test_network_factors_multiply(all_bw, level_bw):
+    base = load_cluster("dgx-h100-superpod", 16)
+    p = PointSpec(model="x", network_bandwidth=all_bw, level_bandwidth={"0": level_bw})
+    c = scaled_cluster(base, p)
+    assert c.topology[0].bandwidth_GBps == pytest.approx(450 * all_bw * level_bw)
+    assert c.topology[1].bandwidth_GBps == pytest.approx(50 * all_bw)
+
+
+def test_bottleneck_terms_add_up_and_memory_is_hbm():
+    row = run_point({**BASE, "gpus": 8})
+    terms = sum(row[f"t_{t}_s"] for t in TERMS)
+    assert terms == pytest.approx(row["iteration_time_s"], rel=1e-9)
+    assert row["bottleneck"] == max(TERMS, key=lambda t: row[f"t_{t}_s"])
+    # with HBM 1000x faster, the memory term (HBM-bound kernel time) all but vanishes
+    fast = run_point({**BASE, "gpus": 8, "hbm_bandwidth": 1000.0})
+    assert row["t_memory_s"] > 0 and fast["t_memory_s"] < row["t_memory_s"] / 100
+
+
+def test_local_pool_and_ray_give_the_same_table(tmp_path):
+    import ray  # a test extra (pyproject.toml): CI runs this test
+
+    pts = small_points()
+    local = run_sweep(pts, out=str(tmp_path / "local.parquet"), workers=2)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = run_sweep(pts, out=str(tmp_path / "ray.csv"), backend="ray")
+    finally:
+        ray.shutdown()
+    assert remote == local
+    assert [r["status"] for r in local][:2] == ["infeasible", "infeasible"]
+    assert all(r["status"] == "optimal" for r in local[2:])
+    assert read_rows(tmp_path / "local.parquet") == local
+    assert local[2]["nvs_domain"] == 4 and local[2]["num_gpus"] == 16
+
+
+def test_resume_runs_only_the_missing_points(tmp_path):
+    pts = small_points()
+    out = str(tmp_path / "half.csv")
+    calls: list[str] = []
+
+    def counting(settings):
+        calls.append(PointSpec.model_validate(settings).key())
+        return run_point(settings)
+
+    first = run_sweep(pts[:3], out=out, workers=1, runner=counting)
+    assert len(first) == 3 and len(calls) == 3
+    calls.clear()
+    full = run_sweep(pts, out=out, workers=1, runner=counting)
+    assert sorted(calls) == sorted(p.key for p in pts[3:])
+    assert [r["point_key"] for r in full] == [p.key for p in pts]
+    assert full[:3] == first
+    calls.clear()
+    assert run_sweep(pts, out=out, workers=1, runner=counting) == full and calls == []
+
+
+def test_an_output_of_another_sweep_is_refused(tmp_path):
+    out = str(tmp_path / "o.csv")
+    run_sweep(small_points()[2:3], out=out, workers=1)
+    other = expand(sweep_from_dict({"base": BASE, "axes": {"hbm_capacity": [3.0]}}, "o"))
+    with pytest.raises(InputError, match="not points of this sweep"):
+        run_sweep(other, out=out, workers=1)
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"axes": {"hbm_capacity": [1]}, "base": {**BASE, "hbm_capacity": -1}}, "hbm_capacity"),
+    ({"axes": {"hbm_capacity": [1, -2]}, "base": BASE}, "hbm_capacity"),
+    ({"axes": {"hbm_capacty": [1]}, "base": BASE}, "hbm_capacty"),
+    ({"axes": {"hbm_capacity": []}, "base": BASE}, "axes.hbm_capacity"),
+    ({"axes": {}, "base": BASE}, "axes"),
+    ({"axes": {"gpus": [16]}, "base": BASE, "colour": 1}, "colour"),
+    ({"axes": {"gpus": [16]}, "base": BASE, "command": "serve"}, "command"),
+    ({"axes": {"gpus": [2.5]}, "base": BASE}, "gpus"),
+    ({"axes": {"peak_flops": [float("nan")]}, "base": BASE}, "peak_flops"),
+    ({"axes": {"r": {"c": {"peak_flops": "factor"}}}, "base": BASE}, "factor"),
+    ({"axes": {"r": {"c": {"bogus": 2}}}, "base": BASE}, "bogus"),
+    ({"axes": {"status": [1]}, "base": BASE}, "status"),
+    ({"axes": {"hbm_capacity": [1, 1.0]}, "base": BASE}, "same settings"),
+])
+def test_bad_sweep_files_name_the_field(data, field):
+    with pytest.raises(InputError, match=field):
+        run_sweep(expand(sweep_from_dict(data, "bad.yaml"), "bad.yaml"), workers=1)
+
+
+@pytest.mark.parametrize("base, field", [
+    ({k: v for k, v in BASE.items() if k != "cluster"}, "cluster"),
+    ({**BASE, "nvs_domain": 3}, "nvs_domain 3"),
+    ({**BASE, "bandwidth.spine": 2}, "spine"),
+    ({**BASE, "days": 3}, "tokens"),
+    ({**BASE, "model": "no-such-model"}, "no-such-model"),
+    ({**BASE, "budget_usd": 10}, "budget_usd"),
+])
+def test_bad_points_fail_before_any_solve(base, field):
+    calls = []
+    pts = expand(sweep_from_dict({"base": base, "axes": {"hbm_capacity": [1, 2]}}, "b"))
+    with pytest.raises(InputError, match=field):
+        run_sweep(pts, workers=1, runner=lambda s: calls.append(s) or {})
+    assert calls == []
+
+
+def test_ray_backend_without_ray_says_how_to_install(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_ray(name, *a, **k):
+        if name == "ray":
+            raise ImportError("no ray")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(InputError, match=r"pip install 'planner\[ray\]'"):
+        run_sweep(small_points()[2:3], backend="ray")
+
+
+def test_heatmap_and_bottleneck_plots(tmp_path):
+    from planner.report.sweep import best_by, plot_bottlenecks, plot_heatmap
+
+    rows = [{"a": 1, "b": "x", "iteration_time_s": 3.0}, {"a": 1, "b": "x",
+            "iteration_time_s": 2.0}, {"a": 2, "b": "x", "iteration_time_s": None}]
+    assert best_by(rows, ("a", "b"), "iteration_time_s") == {(1, "x"): rows[1]}
+    table = run_sweep(small_points(), workers=1)
+    assert plot_heatmap(table, "hbm_capacity", "nvs_domain", tmp_path / "h.png").stat().st_size
+    assert plot_bottlenecks(table, "hbm_capacity", tmp_path / "b.png",
+                            group="nvs_domain").stat().st_size
+    with pytest.raises(InputError, match="--y 'nope'"):
+        plot_heatmap(table, "hbm_capacity", "nope", tmp_path / "x.png")
+
+
+def test_cli_sweep_csv_resume_and_plot(capsys, tmp_path):
+    import yaml
+
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(SMALL))
+    out, png = str(tmp_path / "r.csv"), str(tmp_path / "h.png")
+    code, _, err = run(capsys, "sweep", str(f), "--out", out, "--workers", "1", "--plot", png)
+    assert code == 0 and "6 rows written" in err and "2 infeasible" in err
+    rows = read_rows(out)
+    assert len(rows) == 6 and set(RESULT_COLUMNS) <= set(rows[0])
+    assert all(r["iteration_time_s"] is None or math.isfinite(r["iteration_time_s"])
+               for r in rows)
+    code, _, err = run(capsys, "sweep", str(f), "--out", out, "--workers", "1")
+    assert code == 0 and "6 already in" in err
+    code, stdout, _ = run(capsys, "sweep", str(f), "-j", "1")
+    assert code == 0 and stdout.splitlines()[0].startswith("point_key,hbm_capacity,nvs_domain")
+    assert len(stdout.splitlines()) == 7
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "r.txt"], ".parquet or .csv"),
+    (["--backend", "local", "--address", "auto"], "--address"),
+    (["--workers", "0"], "--workers"),
+])
+def test_cli_bad_options(capsys, tmp_path, args, message):
+    import yaml
+
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(SMALL))
+    code, _, err = run(capsys, "sweep", str(f), *args)
+    assert code == 2 and message in err
+
+
+def test_cli_bad_file(capsys, tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("axes: {hbm_capacity: [1, -1]}\nbase: {model: llama3-8b, cluster: x}\n")
+    code, _, err = run(capsys, "sweep", str(f))
+    assert code == 2 and "hbm_capacity" in err
+    code, _, err = run(capsys, "sweep", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "no such file" in err
