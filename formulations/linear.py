@@ -36,6 +36,7 @@ class Var:
     ub: int
     binary: bool = False
     dim: str = "count"
+    integer: bool = False  # general integer in the MILP too (counts of identical items)
 
 
 @dataclass
@@ -152,8 +153,9 @@ class MilpSession:
         new_var = getattr(self.prob, "add_variable", None)  # PuLP >= 3.3; LpVariable before
         for i, v in enumerate(lm.vars):
             name, u = (f"b{i}", 1.0) if v.binary else (f"x{i}", lm.units[v.dim])
+            u = 1.0 if v.integer else u
             kw = dict(lowBound=v.lb / u, upBound=v.ub / u,
-                      cat="Binary" if v.binary else "Continuous")
+                      cat="Binary" if v.binary else "Integer" if v.integer else "Continuous")
             self.xs.append(new_var(name, **kw) if new_var else pulp.LpVariable(name, **kw))
         ou = lm.units[lm.objective_dim]
         self.prob += pulp.lpSum(self._coef(i, coef, ou) * self.xs[i]
@@ -165,7 +167,7 @@ class MilpSession:
 
     def _coef(self, i: int, coef: float, row_unit: float) -> float:
         v = self.lm.vars[i]
-        return coef * (1.0 if v.binary else self.lm.units[v.dim]) / row_unit
+        return coef * (1.0 if v.binary or v.integer else self.lm.units[v.dim]) / row_unit
 
     def add_constraint(self, c: Constraint) -> None:
         """Add a row, scaled so that its largest coefficient is 1.
@@ -212,7 +214,8 @@ class MilpSession:
             vals = []
             for x, v in zip(self.xs, self.lm.vars):
                 val = x.value() or 0.0
-                vals.append(int(round(val)) if v.binary else int(round(val * self.lm.units[v.dim])))
+                vals.append(int(round(val)) if v.binary or v.integer
+                            else int(round(val * self.lm.units[v.dim])))
             obj = pulp.value(self.prob.objective) * self.lm.units[self.lm.objective_dim]
             return SolverOutcome("optimal" if proven else "feasible", vals, obj, wall)
         if status == "Infeasible":

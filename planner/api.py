@@ -10,6 +10,7 @@ from planner.costmodel.evaluator import Estimate
 from planner.costmodel.evaluator import evaluate as _evaluate
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
+from planner.specs.dlrm import DLRMSpec
 from planner.specs.loaders import (
     load_cluster,
     load_gpu,
@@ -42,9 +43,30 @@ def load_plan(path: str, **overrides: Any) -> Plan:
 
 
 def _resolve(model: ModelSpec | str, cluster: ClusterSpec | str) -> tuple[ModelSpec, ClusterSpec]:
-    m = model if isinstance(model, ModelSpec) else load_model(model)
+    m = model if isinstance(model, (ModelSpec, DLRMSpec)) else load_model(model)
+    _transformer(m)
     c = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     return m, c
+
+
+def _transformer(m: Any) -> None:
+    """Evaluate and procure take transformer models; a DLRM goes through solve."""
+    if isinstance(m, DLRMSpec):
+        raise InputError(f"model {m.name!r} is a DLRM (kind: dlrm): `planner solve` / "
+                         "planner.solve plan it; evaluate and procure take transformer models")
+
+
+def _solve_dlrm(m: DLRMSpec, c: ClusterSpec, backend: str, time_limit_s: float,
+                global_batch_size: int | None, **transformer_only: Any) -> Any:
+    """:func:`planner.orchestration.dlrm.solve_dlrm`; the transformer plan knobs do not apply."""
+    from planner.orchestration.dlrm import solve_dlrm
+
+    given = [k for k, v in transformer_only.items() if v not in (None, [], {}, ())]
+    if given:
+        raise InputError(f"{', '.join(given)}: transformer plan options; a DLRM model "
+                         f"({m.name}) is planned by its embedding-table sharding only")
+    return solve_dlrm(m, c, backend=backend, time_limit_s=time_limit_s,
+                      global_batch_size=global_batch_size)
 
 
 def _plan(plan: Any, where: str) -> Plan:
@@ -129,10 +151,13 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     from planner.orchestration import solve as _solve
     from planner.specs.plan_base import base_overrides
 
-    m = model if isinstance(model, ModelSpec) else load_model(model)
+    m = model if isinstance(model, (ModelSpec, DLRMSpec)) else load_model(model)
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
         raise InputError(f"gpus {_short(gpus)}: expected a positive integer")
     c = _resized(cluster, gpus) if isinstance(cluster, ClusterSpec) else load_cluster(cluster, gpus)
+    if isinstance(m, DLRMSpec):  # a recommendation model: embedding-table sharding
+        return _solve_dlrm(m, c, backend, time_limit_s, global_batch_size,
+                           plan=plan, fix=fix, seq_len=seq_len, dtype=dtype)
     for name, value in (("allow_idle_gpus", allow_idle_gpus), ("even_pipeline", even_pipeline),
                         ("presolve", presolve)):
         _flag(name, value)
@@ -239,7 +264,8 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     from planner.specs.plan_base import base_overrides
     from planner.specs.pricing import load_pricing
 
-    m = model if isinstance(model, ModelSpec) else load_model(model)
+    m = model if isinstance(model, (ModelSpec, DLRMSpec)) else load_model(model)
+    _transformer(m)
     _check_procure(gpus, clusters, counts, prices, workers, pareto, progress)
     names = gpus.split(",") if isinstance(gpus, str) else gpus
     if isinstance(clusters, (str, ClusterSpec)):

@@ -40,6 +40,13 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
 
         for n in catalog.names("models"):
             mm = load_model(n)
+            if getattr(mm, "kind", None) == "dlrm":  # a recommendation model (specs/dlrm.py)
+                rows.append(dict(name=mm.name, params_b=round(mm.total_params / 1e9, 2),
+                                 layers=len(mm.bottom_mlp) + len(mm.top_mlp),
+                                 hidden=max(mm.bottom_mlp + mm.top_mlp), heads=None,
+                                 ffn=f"dlrm: {mm.num_tables} tables", vocab=None, seq_len=None,
+                                 moe=False, aliases=mm.aliases))
+                continue
             rows.append(dict(name=mm.name, params_b=round(total_params(mm) / 1e9, 2),
                              layers=mm.num_layers, hidden=mm.hidden_size,
                              heads=f"{mm.num_attention_heads}/{mm.kv_heads}",

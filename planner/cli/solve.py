@@ -45,6 +45,12 @@ def solve(
     dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
     tokens: Optional[float] = typer.Option(None, "--tokens", help="Token budget: report totals (days, GPU-hours, MWh, USD)."),
     out_path: Optional[str] = typer.Option(None, "--out", help="Write the best plan as a plan YAML."),
+    export: Optional[str] = typer.Option(None, "--export", metavar="FORMAT", help="Also write the "
+                                         "best plan as a launch file: megatron, megatron-bridge, "
+                                         "torchtitan or deepspeed (planner export)."),
+    export_out: Optional[str] = typer.Option(None, "--export-out", metavar="FILE", help="Where "
+                                             "--export writes (default: standard output after "
+                                             "the tables)."),
     json_: bool = typer.Option(False, "--json", help="Print one JSON object."),
     verbose: bool = typer.Option(False, "--verbose", help="Show the solver log."),
     no_presolve: bool = typer.Option(False, "--no-presolve", help="Skip the bound presolve (slower)."),
@@ -59,8 +65,16 @@ def solve(
     from planner.specs.loaders import load_cluster, load_model
 
     check_writable(out_path, "--out")
+    _check_export(export, export_out, json_)
     m = load_model(model)
     c = with_headroom(load_cluster(cluster, gpus), memory_headroom)
+    if getattr(m, "kind", None) == "dlrm":  # a recommendation model: planner/cli/dlrm.py
+        from planner.cli.dlrm import solve_dlrm_cli
+
+        return solve_dlrm_cli(m, c, backend=backend.value, time_limit=time_limit,
+                              global_batch=global_batch, json_=json_,
+                              transformer_only=dict(plan=plan, fix=fix, seq_len=seq_len,
+                                                    dtype=dtype))
     warn_context_length(m, seq_len, bool(plan))
     obj = objective.value.replace("-", "_")
     status = LazyStatus(err, not json_)
@@ -83,8 +97,29 @@ def solve(
     notes = warn_calibration(c, res.best.plan)
     if json_:
         _emit_json({**res.to_json(), "calibration_notes": notes})
+    else:
+        _print_result(res, m, c, out_path)
+    if export:
+        from planner.cli.export import write_export
+
+        write_export(export, res.best.plan, m, c, export_out)
+
+
+def _check_export(fmt: Optional[str], path: Optional[str], json_: bool) -> None:
+    """--export names a format; with --json its file must go to --export-out."""
+    from planner.errors import InputError
+    from planner.export import FORMATS
+
+    if fmt is None:
+        if path:
+            raise InputError("--export-out needs --export FORMAT")
         return
-    _print_result(res, m, c, out_path)
+    if fmt not in FORMATS:
+        raise InputError(f"--export {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if json_ and not path:
+        raise InputError("--export with --json needs --export-out FILE (standard output "
+                         "carries the JSON)")
+    check_writable(path, "--export-out")
 
 
 def _emit_infeasible(e: InfeasibleError, backend: str, objective: str) -> None:

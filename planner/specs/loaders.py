@@ -17,6 +17,7 @@ import yaml
 from planner import catalog
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
+from planner.specs.dlrm import DLRMSpec, is_dlrm
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
@@ -118,8 +119,9 @@ def load_gpu(ref: str | dict[str, Any]) -> GPUSpec:
 
 
 # ---- models ----------------------------------------------------------------------
-def load_model(ref: str) -> ModelSpec:
-    """A catalog name, a model YAML file, or a Hugging Face ``config.json``."""
+def load_model(ref: str) -> ModelSpec | DLRMSpec:
+    """A catalog name, a model YAML file, or a Hugging Face ``config.json``; a file with
+    ``kind: dlrm`` is a recommendation model (:class:`DLRMSpec`)."""
     ref = reference(ref, "model")
     if _looks_like_path(ref):
         path = Path(ref)
@@ -128,11 +130,12 @@ def load_model(ref: str) -> ModelSpec:
 
         if is_hf_config(data):
             return model_from_hf(data, source=str(path))
-        return validate(ModelSpec, data, ref)
+        return validate(DLRMSpec if is_dlrm(data) else ModelSpec, data, ref)
     path = catalog.find("models", ref)
     if path is None:
         raise _unknown("models", "model", ref)
-    return validate(ModelSpec, read_structured(path), f"catalog model '{ref}'")
+    data = read_structured(path)
+    return validate(DLRMSpec if is_dlrm(data) else ModelSpec, data, f"catalog model '{ref}'")
 
 
 # ---- clusters --------------------------------------------------------------------

@@ -1,0 +1,87 @@
+"""``planner solve`` for a DLRM model (kind: dlrm): the sharding plan as a table
+(table -> type -> ranks), per-rank memory and time, samples/s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from planner.cli.console import _emit_json, out
+from planner.errors import InfeasibleError
+
+
+def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
+                   global_batch: int | None, json_: bool, transformer_only: dict) -> None:
+    from planner.api import solve as run_solve
+
+    try:
+        res = run_solve(m, c, backend=backend, time_limit_s=time_limit,
+                        global_batch_size=global_batch, **transformer_only)
+    except InfeasibleError as e:
+        if json_:
+            _emit_json({"plan": None, "estimate": None, "feasible": False,
+                        "solver": {"backend": backend, "status": e.status},
+                        "message": str(e), "reasons": e.reasons, "hints": e.hints})
+        raise
+    if json_:
+        _emit_json(res.to_json())
+        return
+    _print(res)
+
+
+def _ranks_text(p: Any, node: int) -> str:
+    """``0-127 (32 each)``, ``3, 5`` or ``node 2 (ranks 16-23)``: where the shards sit."""
+    if p.nodes:
+        return ", ".join(f"node {g} (ranks {g * node}-{g * node + node - 1})"
+                         + (f" x{k}" if k > 1 else "") for g, k in sorted(p.nodes.items()))
+    if not p.ranks:
+        return "all ranks"
+    ranks = sorted(p.ranks)
+    counts = {p.ranks[r] for r in ranks}
+    if len(ranks) > 6 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        each = f" ({counts.pop()} each)" if len(counts) == 1 else " (uneven)"
+        return f"{ranks[0]}-{ranks[-1]}{each}"
+    return ", ".join(f"{r}" + (f" x{p.ranks[r]}" if p.ranks[r] > 1 else "") for r in ranks)
+
+
+def _print(res: Any) -> None:
+    s, est, c = res.solution, res.solution.estimate, res.cluster
+    out.print(f"[bold]best sharding: {res.model.name} on {c.name} ({c.num_gpus}x "
+              f"{c.gpu.name})[/]")
+    t = Table(title="sharding plan", header_style="bold")
+    for col in ("table", "copies", "type", "shards", "ranks"):
+        t.add_column(col)
+    node = c.topology[0].size
+    for p in s.plan.tables:
+        t.add_row(p.table, str(p.copies), p.sharding_type, str(p.shards), _ranks_text(p, node))
+    out.print(t)
+    _print_ranks(est)
+    ph = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in est.phases_s.items())
+    out.print(f"phases (ms): {ph}")
+    status = "proven optimal" if s.status == "optimal" else "best found (time limit)"
+    gap = s.optimality_gap
+    out.print(f"iteration {est.iteration_time_s * 1e3:.2f} ms, "
+              f"[bold]{est.samples_per_s:,.0f} samples/s[/], memory "
+              f"{est.memory_per_gpu_gib:.2f} GiB per GPU (max; {est.usable_memory_bytes / 2**30:.2f}"
+              f" usable); {status} by {s.backend} in {s.solve_time_s:.2f} s"
+              + (f", gap to bound {gap:.1e}" if gap is not None else ""))
+
+
+def _print_ranks(est: Any) -> None:
+    """Per-rank time and memory: every rank on small jobs, the extremes on large ones."""
+    pr = est.per_rank
+    n = len(pr["memory_gib"])
+    shown = list(range(n)) if n <= 16 else sorted({0, 1, n - 1} | {
+        max(range(n), key=lambda r: pr["lookup_bwd_s"][r]),
+        max(range(n), key=lambda r: pr["comm_fwd_s"][r]),
+        max(range(n), key=lambda r: pr["memory_gib"][r])})
+    t = Table(title="per rank" + ("" if n <= 16 else f" (slowest, fullest; of {n})"),
+              header_style="bold")
+    for col in ("rank", "lookup fwd ms", "lookup bwd ms", "dist fwd ms", "dist bwd ms", "GiB"):
+        t.add_column(col, justify="right")
+    for r in shown:
+        t.add_row(str(r), *(f"{pr[k][r] * 1e3:.2f}" for k in
+                            ("lookup_fwd_s", "lookup_bwd_s", "comm_fwd_s", "comm_bwd_s")),
+                  f"{pr['memory_gib'][r]:.2f}")
+    out.print(t)

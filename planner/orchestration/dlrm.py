@@ -1,0 +1,65 @@
+"""Solve a DLRM model: the sharding plan of least iteration time, as typed results with
+the JSON form ``planner solve --json`` prints (``plan.tables``, ``estimate``,
+``feasible``, ``solver``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from formulations.dlrm_search import DLRMSolution, solve_sharding
+from planner.errors import InputError
+from planner.specs.cluster import ClusterSpec
+from planner.specs.dlrm import MAX_GLOBAL_BATCH, DLRMSpec
+from planner.specs.validate import _short
+
+
+@dataclass(frozen=True)
+class DLRMSolveResult:
+    model: DLRMSpec
+    cluster: ClusterSpec
+    solution: DLRMSolution
+
+    @property
+    def best(self) -> DLRMSolution:
+        return self.solution
+
+    @property
+    def status(self) -> str:
+        return self.solution.status
+
+    def to_json(self) -> dict[str, Any]:
+        s, est = self.solution, self.solution.estimate
+        gap = s.optimality_gap
+        return {
+            "model": self.model.name, "kind": "dlrm", "cluster": self.cluster.name,
+            "num_gpus": self.cluster.num_gpus,
+            "plan": s.plan.to_dict(),
+            "estimate": {**est.to_json(), "global_batch_size": self.model.global_batch_size},
+            "feasible": est.feasible,
+            "solver": {"backend": s.backend, "status": s.status,
+                       "status_text": "proven optimal" if s.status == "optimal"
+                       else "best found (time limit)",
+                       "solve_time_s": s.solve_time_s,
+                       "model_objective_s": s.model_objective_s,
+                       "evaluator_objective_s": est.iteration_time_s,
+                       "optimality_gap": gap},
+        }
+
+
+def solve_dlrm(model: DLRMSpec, cluster: ClusterSpec, *, backend: str = "cpsat",
+               time_limit_s: float = 60.0, global_batch_size: int | None = None,
+               kinds: tuple[str, ...] | None = None) -> DLRMSolveResult:
+    """The best sharding of ``model`` on ``cluster`` (``global_batch_size`` overrides the
+    model's); raises InfeasibleError when no plan fits, InputError on bad input."""
+    if global_batch_size is not None:
+        if (isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int)
+                or not 1 <= global_batch_size <= MAX_GLOBAL_BATCH):
+            raise InputError(f"global_batch_size {_short(global_batch_size)}: expected an "
+                             f"integer from 1 to {MAX_GLOBAL_BATCH}")
+        model = model.model_copy(update={"global_batch_size": global_batch_size})
+    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) or not (
+            0 < time_limit_s < 1e7):
+        raise InputError(f"time_limit_s {_short(time_limit_s)}: expected seconds > 0")
+    return DLRMSolveResult(model, cluster, solve_sharding(model, cluster, backend,
+                                                          float(time_limit_s), kinds))
