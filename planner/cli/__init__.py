@@ -74,7 +74,10 @@ def _root(
     pass
 
 
-app.command("evaluate", cls=_Command)(_evaluate)
+# ignore_unknown_options: `evaluate --from megatron "--tensor-model-parallel-size 8 ..."` reads
+# the quoted Megatron-LM arguments as ARGS (an unknown option alone is still refused, by evaluate)
+app.command("evaluate", cls=_Command,
+            context_settings={"ignore_unknown_options": True})(_evaluate)
 app.command("catalog", cls=_Command)(_catalog)
 app.command("validate", cls=_Command)(_validate)
 app.command("solve", cls=_Command)(_solve)

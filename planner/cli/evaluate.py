@@ -30,6 +30,32 @@ def _overrides(sets: list[str], shortcuts: dict[str, Any]) -> list[tuple[str, An
     return pairs
 
 
+def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: Any, c: Any,
+               warnings: list[str]) -> Any:
+    """The plan a framework's arguments run (``--from megatron "ARGS"``); what was ignored
+    goes to ``warnings``."""
+    from planner.errors import InputError
+    from planner.export import plan_from_megatron
+
+    if fmt != "megatron":
+        raise InputError(f"--from {fmt!r}: expected megatron" if fmt else
+                         f"no such option or argument: {args!r} (framework arguments need "
+                         "--from megatron)")
+    if not args or plan:
+        raise InputError("--from megatron needs the argument string (ARGS or @FILE) and no --plan")
+    text = args
+    if args.startswith("@"):
+        try:
+            with open(args[1:]) as fh:
+                text = fh.read()
+        except OSError as e:
+            raise InputError(f"--from megatron {args}: cannot read {args[1:]}: {e.strerror}") from None
+    p, ignored = plan_from_megatron(text, m, c)
+    if ignored:
+        warnings.append("ignored (no effect on the plan's cost): " + " ".join(ignored))
+    return p
+
+
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
     cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
@@ -47,6 +73,11 @@ def evaluate(
     json_: bool = typer.Option(False, "--json", help="Print the stable JSON object instead of tables."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write a stacked-bar PNG of the time breakdown."),
     memory_headroom: Optional[float] = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
+    from_: Optional[str] = typer.Option(None, "--from", metavar="FORMAT", help="Read the plan "
+                                        "from a framework's arguments: megatron (ARGS is a "
+                                        "Megatron-LM argument string, or @FILE)."),
+    args: Optional[str] = typer.Argument(None, metavar="[ARGS]", help="With --from: the "
+                                         "framework's arguments (or @FILE)."),
 ) -> None:
     """Predict what one training plan costs: iteration time, memory, MFU and breakdowns."""
     from planner.api import evaluate as run_evaluate
@@ -62,7 +93,8 @@ def evaluate(
     warnings: list[str] = []
     shortcuts = dict(tp=tp, pp=pp, dp=dp, cp=cp, microbatch_size=mbs,
                      global_batch_size=global_batch, seq_len=seq_len, dtype=dtype)
-    p = build_plan(m, c, plan, _overrides(set_, shortcuts), warnings)
+    p = (_plan_from(from_, args, plan, m, c, warnings) if from_ or args
+         else build_plan(m, c, plan, _overrides(set_, shortcuts), warnings))
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     est = run_evaluate(m, c, p)

@@ -1,0 +1,60 @@
+"""``planner export``: a plan as a launch file for Megatron-LM, Megatron-Bridge, torchtitan
+or DeepSpeed (planner/export)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from planner.cli.console import CLUSTER_HELP, GPUS_HELP, MODEL_HELP, check_writable, err
+
+
+class ExportFormat(str, Enum):
+    megatron = "megatron"
+    megatron_bridge = "megatron-bridge"
+    torchtitan = "torchtitan"
+    deepspeed = "deepspeed"
+
+
+FORMAT_HELP = ("megatron (pretrain_gpt.py arguments and a torchrun line), megatron-bridge "
+               "(recipe overrides), torchtitan (TOML job config) or deepspeed (ds_config.json).")
+
+
+def export(
+    plan: str = typer.Argument(..., metavar="PLAN.yaml", help="Plan YAML (planner solve --out)."),
+    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
+    cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
+    fmt: ExportFormat = typer.Option(..., "--format", "-f", help=FORMAT_HELP),
+    out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write to this file "
+                                           "instead of standard output."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help=GPUS_HELP),
+) -> None:
+    """Write a plan as a launch file for a training framework; refuse what it cannot run."""
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.plan_base import build_plan
+
+    check_writable(out_path, "--out")
+    m = load_model(model)
+    c = load_cluster(cluster, gpus)
+    warnings: list[str] = []
+    p = build_plan(m, c, plan, [], warnings)
+    for w in warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+    write_export(fmt.value, p, m, c, out_path)
+
+
+def write_export(fmt: str, plan, model, cluster, out_path: Optional[str]) -> None:  # type: ignore[no-untyped-def]
+    """Render ``plan`` for ``fmt`` and print it or write it to ``out_path`` (shared with
+    ``planner solve --export``)."""
+    from planner.export import export_plan
+
+    text = export_plan(fmt, plan, model, cluster)
+    if out_path:
+        with open(out_path, "w") as fh:
+            fh.write(text)
+        err.print(escape(f"wrote {out_path} ({fmt})"), highlight=False)
+    else:
+        typer.echo(text, nl=False)  # verbatim: no console wrapping or markup

@@ -1,0 +1,116 @@
+"""Megatron-Bridge (NeMo): a plan as ``KEY=VALUE`` ConfigContainer overrides for a recipe.
+
+Names follow Megatron-Bridge ``v0.6.0`` (commit 51885cf132b2814188b6855c25a8588254274c2a):
+``scripts/training/run_recipe.py`` (trailing ``KEY=VALUE`` overrides such as
+``model.tensor_model_parallel_size=N``, ``train.micro_batch_size=N``,
+``dataset.seq_length=N``), ``src/megatron/bridge/training/config.py`` (``train``,
+``model``, ``ddp``, ``optimizer``, ``comm_overlap``, ``mixed_precision``),
+``src/megatron/bridge/training/comm_overlap.py`` (``CommOverlapConfig``) and
+``mixed_precision.py`` (registered recipes; their ``grad_reduce_in_fp32`` and
+``fp8_param_gather`` overwrite the DDP and model configs at set-up). The model fields are
+Megatron-Core's ``ModelParallelConfig``/``TransformerConfig`` (Megatron-LM core_v0.15.3).
+
+Bridge runs Megatron-Core, so every Megatron-LM refusal applies
+(:func:`planner.export.megatron.refusals`), plus precisions its registered recipes cannot
+state as a string override.
+"""
+
+from __future__ import annotations
+
+from planner.costmodel.pipeline import chunk_sizes
+from planner.export.common import Target, header, launch_shape, refuse
+from planner.export.megatron import CP_COMM, layout_string, normalized
+from planner.specs.plan import Plan
+
+FMT = "megatron-bridge"
+VERSION = "Megatron-Bridge v0.6.0 (commit 51885cf132b2814188b6855c25a8588254274c2a)"
+SOURCE = ("scripts/training/run_recipe.py, src/megatron/bridge/training/{config,comm_overlap,"
+          "mixed_precision}.py (NVIDIA-NeMo/Megatron-Bridge, tag v0.6.0)")
+
+
+def _precision(p: Plan) -> str:
+    """The registered mixed-precision recipe that is this plan's precision, or a refusal."""
+    if p.dtype == "fp16":
+        refuse(FMT, "dtype", "fp16", "Bridge's fp16_mixed reduces gradients in fp16, which the "
+               "plan does not (grad_reduce_dtype is fp32 or bf16); use bf16 or fp8")
+    if p.grad_reduce_dtype == "bf16":
+        refuse(FMT, "grad_reduce_dtype", "bf16", "the registered recipes set "
+               "grad_reduce_in_fp32=True and overwrite ddp.grad_reduce_in_fp32; set "
+               "MixedPrecisionConfig(grad_reduce_in_fp32=False) in your recipe, or export with "
+               "--format megatron (--grad-reduce-in-bf16)")
+    if p.dtype == "fp8":
+        if not p.fp8_params:
+            refuse(FMT, "fp8_params", False, "Bridge's FP8 recipes all gather FP8 parameters "
+                   "(fp8_param_gather=True); fix fp8_params=true")
+        return "bf16_with_fp8_delayed_scaling_mixed"
+    return "bf16_mixed"
+
+
+def overrides(plan: Plan, target: Target) -> list[str]:
+    """``KEY=VALUE`` overrides, in ConfigContainer order."""
+    p = normalized(plan, target)
+    mp = _precision(p)
+    if p.attention != "flash":
+        refuse(FMT, "attention", p.attention, "Bridge recipes run fused attention; set "
+               "model.attention_backend in your recipe")
+    out = [f"model.tensor_model_parallel_size={p.tp}",
+           f"model.pipeline_model_parallel_size={p.pp}",
+           f"model.virtual_pipeline_model_parallel_size="
+           f"{p.virtual_stages if p.virtual_stages > 1 else 'null'}",
+           f"model.context_parallel_size={p.cp}",
+           f"model.sequence_parallel={_b(p.sequence_parallel)}"]
+    if p.cp > 1:
+        out.append(f"model.cp_comm_type={CP_COMM[p.cp_comm]}")
+    if p.ep > 1 or p.expert_tp is not None:
+        out.append(f"model.expert_model_parallel_size={p.ep}")
+    if p.expert_tp is not None:
+        out.append(f"model.expert_tensor_parallel_size={p.expert_tp}")
+    out += _layers(p, target) + _recompute(p, target)
+    out += [f"train.micro_batch_size={p.microbatch_size}",
+            f"train.global_batch_size={p.global_batch_size}",
+            f"dataset.seq_length={p.seq_len}",
+            f"mixed_precision={mp}",
+            f"ddp.use_distributed_optimizer={_b(p.zero_stage == 1)}",
+            f"optimizer.use_distributed_optimizer={_b(p.zero_stage == 1)}",
+            f"comm_overlap.tp_comm_overlap={_b(p.overlap_tp_comm is True)}",
+            f"comm_overlap.overlap_grad_reduce={_b(p.overlap_dp_grad_reduce)}",
+            f"comm_overlap.overlap_param_gather={_b(p.zero_stage == 1 and p.overlap_param_gather)}"]
+    if p.virtual_stages > 1:
+        out.append(f"comm_overlap.overlap_p2p_comm={_b(p.overlap_p2p_comm)}")
+    return out
+
+
+def _b(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def _layers(p: Plan, target: Target) -> list[str]:
+    if not p.uneven_pipeline:
+        return []
+    sizes = chunk_sizes(target.model.num_layers, p.pp * p.virtual_stages, True) or []
+    if p.virtual_stages == 1 and len(set(sizes[1:-1])) <= 1:
+        return [f"model.num_layers_in_first_pipeline_stage={sizes[0]}",
+                f"model.num_layers_in_last_pipeline_stage={sizes[-1]}"]
+    return [f"model.pipeline_model_parallel_layout='{layout_string(sizes)}'"]
+
+
+def _recompute(p: Plan, target: Target) -> list[str]:
+    value = p.recompute_for(target.model.layer_types[0])
+    if value == "none":
+        return ["model.recompute_granularity=null"]
+    if value == "selective":
+        return ["model.recompute_granularity=selective"]
+    return ["model.recompute_granularity=full", "model.recompute_method=uniform",
+            "model.recompute_num_layers=1"]
+
+
+def render(plan: Plan, target: Target) -> str:
+    """Header comments (version, launch) and one override per line."""
+    lines = overrides(plan, target)
+    nodes, per_node = launch_shape(plan, target.cluster, FMT)
+    head = header(FMT, VERSION, SOURCE, target, plan)
+    head += ["# usage, on each node (comm_overlap.* needs a recipe with a CommOverlapConfig):",
+             f"#   torchrun --nnodes {nodes} --nproc-per-node {per_node} "
+             "scripts/training/run_recipe.py --recipe YOUR_RECIPE --mode pretrain \\",
+             "#     $(grep -v '^#' THIS_FILE)"]
+    return "\n".join(head + lines) + "\n"

@@ -1,0 +1,197 @@
+"""What the exporters share: refusals that name the field, the value and why; the plan as a
+framework runs it (fields that cost nothing in this plan set to their defaults); the rank
+order check; ``overlap_tp_comm: auto`` resolved to the one switch frameworks have.
+
+The exporters sit above the cost model (they read ``planner.specs`` and evaluate plans with
+``planner.costmodel``); nothing below imports them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from planner.costmodel.evaluator import evaluate
+from planner.costmodel.network import PlacementError, domain_factors, fill_level
+from planner.errors import InputError
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import WORLD_DIMS, Plan
+
+FORMATS: tuple[str, ...] = ("megatron", "megatron-bridge", "torchtitan", "deepspeed")
+
+#: Megatron-Core numbers ranks "tp-cp-ep-dp-pp" (innermost first); ``--use-tp-pp-dp-mapping``
+#: makes it "tp-cp-ep-pp-dp" (Megatron-LM megatron/training/arguments.py, core_v0.15.3).
+MEGATRON_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+MEGATRON_TP_PP_DP_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "pp", "dp")
+
+
+def refuse(fmt: str, field: str, value: Any, why: str) -> NoReturn:
+    """Raise the InputError every refusal uses: the format, the plan field, its value, why."""
+    raise InputError(f"cannot export to {fmt}: {field}={_show(value)}: {why}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an export is for: the model and the cluster the plan was made for."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+
+
+def uniform_recompute(plan: Plan, model: ModelSpec, fmt: str) -> str:
+    """The one recomputation every layer type uses; frameworks take one setting for all
+    layers, so a per-layer-type mix is refused."""
+    values = {plan.recompute_for(t) for t in model.layer_types}
+    if len(values) > 1:
+        refuse(fmt, "recompute", plan.recompute,
+               f"{fmt} applies one recomputation to every layer; fix one value for all "
+               "layer types (e.g. --fix recompute=full)")
+    return values.pop()
+
+
+def recompute_field(value: str, model: ModelSpec) -> str | dict[str, str]:
+    """``recompute`` as the search space writes it: one string for a one-type model, else a
+    value per layer type."""
+    types = model.layer_types
+    return value if len(types) == 1 else {t: value for t in types}
+
+
+def world_order(order: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(d for d in order if d in WORLD_DIMS)
+
+
+def check_rank_order(plan: Plan, cluster: ClusterSpec, fmt: str,
+                     orders: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
+    """The framework order (one of ``orders``) this plan's placement is, or a refusal.
+
+    A launcher numbers ranks node by node, so a framework whose groups nest in order ``o``
+    puts in one NVSwitch domain exactly what :func:`fill_level` fills in that order; a
+    placement.domain that differs is a layout the framework cannot produce."""
+    mine = world_order(plan.placement.order)
+    match = [o for o in orders if world_order(o) == mine]
+    if not match:
+        refuse(fmt, "placement.order", "-".join(plan.placement.order),
+               f"{fmt} nests its groups as " + " or ".join("-".join(o) for o in orders)
+               + " (innermost first)")
+    try:
+        actual = domain_factors(plan, cluster.domain_size)
+    except PlacementError as e:
+        raise InputError(f"cannot export to {fmt}: {e}") from None
+    expected = framework_domain(plan, cluster, mine)
+    if actual != expected:
+        refuse(fmt, "placement.domain", _factors(actual),
+               f"{fmt} numbers ranks {'-'.join(mine)} (innermost first), which puts "
+               f"{_factors(expected)} in each {cluster.domain_size}-GPU domain; fix "
+               "placement.domain to that or let the solver choose with that order")
+    return match[0]
+
+
+def framework_domain(plan: Plan, cluster: ClusterSpec, order: tuple[str, ...]) -> dict[str, int]:
+    degrees = {d: plan.degree(d) for d in WORLD_DIMS}
+    return fill_level(degrees, min(cluster.domain_size, plan.world_size), order)
+
+
+def _factors(f: dict[str, int]) -> str:
+    return " x ".join(f"{d}{k}" for d, k in f.items() if k > 1) or "1"
+
+
+def canonical_placement(plan: Plan, cluster: ClusterSpec, order: tuple[str, ...]) -> dict:
+    """The placement as the search space writes it: the order, and the domain factors only
+    when the job spans more than one domain."""
+    out: dict[str, Any] = {"order": list(order)}
+    if plan.world_size > cluster.domain_size:
+        out["domain"] = framework_domain(plan, cluster, world_order(order))
+    return out
+
+
+def tp_overlap_switch(plan: Plan, target: Target, fmt: str) -> bool:
+    """``overlap_tp_comm`` as one switch for every layer. ``auto`` lets each GEMM pair take
+    the faster; it is exported when it equals the all-on or the all-off plan exactly (the
+    evaluator's iteration time), else refused with both times."""
+    if plan.tp == 1 or not plan.sequence_parallel or not tp_inside_domain(plan, target.cluster):
+        return False  # no overlap possible: the flag costs nothing either way
+    if plan.overlap_tp_comm != "auto":
+        return bool(plan.overlap_tp_comm)
+    t = {k: evaluate(target.model, target.cluster, plan.model_copy(
+        update={"overlap_tp_comm": k})).iteration_time_s for k in ("auto", True, False)}
+    for k in (True, False):
+        if math.isclose(t[k], t["auto"], rel_tol=1e-12, abs_tol=0.0):
+            return k
+    refuse(fmt, "overlap_tp_comm", "auto",
+           f"the faster choice differs between GEMMs ({t['auto']:.4f} s) and {fmt} has one "
+           f"switch for all; fix overlap_tp_comm=true ({t[True]:.4f} s) or false "
+           f"({t[False]:.4f} s)")
+
+
+def tp_inside_domain(plan: Plan, cluster: ClusterSpec) -> bool:
+    try:
+        return domain_factors(plan, cluster.domain_size)["tp"] == plan.tp
+    except PlacementError:
+        return False
+
+
+def as_run(plan: Plan, target: Target, fmt: str, order: tuple[str, ...] = MEGATRON_ORDER
+           ) -> Plan:
+    """The plan as a framework runs it: every field that costs nothing in this plan takes
+    its default (what a parser reading the framework's configuration returns), placement
+    in the framework's order, ``recompute`` per layer type as the search space writes it,
+    ``overlap_tp_comm`` as one switch. The estimate is unchanged (tests check it)."""
+    m = target.model
+    dpcp = plan.dp * plan.cp
+    upd: dict[str, Any] = {
+        "expert_tp": plan.expert_tp if m.moe is not None else None,
+        "uneven_pipeline": m.num_layers % (plan.pp * plan.virtual_stages) != 0,
+        "recompute": recompute_field(uniform_recompute(plan, m, fmt), m),
+        "cp_comm": plan.cp_comm if plan.cp > 1 else "ring",
+        "overlap_p2p_comm": plan.overlap_p2p_comm if plan.virtual_stages > 1 else True,
+        "overlap_dp_grad_reduce": plan.overlap_dp_grad_reduce if dpcp > 1 else True,
+        "overlap_param_gather": (plan.overlap_param_gather
+                                 if dpcp > 1 and plan.zero_stage > 0 else True),
+        "overlap_tp_comm": tp_overlap_switch(plan, target, fmt),
+        "placement": canonical_placement(plan, target.cluster, order),
+    }
+    if plan.tp == 1:
+        upd.update(sequence_parallel=False, tp_comm="allreduce")
+    return Plan.model_validate({**plan.to_dict(), **upd})
+
+
+def launch_shape(plan: Plan, cluster: ClusterSpec, fmt: str) -> tuple[int, int]:
+    """(nodes, processes per node) for the plan's GPUs: whole nodes of the cluster, or one
+    partial node when the job is smaller than a node."""
+    per_node = min(cluster.node_size, plan.world_size)
+    if plan.world_size % per_node:
+        refuse(fmt, "dp", plan.dp, f"tp x cp x pp x dp = {plan.world_size} GPUs do not fill "
+               f"whole {cluster.node_size}-GPU nodes")
+    return plan.world_size // per_node, per_node
+
+
+def header(fmt: str, framework: str, source: str, target: Target, plan: Plan,
+           comment: str = "#") -> list[str]:
+    """Comment lines every exported file starts with: what, for which version, from where."""
+    c = target.cluster
+    lines = [
+        f"planner export --format {fmt}: {target.model.name} on {c.name} "
+        f"({plan.world_size} of {c.num_gpus}x {c.gpu.name})",
+        f"framework: {framework}",
+        f"argument names checked in: {source}",
+        "plan: " + plan_summary(plan),
+    ]
+    return [f"{comment} {line}" for line in lines]
+
+
+def plan_summary(plan: Plan) -> str:
+    parts = [f"tp{plan.tp}", f"cp{plan.cp}", f"pp{plan.pp}", f"dp{plan.dp}"]
+    if plan.ep > 1:
+        parts.append(f"ep{plan.ep}")
+    parts += [f"v{plan.virtual_stages}", f"mbs{plan.microbatch_size}",
+              f"gbs{plan.global_batch_size}", f"seq{plan.seq_len}", f"zero{plan.zero_stage}",
+              f"recompute={plan.recompute}", f"sp={_show(plan.sequence_parallel)}", plan.dtype]
+    return " ".join(str(p) for p in parts)

@@ -1,0 +1,98 @@
+"""DeepSpeed: a plan as ``ds_config.json``.
+
+Keys follow DeepSpeed ``v0.18.0`` (commit 79caae1c04fca210345bdeb03bcacf87b1ac2f23):
+``deepspeed/runtime/constants.py`` (``train_batch_size``, ``train_micro_batch_size_per_gpu``,
+``gradient_accumulation_steps``, ``bf16.enabled``, ``fp16.enabled``,
+``communication_data_type``, ``data_types.grad_accum_dtype``),
+``deepspeed/runtime/zero/config.py`` (``zero_optimization.stage``, ``overlap_comm``,
+``offload_optimizer``, ``offload_param``) and ``zero/offload_config.py`` (``device: cpu``).
+
+A ds_config describes data parallelism and ZeRO only: tensor, pipeline, context and expert
+parallelism of these models need Megatron-DeepSpeed's own arguments, so plans with any of
+them > 1 are refused, as are FP8, selective recomputation (HF models checkpoint whole
+layers) and a stage-0 gradient all-reduce overlapped with backward (DeepSpeed reduces after
+backward without ZeRO).
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.export.common import Target, as_run, header, launch_shape, refuse, uniform_recompute
+from planner.specs.plan import Plan
+
+FMT = "deepspeed"
+VERSION = "DeepSpeed v0.18.0 (commit 79caae1c04fca210345bdeb03bcacf87b1ac2f23)"
+SOURCE = ("deepspeed/runtime/constants.py, deepspeed/runtime/zero/config.py, "
+          "deepspeed/runtime/zero/offload_config.py (deepspeedai/DeepSpeed, tag v0.18.0)")
+
+
+def refusals(p: Plan, target: Target) -> None:
+    """Raise for every plan field a ds_config cannot express."""
+    for dim in ("tp", "pp", "cp", "ep"):
+        if p.degree(dim) > 1:
+            refuse(FMT, dim, p.degree(dim), "ds_config has no tensor/pipeline/context/expert "
+                   "parallel degree for these models (that is Megatron-DeepSpeed's "
+                   "arguments); export to megatron or torchtitan, or --fix "
+                   f"{dim}=1")
+    if p.dtype == "fp8":
+        refuse(FMT, "dtype", "fp8", "ds_config has no FP8 training switch (Transformer Engine "
+               "is set up in the model code)")
+    if p.offload_optimizer and p.zero_stage == 0:
+        refuse(FMT, "offload_optimizer", True, "ZeRO-Offload needs zero_stage >= 1")
+    if p.zero_stage == 0 and p.dp > 1 and p.overlap_dp_grad_reduce:
+        refuse(FMT, "overlap_dp_grad_reduce", True, "without ZeRO DeepSpeed all-reduces the "
+               "gradients after backward; fix overlap_dp_grad_reduce=false or zero_stage>=1")
+    if p.zero_stage >= 1 and p.overlap_dp_grad_reduce != p.overlap_param_gather and p.dp > 1:
+        refuse(FMT, "overlap_param_gather", p.overlap_param_gather, "DeepSpeed's one "
+               "overlap_comm switch covers both the gradient reduction and the parameter "
+               f"gathers; set it equal to overlap_dp_grad_reduce={p.overlap_dp_grad_reduce}")
+    if uniform_recompute(p, target.model, FMT) == "selective":
+        refuse(FMT, "recompute", "selective", "models under DeepSpeed checkpoint whole layers "
+               "(gradient checkpointing); fix recompute=full or none")
+    if p.attention != "flash":
+        refuse(FMT, "attention", p.attention, "set by the model code, not ds_config; the "
+               "exporter states flash attention only")
+
+
+def normalized(plan: Plan, target: Target) -> Plan:
+    p = as_run(plan, target, FMT)
+    refusals(p, target)
+    return p
+
+
+def config(plan: Plan, target: Target) -> dict:
+    """The ds_config dictionary; ``train_batch_size`` = micro x accumulation x dp."""
+    p = normalized(plan, target)
+    accumulation = p.global_batch_size // (p.microbatch_size * p.dp)
+    zero: dict[str, object] = {"stage": p.zero_stage,
+                               "overlap_comm": bool(p.overlap_dp_grad_reduce and p.dp > 1)}
+    if p.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if p.offload_params:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    cfg: dict[str, object] = {
+        "train_batch_size": p.microbatch_size * accumulation * p.dp,
+        "train_micro_batch_size_per_gpu": p.microbatch_size,
+        "gradient_accumulation_steps": accumulation,
+        "bf16": {"enabled": p.dtype == "bf16"},
+        "fp16": {"enabled": p.dtype == "fp16"},
+        "communication_data_type": p.grad_reduce_dtype,
+        "data_types": {"grad_accum_dtype": p.grad_reduce_dtype},
+        "zero_optimization": zero,
+    }
+    return cfg
+
+
+def render(plan: Plan, target: Target) -> str:
+    """JSON has no comments: the header goes in a ``planner_export`` key, which DeepSpeed's
+    config reader does not look up."""
+    cfg = config(plan, target)
+    nodes, per_node = launch_shape(plan, target.cluster, FMT)
+    lines = [h.lstrip("# ") for h in header(FMT, VERSION, SOURCE, target, plan)]
+    recompute = uniform_recompute(plan, target.model, FMT)
+    lines += [f"launch: deepspeed --num_nodes {nodes} --num_gpus {per_node} train.py "
+              "--deepspeed_config THIS_FILE",
+              f"seq_len {plan.seq_len} and recompute={recompute} (gradient checkpointing of "
+              "every layer when full) are set in the model code"]
+    return json.dumps({"planner_export": lines, **cfg}, indent=2) + "\n"

@@ -1,0 +1,174 @@
+"""torchtitan: a plan as a TOML job config.
+
+Names follow torchtitan ``v0.2.2`` (commit 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce),
+``torchtitan/config/job_config.py`` (``[parallelism]``, ``[training]``,
+``[activation_checkpoint]``, ``[compile]``, ``[quantize.linear.float8]``);
+``torchtitan/distributed/parallel_dims.py`` (mesh ``pp, dp_replicate, fsdp = dp_shard x cp,
+tp``, outermost first, i.e. tp-cp-dp-pp innermost first);
+``torchtitan/distributed/pipeline_parallel.py`` (``module_fqns_per_model_part``:
+``tok_embeddings``, ``layers.N``, ``norm``, ``output``; stage ``i`` on rank ``i % pp`` in
+looped schedules); ``components/quantization/float8.py`` (converter
+``quantize.linear.float8``).
+
+Mapping: ZeRO 3 is FSDP2 over dp_shard x cp (``fsdp_reshard_after_forward = "always"``),
+ZeRO 0 is DDP (``data_parallel_replicate_degree``); torchtitan has no ZeRO-1/2. TP always
+runs with sequence parallelism. Refusals: docs/export.md.
+"""
+
+from __future__ import annotations
+
+from planner.costmodel.pipeline import chunk_sizes
+from planner.export.common import (
+    MEGATRON_ORDER,
+    Target,
+    as_run,
+    check_rank_order,
+    header,
+    launch_shape,
+    refuse,
+    uniform_recompute,
+)
+from planner.specs.plan import Plan
+
+FMT = "torchtitan"
+VERSION = "torchtitan v0.2.2 (commit 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce)"
+SOURCE = "torchtitan/config/job_config.py (pytorch/torchtitan, tag v0.2.2)"
+#: planner model -> torchtitan (model.name, model.flavor) (torchtitan/models/llama3/__init__.py)
+FLAVORS = {"llama3-8b": ("llama3", "8B"), "llama3-70b": ("llama3", "70B"),
+           "llama3-405b": ("llama3", "405B")}
+#: the KV exchange of PyTorch's ring attention: "alltoall" passes shards around the ring,
+#: "allgather" gathers them all (job_config.py, context_parallel_rotate_method)
+ROTATE = {"ring": "alltoall", "all_gather": "allgather"}
+
+
+def refusals(p: Plan) -> None:
+    """Raise for every plan field torchtitan cannot run as planned."""
+    if p.zero_stage in (1, 2):
+        refuse(FMT, "zero_stage", p.zero_stage, "torchtitan shards with FSDP2 (ZeRO-3) or "
+               "replicates with DDP (ZeRO-0); fix zero_stage=3 or 0")
+    if p.zero_stage == 0 and (p.cp > 1 or p.tp > 1 or p.pp > 1):
+        refuse(FMT, "zero_stage", 0, "without FSDP torchtitan applies bf16 mixed precision "
+               "only to pure DDP (job_config.py, mixed_precision_param), and it shards over "
+               "cp whenever cp > 1; fix zero_stage=3")
+    if p.offload_optimizer != p.offload_params:
+        refuse(FMT, "offload_optimizer" if p.offload_optimizer else "offload_params", True,
+               "torchtitan's training.enable_cpu_offload moves parameters, gradients and "
+               "optimizer states together; fix both offloads")
+    if p.tp > 1 and not p.sequence_parallel:
+        refuse(FMT, "sequence_parallel", False, "torchtitan's tensor parallelism always "
+               "shards the norms' activations (sequence parallelism)")
+    if p.dtype == "fp16":
+        refuse(FMT, "dtype", "fp16", "torchtitan's mixed precision is bfloat16 or float32")
+    if p.grad_reduce_dtype == "bf16":
+        refuse(FMT, "grad_reduce_dtype", "bf16", "torchtitan reduces in float32 "
+               "(training.mixed_precision_reduce)")
+    if p.cp > 1 and p.cp_comm not in ROTATE:
+        refuse(FMT, "cp_comm", p.cp_comm, "torchtitan's context parallelism is ring attention "
+               "(cp_comm ring or all_gather), not head-scattering all-to-all")
+    if p.attention != "flash":
+        refuse(FMT, "attention", p.attention, "torchtitan runs SDPA/flex fused attention")
+    if not (p.overlap_dp_grad_reduce and p.overlap_param_gather and p.overlap_p2p_comm):
+        field = next(f for f in ("overlap_dp_grad_reduce", "overlap_param_gather",
+                                 "overlap_p2p_comm") if not getattr(p, f))
+        refuse(FMT, field, False, "FSDP2/DDP and torch pipelining always overlap it")
+
+
+def normalized(plan: Plan, target: Target) -> Plan:
+    """The plan torchtitan runs (inert fields at their defaults), or a refusal."""
+    check_rank_order(plan, target.cluster, FMT, (MEGATRON_ORDER,))
+    p = as_run(plan, target, FMT)
+    refusals(p)
+    if uniform_recompute(p, target.model, FMT) == "selective":
+        refuse(FMT, "recompute", "selective", "torchtitan's selective checkpointing saves "
+               "per op or per n-th layer, not the attention core; fix recompute=full or none")
+    if target.model.moe is not None and p.etp not in (1, p.tp):
+        refuse(FMT, "expert_tp", p.expert_tp, "torchtitan supports expert TP 1 or tp")
+    return p
+
+
+def config(plan: Plan, target: Target) -> dict[str, dict[str, object]]:
+    """The job config as TOML tables (section -> key -> value)."""
+    p = normalized(plan, target)
+    fsdp = p.zero_stage == 3
+    par: dict[str, object] = {
+        "data_parallel_replicate_degree": 1 if fsdp else p.dp,
+        "data_parallel_shard_degree": p.dp if fsdp else 1,
+        "tensor_parallel_degree": p.tp, "pipeline_parallel_degree": p.pp,
+        "context_parallel_degree": p.cp,
+        "enable_async_tensor_parallel": p.overlap_tp_comm is True}
+    if fsdp:
+        par["fsdp_reshard_after_forward"] = "always"  # ZeRO-3: gather again for backward
+    if p.cp > 1:
+        par["context_parallel_rotate_method"] = ROTATE[p.cp_comm]
+    if target.model.moe is not None:
+        par["expert_parallel_degree"] = p.ep
+        par["expert_tensor_parallel_degree"] = p.etp
+    par.update(_pipeline(p, target))
+    train: dict[str, object] = {
+        "local_batch_size": p.global_batch_size // p.dp if p.pp > 1 else p.microbatch_size,
+        "global_batch_size": p.global_batch_size, "seq_len": p.seq_len,
+        "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32",
+        "enable_cpu_offload": p.offload_params}
+    out: dict[str, dict[str, object]] = {}
+    if target.model.name in FLAVORS:
+        name, flavor = FLAVORS[target.model.name]
+        out["model"] = {"name": name, "flavor": flavor}
+    if p.dtype == "fp8":
+        out.setdefault("model", {})["converters"] = ["quantize.linear.float8"]
+    out["training"] = train
+    out["parallelism"] = par
+    out["activation_checkpoint"] = {"mode": uniform_recompute(p, target.model, FMT)}
+    if p.overlap_tp_comm is True:  # async TP is applied through torch.compile
+        out["compile"] = {"enable": True, "components": ["model", "loss"]}
+    if p.fp8_params:
+        out["quantize.linear.float8"] = {"enable_fsdp_float8_all_gather": True,
+                                         "precompute_float8_dynamic_scale_for_fsdp": True}
+    return out
+
+
+def _pipeline(p: Plan, target: Target) -> dict[str, object]:
+    """Model parts by module name, in schedule order (stage i on rank i % pp), so that every
+    split, uneven ones included, is stated exactly."""
+    if p.pp == 1:
+        return {}
+    sizes = chunk_sizes(target.model.num_layers, p.pp * p.virtual_stages, p.uneven_pipeline)
+    parts, start = [], 0
+    for i, s in enumerate(sizes or []):
+        part = ["tok_embeddings"] if i == 0 else []
+        part += [f"layers.{k}" for k in range(start, start + s)]
+        if i == len(sizes or []) - 1:
+            part += ["norm", "output"]
+        parts.append(part)
+        start += s
+    schedule = "Interleaved1F1B" if p.virtual_stages > 1 else "1F1B"
+    return {"pipeline_parallel_schedule": schedule,
+            "pipeline_parallel_microbatch_size": p.microbatch_size,
+            "module_fqns_per_model_part": parts}
+
+
+def _toml(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    raise TypeError(f"no TOML form for {v!r}")
+
+
+def render(plan: Plan, target: Target) -> str:
+    """The TOML file: header comments (version, launch line), then the tables."""
+    cfg = config(plan, target)
+    nodes, per_node = launch_shape(plan, target.cluster, FMT)
+    lines = header(FMT, VERSION, SOURCE, target, plan)
+    lines += [f"# launch: torchrun --nnodes {nodes} --nproc-per-node {per_node} "
+              "-m torchtitan.train --job.config_file THIS_FILE",
+              "# add [job], [optimizer], [lr_scheduler], dataset and checkpoint settings"]
+    if "model" not in cfg or "name" not in cfg["model"]:
+        lines.append(f"# [model] name/flavor: '{target.model.name}' has no torchtitan "
+                     "flavor known to this exporter; set them")
+    for section, table in cfg.items():
+        lines += ["", f"[{section}]"] + [f"{k} = {_toml(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
