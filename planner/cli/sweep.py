@@ -84,9 +84,10 @@ def sweep(
     check_writable(plot, "--plot")
     points = expand(load_sweep(sweep_file), sweep_file)
     done = len(done_results(out_path, points)) if out_path else 0
-    err.print(f"{len(points)} points, {done} already in {out_path}" if done else
-              f"{len(points)} points", soft_wrap=True)
-    bar, tick = _progress(len(points), done)
+    unique = len({p.key for p in points})  # points with the same settings run once
+    err.print(f"{len(points)} points ({unique} distinct)"
+              + (f", {done} already in {out_path}" if done else ""), soft_wrap=True)
+    bar, tick = _progress(unique, done)
     with bar:
         rows = run_sweep(points, out=out_path, backend=backend.value, address=address,
                          workers=workers, on_result=tick)

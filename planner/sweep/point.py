@@ -67,7 +67,8 @@ def _solve_row(p: PointSpec) -> dict[str, Any]:
     cluster = scaled_cluster(load_cluster(p.cluster, p.gpus), p)  # type: ignore[arg-type]
     res = solve(model, cluster, fix=p.fix, global_batch_size=p.global_batch_size,
                 seq_len=p.seq_len, dtype=p.dtype, objective=p.objective or "time",
-                tokens=p.tokens, time_limit_s=p.time_limit_s,
+                tokens=p.tokens, time_limit_s=p.time_limit_s, max_microbatch=p.max_microbatch,
+                max_virtual_stages=p.max_virtual_stages, even_pipeline=p.even_pipeline,
                 max_iteration_time_s=_max_iteration_s(model, p))
     best = res.best
     row = {"status": res.status, "gpu_name": cluster.gpu.name, "cluster_name": cluster.name}
@@ -95,8 +96,6 @@ def _procure_row(p: PointSpec) -> dict[str, Any]:
     from planner.procurement import catalog_templates, named_templates
     from planner.specs.loaders import load_model
 
-    if p.nvs_domain is not None:
-        raise InputError("nvs_domain: a solve scaling (procure sizes its own clusters)")
     model = load_model(p.model)
     names = p.gpu_types.split(",") if p.gpu_types else None
     templates = named_templates(p.clusters.split(","), names) if p.clusters else \
@@ -146,8 +145,6 @@ def check_points(points: Sequence[Point]) -> None:
                 load_model(p.model)
                 models.add(p.model)
             if p.command == "procure":
-                if p.nvs_domain is not None:
-                    raise InputError("nvs_domain: a solve scaling (procure sizes its clusters)")
                 continue
             key = (p.cluster, p.gpus)
             if key not in clusters:

@@ -134,7 +134,7 @@ def run_sweep(points: Sequence[Point], *, out: str | None = None, backend: str =
     done = done_results(out, points) if out else {}
     axes = list(points[0].axes) if points else []
     results: dict[str, dict[str, Any]] = dict(done)
-    pending = [p for p in points if p.key not in done]
+    pending = list({p.key: p for p in points if p.key not in done}.values())
 
     def table() -> list[dict[str, Any]]:
         return [full_row(p, results[p.key]) for p in points if p.key in results]

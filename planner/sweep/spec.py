@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import (ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt,
+                      field_validator)
 
 from planner.errors import InputError
 from planner.specs.base import Spec
@@ -55,6 +56,9 @@ class PointSpec(Spec):
     pricing: Literal["rent", "own"] | None = None
     fix: dict[str, Any] = Field(default_factory=dict, description="solve: pinned plan fields")
     time_limit_s: PositiveFloat = Field(60.0, le=86400.0)
+    max_microbatch: PositiveInt | None = Field(None, description="solve: search bound")
+    max_virtual_stages: PositiveInt | None = Field(None, description="solve: search bound")
+    even_pipeline: bool | None = Field(None, description="solve: equal layers per stage")
     peak_flops: PositiveFloat = 1.0
     hbm_capacity: PositiveFloat = 1.0
     hbm_bandwidth: PositiveFloat = 1.0
@@ -65,6 +69,12 @@ class PointSpec(Spec):
     nvs_domain: PositiveInt | None = None
     price: PositiveFloat = Field(1.0, description="factor on GPU-hour and purchase prices")
     factor: float | None = Field(None, description="a common factor composite axes refer to")
+
+    @field_validator("level_bandwidth", "level_latency")
+    @classmethod
+    def _drop_unit_factors(cls, v: dict[str, float]) -> dict[str, float]:
+        """A level at factor 1 is unchanged: the same point (and key) as without it."""
+        return {k: f for k, f in v.items() if f != 1}
 
     def key(self) -> str:
         """A stable hash of the point's settings: the row's identity when resuming."""
@@ -150,7 +160,9 @@ def sweep_from_dict(data: Any, source: str) -> SweepSpec:
 
 
 def expand(spec: SweepSpec, source: str = "sweep") -> list[Point]:
-    """Every point of the grid, in the file's axis order (the last axis varies fastest)."""
+    """Every point of the grid, in the file's axis order (the last axis varies fastest).
+    Points with the same settings (MAD-Max's baseline: every resource at factor 1) share a
+    key; they are run once and their rows differ only in the axes."""
     names = list(spec.axes)
     choices = [list(v.items()) if isinstance(v, dict) else list(v) for v in spec.axes.values()]
     points = []
@@ -171,7 +183,6 @@ def expand(spec: SweepSpec, source: str = "sweep") -> list[Point]:
             for key, value in sets.items():
                 _set(settings, key, _resolve(value, settings, shown), f"{source}: axes:")
         points.append(Point(shown, validate(PointSpec, settings, f"{source}: point {shown}")))
-    _check_unique(points, source)
     return points
 
 
@@ -182,15 +193,6 @@ def _resolve(value: Any, settings: dict[str, Any], shown: dict[str, Any]) -> Any
         raise InputError(f"point {shown}: a composite axis refers to 'factor' but no axis or "
                          "base sets factor; add e.g. axes: {factor: [1, 2, 4, 10]}")
     return settings["factor"]
-
-
-def _check_unique(points: list[Point], source: str) -> None:
-    seen: dict[str, dict[str, Any]] = {}
-    for p in points:
-        if p.key in seen:
-            raise InputError(f"{source}: points {seen[p.key]} and {p.axes} are the same "
-                             "settings; an axis repeats a value (or a label sets nothing new)")
-        seen[p.key] = p.axes
 
 
 def check_point(spec: PointSpec, where: str) -> None:
@@ -208,6 +210,9 @@ def check_point(spec: PointSpec, where: str) -> None:
                if getattr(spec, f) is not None]
         if bad:
             raise InputError(f"{where}: {', '.join(bad)}: procure fields; set command: procure")
-    elif spec.cluster is not None or spec.gpus is not None or spec.fix:
-        raise InputError(f"{where}: cluster/gpus/fix are solve fields; procure takes clusters, "
-                         "gpu_types and max_gpus")
+    else:
+        bad = [f for f in ("cluster", "gpus", "max_microbatch", "max_virtual_stages",
+                           "even_pipeline", "nvs_domain") if getattr(spec, f) is not None]
+        if bad or spec.fix:
+            raise InputError(f"{where}: {', '.join(bad or ['fix'])}: solve fields; procure "
+                             "takes clusters, gpu_types and max_gpus")

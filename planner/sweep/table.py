@@ -79,10 +79,18 @@ def write_table(rows: list[dict[str, Any]], axes: Sequence[str], path: str | Pat
     os.replace(tmp, out)
 
 
-def _typed(value: str, kind: str) -> Any:
-    """A CSV cell as its column's type (empty: missing)."""
+def _typed(value: str, kind: str | None) -> Any:
+    """A CSV cell as its column's type (empty: missing); an axis cell (``kind`` None) as a
+    number when it reads as one."""
     if value == "":
         return None
+    if kind is None:
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                pass
+        return value
     if kind == "int64":
         return int(value)
     if kind == "float64":
@@ -93,7 +101,8 @@ def _typed(value: str, kind: str) -> Any:
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of an earlier output (result columns typed; axes come from the points)."""
+    """The rows of an output file (CSV cells typed: result columns by their type, axis
+    values as numbers where they read as numbers)."""
     fmt = output_format(path)
     try:
         if fmt == ".parquet":
@@ -101,7 +110,8 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
             return pq.read_table(path).to_pylist()
         with open(path, newline="") as f:
-            return [{k: _typed(v, RESULT_COLUMNS.get(k, "string")) for k, v in r.items()}
+            return [{k: _typed(v, "string" if k == "point_key" else RESULT_COLUMNS.get(k))
+                     for k, v in r.items()}
                     for r in csv.DictReader(f)]
     except (OSError, ValueError) as err:  # pyarrow's errors derive from these
         raise InputError(f"--out {str(path)!r}: cannot read the earlier results to resume "
