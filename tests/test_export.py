@@ -1,0 +1,462 @@
+"""From plan to launch (planner/export): plan -> Megatron-LM arguments -> plan is the plan as
+Megatron runs it, with the same estimate; DeepSpeed's batch identity; torchtitan's TOML
+parses and its degrees multiply to the GPUs; every refusal names the field; golden files
+for the README's plans cannot go stale."""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, currently_in_test_context, event, given, settings
+from hypothesis import strategies as st
+
+from conftest import small_cluster, tiny_model
+from formulations.space import SearchSpace, SpaceOptions
+from instances import instances, moe_instances
+from planner.costmodel.evaluator import evaluate
+from planner.errors import InputError
+from planner.export import FORMATS, SUFFIX, Target, export_plan, plan_from_megatron
+from planner.export import bridge, deepspeed, megatron, torchtitan
+from planner.export.common import launch_shape
+from planner.specs.loaders import load_cluster, load_model
+from planner.specs.plan import Plan
+from planner.specs.plan_base import model_defaults
+from test_cli import run
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH = ROOT / "examples" / "launch"
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _same_estimate(model, cluster, a: Plan, b: Plan) -> None:
+    ea, eb = evaluate(model, cluster, a), evaluate(model, cluster, b)
+    assert math.isclose(ea.iteration_time_s, eb.iteration_time_s, rel_tol=1e-12)
+    assert math.isclose(ea.memory_per_gpu_bytes, eb.memory_per_gpu_bytes, rel_tol=1e-12)
+    assert ea.feasible == eb.feasible
+
+
+#: fields pinned so that a framework's features are searched (its plans are mostly accepted)
+FEATURES = {
+    "deepspeed": lambda draw: {"tp": 1, "pp": 1, "cp": 1,
+                               "zero_stage": draw(st.sampled_from([1, 2, 3])),
+                               "recompute": draw(st.sampled_from(["none", "full"]))},
+    "torchtitan": lambda draw: {"zero_stage": 3, "cp_comm": "ring",
+                                "recompute": draw(st.sampled_from(["none", "full"]))},
+}
+
+
+@st.composite
+def space_plans(draw, moe: bool = False, fmt: str | None = None):
+    """A plan of a random small search space, with the fields the space does not search
+    (precision, overlaps, attention, rank order) varied too; ``fmt`` pins the fields that
+    framework needs, so that most of its plans are exportable."""
+    space, _, _ = draw(moe_instances() if moe else instances())
+    if fmt in FEATURES:
+        space = SearchSpace(space.model, space.cluster, space.base,
+                            {**FEATURES[fmt](draw)}, space.options)
+    assume(space.outers)
+    o = draw(st.sampled_from(space.outers))
+    doms = space.placements(o)
+    assume(doms)
+    dom = draw(st.sampled_from(doms))
+    inner = draw(st.sampled_from(list(space.inners(o))))
+    data = space.plan(o, dom, inner).to_dict()
+    data.update(_flags(draw, fmt))
+    if data["tp"] > 1 and fmt == "torchtitan":
+        data.update(sequence_parallel=True, tp_comm="rs_ag")
+    if fmt or draw(st.booleans()):  # the domain the rank order fills
+        data["placement"] = {"order": data["placement"]["order"]}
+    if not fmt:
+        order = draw(st.sampled_from([None, None, ["tp", "cp", "ep", "pp", "dp"],
+                                      ["tp", "dp", "cp", "pp"]]))
+        if order:
+            data["placement"] = {**data["placement"], "order": order}
+    return space.model, space.cluster, Plan.model_validate(data)
+
+
+def _flags(draw, fmt: str | None) -> dict:
+    """Precision, overlaps and attention: any value, or one the framework takes."""
+    if fmt == "deepspeed":
+        dtype = draw(st.sampled_from(["bf16", "fp16"]))
+        ov = draw(st.booleans())
+        return dict(dtype=dtype, grad_reduce_dtype=draw(st.sampled_from(["fp32", "bf16"])),
+                    overlap_dp_grad_reduce=ov, overlap_param_gather=ov)
+    if fmt == "torchtitan":
+        dtype = draw(st.sampled_from(["bf16", "fp8"]))
+        return dict(dtype=dtype, fp8_params=dtype == "fp8" and draw(st.booleans()),
+                    overlap_tp_comm=draw(st.sampled_from([True, False])))
+    dtype = draw(st.sampled_from(["bf16", "bf16", "fp16", "fp8"]))
+    return dict(
+        dtype=dtype, fp8_params=dtype == "fp8" and draw(st.booleans()),
+        grad_reduce_dtype=draw(st.sampled_from(["fp32", "fp32", "bf16"])),
+        attention=draw(st.sampled_from(["flash", "flash", "standard"])),
+        overlap_tp_comm=draw(st.sampled_from(["auto", True, False])),
+        overlap_dp_grad_reduce=draw(st.sampled_from([True, True, False])),
+        overlap_param_gather=draw(st.sampled_from([True, True, False])),
+        overlap_p2p_comm=draw(st.sampled_from([True, True, False])))
+
+
+def _refused(e: InputError, fmt: str) -> None:
+    """A refusal names the format and a plan field with its value."""
+    msg = str(e)
+    assert msg.startswith(f"cannot export to {fmt}: "), msg
+    field = msg.split(": ")[1].split("=")[0].split(".")[0]
+    assert field in Plan.model_fields or "placement" in msg or "does not" in msg, msg
+
+
+def _note(what: str) -> None:
+    """Count outcomes in hypothesis' statistics (--hypothesis-show-statistics)."""
+    if currently_in_test_context():
+        event(what)
+
+
+def _round_trip(model, cluster, plan: Plan) -> bool:
+    t = Target(model, cluster)
+    try:
+        text = megatron.render(plan, t)
+    except InputError as e:
+        _refused(e, "megatron")
+        _note("megatron refused: " + str(e).split(": ")[1].split("=")[0])
+        return False
+    _note("megatron accepted")
+    back, ignored = megatron.parse_args(text, t)
+    assert ignored == []
+    assert back == megatron.normalized(plan, t)
+    _same_estimate(model, cluster, plan, back)
+    return True
+
+
+@SETTINGS
+@given(space_plans())
+def test_megatron_round_trip_dense(case):
+    _round_trip(*case)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(space_plans(moe=True))
+def test_megatron_round_trip_moe(case):
+    _round_trip(*case)
+
+
+def test_round_trip_over_a_whole_space():
+    """Every 7th plan of a 16-GPU space on two 8-GPU domains: each accepted plan comes back
+    as the plan Megatron runs, with the same estimate; the refusals are the three things
+    Megatron-LM cannot run: ZeRO 2/3, a domain its rank order does not produce, and TP
+    overlap that is on for some GEMMs only (auto)."""
+    model = tiny_model(num_layers=6, global_batch_size=16, seq_len=1024)
+    cluster = small_cluster(16, domain=8)
+    space = SearchSpace(model, cluster, model_defaults(model), {},
+                        SpaceOptions(max_microbatch=2, max_virtual_stages=2, min_cp_tokens=256))
+    plans = [space.plan(*pt) for k, pt in enumerate(space) if k % 7 == 0]
+    accepted, reasons = 0, set()
+    for p in plans:
+        try:
+            accepted += _round_trip(model, cluster, p)
+        except AssertionError:
+            raise
+        if not _accepts(p, model, cluster):
+            reasons.add(_reason(p, model, cluster))
+    assert len(plans) == 1132 and accepted == 132
+    assert reasons == {"zero_stage", "placement.domain", "overlap_tp_comm"}
+
+
+def _accepts(plan: Plan, model, cluster) -> bool:
+    try:
+        megatron.to_args(plan, Target(model, cluster))
+        return True
+    except InputError:
+        return False
+
+
+def _reason(plan: Plan, model, cluster) -> str:
+    try:
+        megatron.to_args(plan, Target(model, cluster))
+    except InputError as e:
+        return str(e).split(": ")[1].split("=")[0]
+    return ""
+
+
+def test_megatron_args_for_the_readme_70b_plan():
+    m, c = load_model("llama3-70b"), load_cluster("examples/superpod.yaml")
+    plan = Plan.model_validate(_yaml(LAUNCH / "llama3-70b.plan.yaml"))
+    args = megatron.to_args(plan, Target(m, c))
+    joined = " ".join(args)
+    for part in ("--tensor-model-parallel-size 4", "--pipeline-model-parallel-size 2",
+                 "--context-parallel-size 2", "--cp-comm-type p2p", "--sequence-parallel",
+                 "--num-layers-per-virtual-pipeline-stage 5",  # 80 layers / (pp 2 x v 8)
+                 "--use-distributed-optimizer", "--overlap-grad-reduce",
+                 "--overlap-param-gather", "--micro-batch-size 1", "--global-batch-size 512",
+                 "--seq-length 8192", "--bf16", "--num-query-groups 8"):
+        assert part in joined
+    assert launch_shape(plan, c, "megatron") == (128, 8)
+
+
+def test_uneven_splits_first_last_and_layout():
+    """Llama 3 405B (126 layers): pp 16 without interleaving is 7 + 14 x 8 + 7 (first/last
+    stage arguments); with v 7 (112 chunks) 49 one-layer chunks, 14 of two, 49 of one."""
+    m, c = load_model("llama3-405b"), load_cluster("dgx-h100-superpod", 16384)
+    base = dict(tp=8, pp=16, dp=128, global_batch_size=2048, seq_len=8192,
+                sequence_parallel=True, zero_stage=1, uneven_pipeline=True)
+    args = megatron.to_args(Plan.model_validate(base), Target(m, c))
+    i = args.index("--decoder-first-pipeline-num-layers")
+    assert args[i:i + 4] == ["--decoder-first-pipeline-num-layers", "7",
+                             "--decoder-last-pipeline-num-layers", "7"]
+    plan = Plan.model_validate({**base, "dp": 64, "cp": 2, "virtual_stages": 7})
+    args = megatron.to_args(plan, Target(m, c))
+    layout = args[args.index("--pipeline-model-parallel-layout") + 1]
+    assert layout == "Et*1|(t*1|)*48(t*2|)*14(t*1|)*48t*1L"
+    assert megatron.megatron_chunks({"--pipeline-model-parallel-layout": layout}, 16, 126) == (
+        [1] * 49 + [2] * 14 + [1] * 49)
+
+
+def _yaml(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+# ---- the reverse direction -------------------------------------------------------------------
+
+def _t70():
+    return Target(load_model("llama3-70b"), load_cluster("examples/superpod.yaml"))
+
+
+def test_parse_hand_written_args_and_ignored():
+    t = _t70()
+    p, ignored = megatron.parse_args(
+        "torchrun --nnodes 128 --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 8 "
+        "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 4 "
+        "--sequence-parallel --use-distributed-optimizer --bf16 --micro-batch-size 1 "
+        "--global-batch-size 512 --seq-length 8192 --lr 3e-4 --data-path /x "
+        "--recompute-activations --overlap-grad-reduce --overlap-param-gather", t)
+    assert (p.tp, p.pp, p.dp, p.virtual_stages, p.zero_stage) == (8, 4, 32, 5, 1)
+    assert p.recompute == "selective" and p.sequence_parallel and p.tp_comm == "rs_ag"
+    assert ignored == ["--lr", "--data-path"]
+    assert p.overlap_tp_comm is False  # no --tp-comm-overlap
+
+
+@pytest.mark.parametrize("args, names", [
+    ("--bf16 --optimizer-cpu-offload", "--optimizer-cpu-offload"),
+    ("--bf16 --use-torch-fsdp2", "--use-torch-fsdp2"),
+    ("--tensor-model-parallel-size 8", "neither --bf16 nor --fp16"),
+    ("--bf16 --num-layers 32", "--num-layers 32 describes a different model"),
+    ("--bf16 --tensor-model-parallel-size x", "--tensor-model-parallel-size: expected an integer"),
+    ("--bf16 --tensor-model-parallel-size 3", "does not divide the 1024 GPUs"),
+    ("--bf16 --recompute-granularity full --recompute-method block --recompute-num-layers 2",
+     "--recompute-method block"),
+    ("--bf16 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 30",
+     "the layer split [30, 50]"),
+    ("torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --bf16", "is 16 GPUs"),
+    ("--bf16 --cp-comm-type p2p a2a --context-parallel-size 2", "--cp-comm-type p2p a2a"),
+    ("--bf16 --recompute-granularity selective --recompute-modules mlp", "--recompute-modules mlp"),
+])
+def test_parse_refuses_what_it_cannot_model(args, names):
+    with pytest.raises(InputError, match="--from megatron") as e:
+        megatron.parse_args(args, _t70())
+    assert names in str(e.value)
+
+
+# ---- refusals, per framework -----------------------------------------------------------------
+
+_BASE = dict(tp=4, pp=2, cp=2, dp=64, global_batch_size=512, seq_len=8192, virtual_stages=8,
+             sequence_parallel=True, zero_stage=1)
+
+
+@pytest.mark.parametrize("fmt, change, field", [
+    ("megatron", dict(zero_stage=3), "zero_stage=3"),
+    ("megatron", dict(zero_stage=3, offload_params=True), "zero_stage=3"),
+    ("megatron", dict(zero_stage=1, offload_optimizer=True), "offload_optimizer=true"),
+    ("megatron", dict(sequence_parallel=False, tp_comm="rs_ag"), "tp_comm=rs_ag"),
+    ("megatron", dict(placement={"order": ["tp", "dp", "cp", "pp"]}), "placement.order"),
+    ("megatron", dict(placement={"domain": {"tp": 4, "dp": 2}}), "placement.domain"),
+    ("megatron", dict(overlap_tp_comm="auto", tp=8, cp=1, dp=64, pp=2, virtual_stages=1,
+                      placement={"domain": {"tp": 4, "dp": 2}}), "placement.domain"),
+    ("megatron-bridge", dict(dtype="fp16"), "dtype=fp16"),
+    ("megatron-bridge", dict(grad_reduce_dtype="bf16"), "grad_reduce_dtype=bf16"),
+    ("megatron-bridge", dict(dtype="fp8"), "fp8_params=false"),
+    ("torchtitan", dict(), "zero_stage=1"),
+    ("torchtitan", dict(zero_stage=3, sequence_parallel=False), "sequence_parallel=false"),
+    ("torchtitan", dict(zero_stage=3, recompute="selective"), "recompute=selective"),
+    ("torchtitan", dict(zero_stage=3, cp_comm="all_to_all"), "cp_comm=all_to_all"),
+    ("torchtitan", dict(zero_stage=0), "zero_stage=0"),
+    ("deepspeed", dict(), "tp=4"),
+    ("deepspeed", dict(tp=1, pp=1, cp=1, dp=1024, global_batch_size=1024, virtual_stages=1,
+                       sequence_parallel=False, dtype="fp8"), "dtype=fp8"),
+    ("deepspeed", dict(tp=1, pp=1, cp=1, dp=1024, global_batch_size=1024, virtual_stages=1,
+                       sequence_parallel=False, zero_stage=0), "overlap_dp_grad_reduce=true"),
+])
+def test_refusals_name_field_and_value(fmt, change, field):
+    m, c = load_model("llama3-70b"), load_cluster("examples/superpod.yaml")
+    plan = Plan.model_validate({**_BASE, **change})
+    with pytest.raises(InputError, match=f"cannot export to {fmt}: ") as e:
+        export_plan(fmt, plan, m, c)
+    assert field in str(e.value)
+
+
+def test_a_per_layer_type_recompute_mix_is_refused_everywhere():
+    m = tiny_model(moe=dict(num_experts=4, top_k=2, expert_ffn_hidden_size=1024,
+                            first_k_dense=1))
+    c = small_cluster(8, domain=8)
+    assert m.layer_types == ("dense", "moe")
+    plan = Plan.model_validate(dict(dp=8, ep=4, expert_tp=1, global_batch_size=64,
+                                    seq_len=2048, zero_stage=1,
+                                    recompute={"dense": "none", "moe": "full"}))
+    for fmt in FORMATS:
+        with pytest.raises(InputError, match="recompute"):
+            export_plan(fmt, plan, m, c)
+
+
+def test_a_plan_that_cannot_run_is_refused_before_any_format():
+    m, c = load_model("llama3-70b"), load_cluster("examples/superpod.yaml")
+    plan = Plan.model_validate({**_BASE, "tp": 3})
+    with pytest.raises(InputError, match="cannot run on"):
+        export_plan("megatron", plan, m, c)
+
+
+# ---- DeepSpeed and torchtitan invariants ------------------------------------------------------
+
+@SETTINGS
+@given(st.sampled_from(["deepspeed", "torchtitan"]).flatmap(
+    lambda f: st.tuples(st.just(f), space_plans(fmt=f))))
+def test_deepspeed_batch_and_torchtitan_degrees(fmt_case):
+    fmt, (model, cluster, plan) = fmt_case
+    t = Target(model, cluster)
+    try:
+        text = export_plan(fmt, plan, model, cluster)
+    except InputError as e:
+        _refused(e, fmt)
+        event(f"{fmt} refused")
+        return
+    event(f"{fmt} accepted")
+    if fmt == "deepspeed":
+        cfg = json.loads(text)
+        assert cfg["train_batch_size"] == (cfg["train_micro_batch_size_per_gpu"]
+                                           * cfg["gradient_accumulation_steps"] * plan.dp)
+        assert cfg["train_batch_size"] == plan.global_batch_size
+        assert cfg["zero_optimization"]["stage"] == plan.zero_stage
+        return
+    cfg = tomllib.loads(text)
+    par = cfg["parallelism"]
+    world = (par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+             * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"]
+             * par["context_parallel_degree"])
+    nodes, per_node = launch_shape(plan, cluster, fmt)
+    assert world == plan.world_size == nodes * per_node
+    parts = par.get("module_fqns_per_model_part", [])
+    if plan.pp > 1:  # every layer once, in order, over pp x v parts
+        layers = [x for part in parts for x in part if x.startswith("layers.")]
+        assert layers == [f"layers.{i}" for i in range(model.num_layers)]
+        assert len(parts) == plan.pp * plan.virtual_stages
+    assert torchtitan.normalized(plan, t).zero_stage in (0, 3)
+
+
+# ---- golden files and the CLI ------------------------------------------------------------------
+
+#: (plan file, model, cluster, GPUs, formats): the README's plans (Megatron features) and the
+#: best plans of the same runs under torchtitan's and DeepSpeed's features (docs/export.md)
+GOLDEN = [
+    ("llama3-70b.plan.yaml", "llama3-70b", "examples/superpod.yaml", None,
+     ("megatron", "megatron-bridge")),
+    ("llama3-405b.plan.yaml", "llama3-405b", "dgx-h100-superpod", 16384,
+     ("megatron", "megatron-bridge")),
+    ("llama3-70b.torchtitan.plan.yaml", "llama3-70b", "examples/superpod.yaml", None,
+     ("torchtitan",)),
+    ("llama3-70b.deepspeed.plan.yaml", "llama3-70b", "examples/superpod.yaml", 512,
+     ("deepspeed",)),
+    ("llama3-405b.torchtitan.plan.yaml", "llama3-405b", "dgx-h100-superpod", 16384,
+     ("torchtitan",)),
+    ("llama3-405b.deepspeed.plan.yaml", "llama3-405b", "dgx-h100-superpod", 2048,
+     ("deepspeed",)),
+]
+
+
+def golden_files():
+    for plan_file, m, c, gpus, fmts in GOLDEN:
+        for fmt in fmts:
+            stem = plan_file.removesuffix(".plan.yaml").split(".")[0]
+            yield plan_file, m, c, gpus, fmt, f"{stem}.{SUFFIX[fmt]}"
+
+
+@pytest.mark.parametrize("plan_file, m, c, gpus, fmt, out", list(golden_files()))
+def test_golden_files_are_current(plan_file, m, c, gpus, fmt, out):
+    """Regenerate each golden file from its plan; it must match what is checked in."""
+    plan = Plan.model_validate(_yaml(LAUNCH / plan_file))
+    text = export_plan(fmt, plan, load_model(m), load_cluster(c, gpus))
+    assert (LAUNCH / out).read_text() == text, f"regenerate {out}: planner export ..."
+    version = {"megatron": megatron.VERSION, "megatron-bridge": bridge.VERSION,
+               "torchtitan": torchtitan.VERSION, "deepspeed": deepspeed.VERSION}[fmt]
+    assert version in text
+
+
+def test_cli_export_and_evaluate_from_megatron(capsys, tmp_path):
+    plan = str(LAUNCH / "llama3-70b.plan.yaml")
+    code, out, _ = run(capsys, "export", plan, "-m", "llama3-70b", "-c",
+                       "examples/superpod.yaml", "--format", "megatron")
+    assert code == 0 and out == (LAUNCH / "llama3-70b.megatron.sh").read_text()
+    dest = tmp_path / "launch.sh"
+    code, _, err = run(capsys, "export", plan, "-m", "llama3-70b", "-c",
+                       "examples/superpod.yaml", "--format", "megatron", "--out", str(dest))
+    assert code == 0 and "wrote" in err and dest.read_text() == out
+    code, out2, _ = run(capsys, "evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml",
+                        "--json", "--from", "megatron", f"@{dest}")
+    assert code == 0
+    direct = run(capsys, "evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml",
+                 "--json", "-p", plan)[1]
+    assert json.loads(out2)["iteration_time_s"] == json.loads(direct)["iteration_time_s"]
+    code, out3, err = run(capsys, "evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml",
+                          "--from", "megatron", "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
+                          "--sequence-parallel --use-distributed-optimizer --recompute-activations "
+                          "--global-batch-size 512 --bf16 --lr 1")
+    assert code == 0 and "ignored" in err and "--lr" in err and "TP8" in out3
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["export", "PLAN", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--format", "x"],
+     "x"),
+    (["export", "PLAN", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--format",
+      "deepspeed"], "cannot export to deepspeed: tp=4"),
+    (["evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--from", "nemo", "--bf16"],
+     "--from 'nemo'"),
+    (["evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--tpp", "3"], "3"),
+    (["evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--from", "megatron",
+      "@/nonexistent/x.sh"], "cannot read"),
+    (["solve", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--export", "nemo"],
+     "--export 'nemo'"),
+    (["solve", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--export", "megatron",
+      "--json"], "--export-out"),
+])
+def test_cli_bad_input_exits_2(capsys, args, needle):
+    args = [str(LAUNCH / "llama3-70b.plan.yaml") if a == "PLAN" else a for a in args]
+    code, out, err = run(capsys, *args)
+    assert code == 2 and needle in out + err
+
+
+def test_solve_export(capsys, tmp_path):
+    dest = tmp_path / "run.toml"
+    code, _, err = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "8", "--global-batch", "64", "--fix", "zero_stage=3", "--fix",
+                       "recompute=none", "--fix", "tp=1", "--export", "torchtitan",
+                       "--export-out", str(dest))
+    assert code == 0, err
+    cfg = tomllib.loads(dest.read_text())
+    assert cfg["parallelism"]["data_parallel_shard_degree"] * cfg["parallelism"][
+        "pipeline_parallel_degree"] * cfg["parallelism"]["context_parallel_degree"] == 8
+
+
+def test_export_sits_above_the_cost_model():
+    from test_architecture import import_graph
+
+    graph = import_graph()
+    below = [m for m in graph if m.startswith(("planner.specs", "planner.costmodel",
+                                               "formulations"))]
+    assert not [m for m in below if any(d.startswith("planner.export") for d in graph[m])]
+    allowed = ("planner.specs", "planner.costmodel", "planner.errors", "planner.export")
+    bad = [f"{m} -> {d}" for m in graph if m.startswith("planner.export")
+           for d in graph[m] if not d.startswith(allowed)]
+    assert bad == []
