@@ -460,3 +460,41 @@ def test_export_sits_above_the_cost_model():
     bad = [f"{m} -> {d}" for m in graph if m.startswith("planner.export")
            for d in graph[m] if not d.startswith(allowed)]
     assert bad == []
+
+
+# ---- fuzzed bad input -------------------------------------------------------------------------
+
+_FLAGS = sorted(set(megatron._INT) | set(megatron._STR) | set(megatron._LIST)
+                | megatron._FLAGS | set(megatron.UNSUPPORTED) | {"--lr", "--data-path"})
+_VALUES = ["0", "1", "2", "4", "8", "-1", "1e9", "nan", "x", "", "p2p", "a2a", "all_gather",
+           "full", "selective", "uniform", "block", "hybrid", "flash", "unfused", "Et*40|t*40L",
+           "E|L", "(t|)*80", "'quoted", "$@", "--", "pretrain_gpt.py", "80", "8192", "512"]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from(_FLAGS), st.lists(st.sampled_from(_VALUES), max_size=2)),
+                max_size=10), st.booleans())
+def test_fuzzed_megatron_arguments_end_in_a_plan_or_an_input_error(pairs, bf16):
+    text = " ".join(f + " " + " ".join(v) for f, v in pairs) + (" --bf16" if bf16 else "")
+    try:
+        plan, ignored = plan_from_megatron(text, *_T70_SPECS)
+    except InputError as e:
+        assert str(e)
+        return
+    assert isinstance(plan, Plan) and all(x.startswith("--") for x in ignored)
+
+
+_T70_SPECS = (load_model("llama3-70b"), load_cluster("examples/superpod.yaml"))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # run() drains capsys
+@given(st.lists(st.sampled_from(["--format", "megatron", "torchtitan", "deepspeed", "x", "-m",
+                                 "llama3-70b", "nope", "-c", "examples/superpod.yaml", "--gpus",
+                                 "0", "8", "nan", "--out", "/nonexistent/x", "PLAN",
+                                 "/nonexistent.yaml", "--from", "megatron-bridge"]),
+                max_size=8))
+def test_fuzzed_export_command_lines(capsys, argv):
+    argv = [str(LAUNCH / "llama3-70b.plan.yaml") if a == "PLAN" else a for a in argv]
+    code, _, _ = run(capsys, "export", *argv)  # run() asserts no traceback
+    assert code in (0, 2)

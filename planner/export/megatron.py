@@ -260,7 +260,10 @@ UNSUPPORTED = {
 def tokenize(text: str) -> tuple[dict[str, Any], list[str]]:
     """Arguments (flag -> value, True for switches, a list for ``nargs='+'``) and the
     arguments ignored; a launcher before ``*.py`` contributes only its node shape."""
-    toks = shlex.split(text.replace("\\\n", " "), comments=True)  # line continuations
+    try:
+        toks = shlex.split(text.replace("\\\n", " "), comments=True)  # line continuations
+    except ValueError as e:  # an unclosed quote
+        raise InputError(f"--from megatron: cannot split the arguments: {e}") from None
     launcher: list[str] = []
     for k, t in enumerate(toks):
         if t.endswith(".py"):
