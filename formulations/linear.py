@@ -143,7 +143,8 @@ class CpsatSession:
 
 # ---- MILP (PuLP + HiGHS) -----------------------------------------------------------------
 class MilpSession:
-    def __init__(self, lm: LinearModel, log: Callable[[str], None] | None = None):
+    def __init__(self, lm: LinearModel, log: Callable[[str], None] | None = None,
+                 attempts: tuple[dict, ...] | None = None):
         import pulp
 
         self._pulp = pulp
@@ -164,6 +165,7 @@ class MilpSession:
         for c in lm.cons:
             self.add_constraint(c)
         self.log = log
+        self.attempts = attempts or _HIGHS_ATTEMPTS
 
     def _coef(self, i: int, coef: float, row_unit: float) -> float:
         v = self.lm.vars[i]
@@ -200,7 +202,7 @@ class MilpSession:
         """
         pulp = self._pulp
         t0 = time.perf_counter()
-        for attempt in _HIGHS_ATTEMPTS:
+        for attempt in self.attempts:
             left = max(time_limit_s - (time.perf_counter() - t0), 0.01)
             with _quiet_stdout(self.log is None):
                 self.prob.solve(_highs(left, self.log is not None, **attempt))

@@ -88,6 +88,11 @@ def evaluate(
 
     check_writable(plot, "--plot")
     m = load_model(model)
+    if getattr(m, "kind", None) == "dlrm":
+        from planner.errors import InputError
+
+        raise InputError(f"model {m.name!r} is a DLRM (kind: dlrm): `planner solve` plans its "
+                         "embedding sharding; evaluate takes transformer models")
     c = with_headroom(load_cluster(cluster, gpus), memory_headroom)
     warn_context_length(m, seq_len, bool(plan) or any(x.startswith("seq_len=") for x in set_))
     warnings: list[str] = []
