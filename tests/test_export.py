@@ -498,3 +498,26 @@ def test_fuzzed_export_command_lines(capsys, argv):
     argv = [str(LAUNCH / "llama3-70b.plan.yaml") if a == "PLAN" else a for a in argv]
     code, _, _ = run(capsys, "export", *argv)  # run() asserts no traceback
     assert code in (0, 2)
+
+
+def test_moe_and_mla_architecture_arguments_round_trip():
+    """DeepSeek-V3: 3 dense then 58 MoE layers (``--moe-layer-freq``), MLA ranks, a shared
+    expert; 61 layers on pp 16 are uneven with three lighter stages (the layout string)."""
+    m, c = load_model("deepseek-v3"), load_cluster("dgx-h100-superpod", 1024)
+    t = Target(m, c)
+    plan = Plan.model_validate(dict(pp=16, dp=64, ep=8, expert_tp=1, global_batch_size=4096,
+                                    seq_len=4096, zero_stage=1, uneven_pipeline=True,
+                                    recompute="full"))
+    args = megatron.to_args(plan, t)
+    assert args[args.index("--moe-layer-freq") + 1] == "([0]*3+[1]*58)"
+    assert "--multi-latent-attention" in args and "--kv-lora-rank" in args
+    assert args[args.index("--moe-shared-expert-intermediate-size") + 1] == str(
+        m.moe.num_shared_experts * (m.moe.shared_expert_ffn_hidden_size
+                                    or m.moe.expert_ffn_hidden_size))
+    back, ignored = megatron.parse_args(" ".join(args), t)
+    assert ignored == [] and back == megatron.normalized(plan, t)
+    assert back.recompute == {"dense": "full", "moe": "full"}
+    assert args[args.index("--pipeline-model-parallel-layout") + 1] == (
+        "Et*3|t*3|(t*4|)*13t*3L")
+    with pytest.raises(InputError, match="--normalization LayerNorm describes a different"):
+        megatron.parse_args(" ".join(args) + " --normalization LayerNorm", t)

@@ -12,6 +12,13 @@ torchrun --nnodes 128 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" --master-
   --num-attention-heads 64 \
   --group-query-attention \
   --num-query-groups 8 \
+  --normalization RMSNorm \
+  --position-embedding-type rope \
+  --swiglu \
+  --disable-bias-linear \
+  --untie-embeddings-and-output-weights \
+  --attention-dropout 0.0 \
+  --hidden-dropout 0.0 \
   --seq-length 8192 \
   --max-position-embeddings 8192 \
   --micro-batch-size 1 \

@@ -92,18 +92,70 @@ def to_args(plan: Plan, target: Target) -> list[str]:
 
 
 def _model_args(p: Plan, target: Target) -> list[str]:
+    """The model's shape and architecture (Megatron's defaults are GPT's: LayerNorm, learned
+    positions, GELU, biases, tied embeddings, dropout 0.1), sequence and batch."""
     m = target.model
     out = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
            "--ffn-hidden-size", str(m.ffn_hidden_size),
            "--num-attention-heads", str(m.num_attention_heads)]
     if m.kv_heads != m.num_attention_heads:
         out += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
-    if m.moe is not None:
-        out += ["--num-experts", str(m.moe.num_experts), "--moe-router-topk", str(m.moe.top_k)]
+    out += _arch_args(target)
     out += ["--seq-length", str(p.seq_len),
             "--max-position-embeddings", str(max(p.seq_len, m.seq_len))]
     return out + ["--micro-batch-size", str(p.microbatch_size),
                   "--global-batch-size", str(p.global_batch_size)]
+
+
+#: planner position_embedding -> --position-embedding-type
+POSITION = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
+
+
+def _arch_args(target: Target) -> list[str]:
+    m = target.model
+    out = ["--normalization", "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm",
+           "--position-embedding-type", POSITION[m.position_embedding]]
+    out += [flag for flag, on in (("--swiglu", m.ffn_type == "swiglu"),
+                                  ("--disable-bias-linear", not m.bias),
+                                  ("--untie-embeddings-and-output-weights", not m.tied_embeddings))
+            if on]
+    if not m.dropout:
+        out += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    if m.mla is not None:
+        rope = m.mla.qk_rope_head_dim
+        out += ["--multi-latent-attention"]
+        if m.mla.q_lora_rank:
+            out += ["--q-lora-rank", str(m.mla.q_lora_rank)]
+        out += ["--kv-lora-rank", str(m.mla.kv_lora_rank), "--qk-head-dim", str(m.dim_head - rope),
+                "--qk-pos-emb-head-dim", str(rope), "--v-head-dim", str(m.mla.v_head_dim)]
+    elif m.head_dim is not None:
+        out += ["--kv-channels", str(m.head_dim)]
+    return out + _moe_args(target)
+
+
+def _moe_args(target: Target) -> list[str]:
+    """Experts, their FFN, shared experts, capacity and which layers are MoE
+    (``--moe-layer-freq`` as a pattern such as ``([0]*3+[1]*58)``, 1 = MoE)."""
+    m, moe = target.model, target.model.moe
+    if moe is None:
+        return []
+    out = ["--num-experts", str(moe.num_experts), "--moe-router-topk", str(moe.top_k),
+           "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden_size)]
+    if moe.num_shared_experts:
+        size = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+        out += ["--moe-shared-expert-intermediate-size", str(moe.num_shared_experts * size)]
+    if moe.capacity_factor is not None:
+        out += ["--moe-expert-capacity-factor", repr(moe.capacity_factor)]
+    kinds = [1 if k == "moe" else 0 for k in m.layer_kinds()]
+    if 0 in kinds:
+        runs: list[list[int]] = []
+        for k in kinds:
+            if runs and runs[-1][0] == k:
+                runs[-1][1] += 1
+            else:
+                runs.append([k, 1])
+        out += ["--moe-layer-freq", "(" + "+".join(f"[{k}]*{n}" for k, n in runs) + ")"]
+    return out
 
 
 def _parallel_args(p: Plan) -> list[str]:
@@ -239,6 +291,13 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-
           "--bf16", "--fp16", "--fp8-param-gather", "--grad-reduce-in-bf16",
           "--accumulate-allreduce-grads-in-fp32", "--use-tp-pp-dp-mapping", "--use-flash-attn",
           "--recompute-activations", "--group-query-attention"}
+#: architecture arguments: the model is -m's (shape arguments above are checked against it)
+_ARCH = {"--normalization", "--position-embedding-type", "--swiglu", "--disable-bias-linear",
+         "--untie-embeddings-and-output-weights", "--attention-dropout", "--hidden-dropout",
+         "--kv-channels", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
+         "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--moe-ffn-hidden-size",
+         "--moe-layer-freq", "--moe-shared-expert-intermediate-size",
+         "--moe-expert-capacity-factor"}
 #: arguments that change what runs in ways the planner does not model: refused by name
 UNSUPPORTED = {
     "--optimizer-cpu-offload": "CPU offload of Megatron's optimizer is not modelled",
@@ -283,6 +342,8 @@ def tokenize(text: str) -> tuple[dict[str, Any], list[str]]:
             got[flag] = vals
         elif flag in _INT or flag in _STR:
             got[flag] = _one(flag, vals)
+        elif flag in _ARCH:
+            got[flag] = vals
         else:
             ignored.append(flag)
     return got, ignored
@@ -362,6 +423,12 @@ def _check_model(got: dict[str, Any], target: Target) -> None:
         if v is not None and want is not None and v != want:
             raise InputError(f"--from megatron: {flag} {v} describes a different model than "
                              f"'{m.name}' ({want}); pass the matching -m")
+    kinds = {"--normalization": "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm",
+             "--position-embedding-type": POSITION[m.position_embedding]}
+    for flag, want in kinds.items():
+        if got.get(flag) not in (None, [want]):
+            raise InputError(f"--from megatron: {flag} {' '.join(got[flag])} describes a "
+                             f"different model than '{m.name}' ({want}); pass the matching -m")
 
 
 def _dp(got: dict[str, Any], d: dict[str, Any], target: Target) -> int:
