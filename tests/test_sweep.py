@@ -24,7 +24,7 @@ TINY = str(DATA / "tiny-model.yaml")
 BASE = {"model": TINY, "cluster": "dgx-h100-superpod", "gpus": 16, "time_limit_s": 30}
 #: 6 points: one infeasible (80 MiB of HBM), NVS domains of 4 and 8, a slower network
 SMALL = {"name": "small", "base": BASE,
-         "axes": {"hbm_capacity": [0.001, 1.0, 2.0], "nvs_domain": [4, 8]}}
+         "axes": {"hbm_capacity": [0.001, 1, 2.0], "nvs_domain": [4, 8]}}
 
 
 def small_points():
@@ -110,6 +110,9 @@ def test_local_pool_and_ray_give_the_same_table(tmp_path):
     assert all(r["status"] == "optimal" for r in local[2:])
     assert read_rows(tmp_path / "local.parquet") == local
     assert read_rows(tmp_path / "ray.csv") == local
+    import pyarrow.parquet as pq
+
+    assert str(pq.read_schema(tmp_path / "local.parquet").field("hbm_capacity").type) == "double"
     assert local[2]["nvs_domain"] == 4 and local[2]["num_gpus"] == 16
 
 

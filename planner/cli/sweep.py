@@ -54,7 +54,7 @@ def sweep(
     out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Results table, .parquet "
                                            "or .csv; points already in it are not run again."),
     backend: Backend = typer.Option(Backend.local, "--backend", help="local (process pool) "
-                                    "or ray (Ray tasks; pip install 'planner[ray]')."),
+                                    "or ray (Ray tasks; needs the package's ray extra)."),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster: auto or "
                                           "ray://HOST:PORT (default: a local Ray instance)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="Points at once "

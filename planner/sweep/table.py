@@ -54,7 +54,9 @@ def _arrow_table(rows: list[dict[str, Any]], axes: Sequence[str]):
     for a in axes:
         values = [r[a] for r in rows]
         kinds = {type(v) for v in values if v is not None}
-        if len(kinds) > 1 or kinds & {dict, list}:
+        if kinds == {int, float}:  # 1 and 0.5 on one axis: a float column
+            values = [None if v is None else float(v) for v in values]
+        elif len(kinds) > 1 or kinds & {dict, list}:
             values = [None if v is None else str(v) for v in values]
         cols[a] = pa.array(values)
     for c, kind in RESULT_COLUMNS.items():

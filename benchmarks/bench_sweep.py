@@ -1,0 +1,75 @@
+"""Points per second of a what-if sweep, local process pool against Ray (the README's
+sweep benchmark).
+
+    python benchmarks/bench_sweep.py                       # 1,000 points, both backends
+    python benchmarks/bench_sweep.py --points 200          # the first 200 of the grid
+
+The grid: Llama 3 70B on 64 to 4096 H100 (the catalog's DGX H100 SuperPOD, 8 counts) x HBM
+capacity x HBM bandwidth x network bandwidth (5 factors each) = 1,000 points, each a full
+CP-SAT solve (proven optimal unless the time limit, --time-limit, stops it; the statuses
+are printed). Both backends get the same number of worker processes (--workers, default
+one per CPU); Ray's start-up is timed apart. The two tables must be identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter
+
+from planner.sweep import expand, run_sweep, sweep_from_dict
+
+GPUS = [64, 128, 256, 512, 768, 1024, 2048, 4096]
+FACTORS = {"hbm_capacity": [0.5, 0.75, 1.0, 1.5, 2.0],
+           "hbm_bandwidth": [0.5, 0.75, 1.0, 1.5, 2.0],
+           "network_bandwidth": [0.25, 0.5, 1.0, 2.0, 4.0]}
+
+
+def grid(time_limit_s: float) -> dict:
+    return {"name": "bench", "base": {"model": "llama3-70b", "cluster": "dgx-h100-superpod",
+                                      "time_limit_s": time_limit_s},
+            "axes": {"gpus": GPUS, **FACTORS}}
+
+
+def timed(points, backend: str, workers: int) -> tuple[list, float]:
+    t0 = time.perf_counter()
+    rows = run_sweep(points, backend=backend, workers=workers)
+    return rows, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=None, help="only the first N points")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--time-limit", type=float, default=60.0, help="per solve, seconds")
+    ap.add_argument("--backends", default="local,ray")
+    args = ap.parse_args()
+    points = expand(sweep_from_dict(grid(args.time_limit), "bench"))[: args.points]
+    out: dict = {"points": len(points), "workers": args.workers, "cpus": os.cpu_count()}
+    tables = {}
+    for backend in args.backends.split(","):
+        if backend == "ray":
+            import ray
+
+            t0 = time.perf_counter()
+            ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+            out["ray_init_s"] = time.perf_counter() - t0
+        try:
+            rows, wall = timed(points, backend, args.workers)
+        finally:
+            if backend == "ray":
+                ray.shutdown()
+        tables[backend] = rows
+        out[backend] = {"wall_s": round(wall, 2), "points_per_s": round(len(points) / wall, 3),
+                        "status": dict(Counter(r["status"] for r in rows))}
+        print(json.dumps({backend: out[backend]}), flush=True)
+    if len(tables) == 2:
+        a, b = tables.values()
+        out["identical_tables"] = a == b
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
