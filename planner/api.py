@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from planner.costmodel.objective import Objective
     from planner.orchestration import SolveResult
 
-__all__ = ["evaluate", "evaluate_many", "load_cluster", "load_gpu", "load_model", "load_plan", "procure", "solve"]
+__all__ = ["evaluate", "evaluate_many", "export_plan", "load_cluster", "load_gpu", "load_model", "load_plan", "plan_from_megatron", "procure", "solve"]
 
 
 def load_plan(path: str, **overrides: Any) -> Plan:
@@ -316,3 +316,27 @@ def _check_procure(gpus: Any, clusters: Any, counts: Any, prices: Any, workers: 
         raise InputError(f"workers {_short(workers)}: expected a positive integer or None")
     _flag("pareto", pareto)
     _callable("progress", progress)
+
+
+def export_plan(fmt: str, model: ModelSpec | str, cluster: ClusterSpec | str,
+                plan: Plan | dict[str, Any]) -> str:
+    """``plan`` as a launch file for ``fmt`` (megatron, megatron-bridge, torchtitan or
+    deepspeed; ``planner export``), or an InputError naming what the framework cannot run."""
+    from planner.export import export_plan as _export
+
+    if not isinstance(fmt, str):
+        raise InputError(f"fmt {_short(fmt)}: expected a format name")
+    m, c = _resolve(model, cluster)
+    return _export(fmt, _plan(plan, "plan"), m, c)
+
+
+def plan_from_megatron(args: str, model: ModelSpec | str, cluster: ClusterSpec | str
+                       ) -> tuple[Plan, list[str]]:
+    """The plan a Megatron-LM argument string runs on ``cluster`` and the arguments ignored
+    (``planner evaluate --from megatron``)."""
+    from planner.export import plan_from_megatron as _parse
+
+    if not isinstance(args, str):
+        raise InputError(f"args {_short(args)}: expected a Megatron-LM argument string")
+    m, c = _resolve(model, cluster)
+    return _parse(args, m, c)

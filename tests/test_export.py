@@ -521,3 +521,55 @@ def test_moe_and_mla_architecture_arguments_round_trip():
         "Et*3|t*3|(t*4|)*13t*3L")
     with pytest.raises(InputError, match="--normalization LayerNorm describes a different"):
         megatron.parse_args(" ".join(args) + " --normalization LayerNorm", t)
+
+
+def test_python_api():
+    import planner
+
+    text = planner.export_plan("megatron", "llama3-70b", "examples/superpod.yaml",
+                               _yaml(LAUNCH / "llama3-70b.plan.yaml"))
+    assert text == (LAUNCH / "llama3-70b.megatron.sh").read_text()
+    plan, ignored = planner.plan_from_megatron(text + " --lr 1", "llama3-70b",
+                                               "examples/superpod.yaml")
+    assert plan.tp == 4 and ignored == ["--lr"]
+    for bad in (3, None):
+        with pytest.raises(InputError):
+            planner.export_plan(bad, "llama3-70b", "examples/superpod.yaml", {})
+        with pytest.raises(InputError):
+            planner.plan_from_megatron(bad, "llama3-70b", "examples/superpod.yaml")
+    import planner.export as pkg  # the subpackage is not shadowed by the API function
+    assert pkg.FORMATS == FORMATS
+
+
+@SETTINGS
+@given(space_plans())
+def test_bridge_overrides_state_what_megatron_args_state(case):
+    """Megatron-Bridge runs Megatron-Core: it accepts what Megatron-LM accepts, short of the
+    precisions its registered recipes cannot state, and its overrides carry the same degrees,
+    batch and sequence."""
+    model, cluster, plan = case
+    t = Target(model, cluster)
+    try:
+        args = megatron.to_args(plan, t)
+    except InputError:
+        with pytest.raises(InputError):
+            bridge.overrides(plan, t)
+        return
+    try:
+        lines = bridge.overrides(plan, t)
+    except InputError as e:
+        _refused(e, "megatron-bridge")
+        assert any(f in str(e) for f in ("dtype=", "grad_reduce_dtype=", "fp8_params=",
+                                         "attention="))
+        return
+    kv = dict(line.split("=", 1) for line in lines)
+    value = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("--")}
+    for key, flag in (("model.tensor_model_parallel_size", "--tensor-model-parallel-size"),
+                      ("model.pipeline_model_parallel_size", "--pipeline-model-parallel-size"),
+                      ("model.context_parallel_size", "--context-parallel-size"),
+                      ("train.micro_batch_size", "--micro-batch-size"),
+                      ("train.global_batch_size", "--global-batch-size"),
+                      ("dataset.seq_length", "--seq-length")):
+        assert kv[key] == value[flag]
+    assert kv["ddp.use_distributed_optimizer"] == str("--use-distributed-optimizer" in args).lower()
+    assert kv["model.sequence_parallel"] == str("--sequence-parallel" in args).lower()
