@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from planner.costmodel.layer import embedding_params, head_params, layer_params
 from planner.costmodel.queueing import md1_wait_s, poisson_quantile
-from planner.costmodel.serve_eval import evaluate_serve, replica_perf
+from planner.costmodel.serve_eval import evaluate_serve, kv_transfer_s, replica_perf
 from planner.costmodel.serving import (
     decode_step_s,
     kv_bytes_per_sequence,
@@ -122,11 +122,12 @@ def test_slos_and_load():
 def test_disaggregated_decode_is_not_stalled_by_prefill():
     w = ServeWorkload(isl=4096, osl=256, rate_rps=2)
     agg = ServePlan(tp=2, concurrency=64, weight_dtype="fp8", replicas=2)
-    dis = agg.model_copy(update={"mode": "disaggregated", "replicas": 1, "prefill_replicas": 1})
+    dis = ServePlan.model_validate(dict(agg.to_dict(), replicas=1, prefill=dict(
+        tp=2, weight_dtype="fp8", concurrency=8, prefill_chunk=8192)))
     a, d = evaluate_serve(L70, H100, agg, w), evaluate_serve(L70, H100, dis, w)
     perf = replica_perf(L70, H100, dis, 4096, 256)
-    assert perf.kv_transfer_s > 0
-    assert d.tpot_ms == pytest.approx(perf.decode_step_s * 1e3) and d.tpot_ms < a.tpot_ms
+    assert kv_transfer_s(L70, H100, dis.prefill, 4096) > 0 and d.num_gpus == 4
+    assert d.feasible and d.tpot_ms == pytest.approx(perf.decode_step_s * 1e3) and d.tpot_ms < a.tpot_ms
 
 
 def test_calibration_within_15_percent():

@@ -13,6 +13,7 @@ it stops holding (bursty arrivals, load balancing across replicas, rho near 1).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 
 def _decay(rho: float) -> float:
@@ -21,7 +22,7 @@ def _decay(rho: float) -> float:
     lo, hi = 0.0, 1.0
     while rho * (math.exp(hi) - 1.0) < hi:
         hi *= 2.0
-    for _ in range(200):
+    for _ in range(80):
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             break
@@ -47,16 +48,22 @@ def md1_wait_s(rho: float, service_s: float, quantile: float | None = None) -> f
     return math.log(rho / tail) / (_decay(rho) / service_s)
 
 
-def poisson_quantile(mean: float, quantile: float) -> float:
-    """Normal approximation of a Poisson count's quantile, ``m + z sqrt(m)`` (z from the
-    inverse error function by bisection; exact enough for counts of a few or more)."""
-    if mean <= 0:
-        return 0.0
+@lru_cache(maxsize=64)
+def normal_quantile(quantile: float) -> float:
+    """z with Phi(z) = quantile, by bisection on the error function (to 1e-12)."""
     lo, hi = -10.0, 10.0
-    for _ in range(100):
+    for _ in range(60):
         mid = 0.5 * (lo + hi)
         if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < quantile:
             lo = mid
         else:
             hi = mid
-    return mean + hi * math.sqrt(mean)
+    return hi
+
+
+def poisson_quantile(mean: float, quantile: float) -> float:
+    """Normal approximation of a Poisson count's quantile, ``m + z sqrt(m)`` (exact enough
+    for counts of a few or more; docs/serving.md)."""
+    if mean <= 0:
+        return 0.0
+    return mean + normal_quantile(quantile) * math.sqrt(mean)

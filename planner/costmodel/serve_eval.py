@@ -43,7 +43,6 @@ class ReplicaPerf:
 
     decode_step_s: float  # t_d: between two tokens at full concurrency (mean context)
     prefill: Prefill
-    kv_transfer_s: float  # disaggregated: the prompt's KV cache to the decode replica
     memory: ServeMemory
     max_concurrency: int
     reasons: tuple[str, ...]  # why the layout cannot run at all (empty: it can)
@@ -66,11 +65,23 @@ def layout_reasons(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan) -> l
     return out + ([bad] if bad else [])
 
 
+def cluster_for(cluster: ClusterSpec, plan: ServePlan) -> ClusterSpec:
+    """The cluster with the plan's GPU type (``plan.gpu``; the cluster's own when None):
+    a pool of another SKU sits on the same network."""
+    if plan.gpu is None or plan.gpu.lower() in [cluster.gpu.name.lower(),
+                                                 *map(str.lower, cluster.gpu.aliases)]:
+        return cluster
+    from planner.specs.loaders import load_gpu
+
+    return cluster.model_copy(update={"gpu": load_gpu(plan.gpu)})
+
+
 @lru_cache(maxsize=65536)
 def replica_perf(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, isl: int,
                  osl: int, engine: ServeEngine = ServeEngine()) -> ReplicaPerf | None:
-    """Load-independent performance of one replica of ``plan`` (replica counts ignored);
-    None when the layout cannot exist (:func:`layout_reasons`)."""
+    """Load-independent performance of one replica of ``plan`` on ``cluster``'s GPU
+    (replica counts and the prefill pool ignored); None when the layout cannot exist
+    (:func:`layout_reasons`)."""
     if layout_reasons(model, cluster, plan):
         return None
     try:
@@ -79,18 +90,24 @@ def replica_perf(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, isl: i
         pre = replace(pre, latency_s=pre.latency_s + engine.request_overhead_ms * 1e-3)
     except PlacementError:
         return None
-    kv = kv_bytes_per_sequence(model, plan, isl)
-    levels = tuple(cluster.topology)
-    outer = tuple(1 for _ in levels[:-1]) + (2,)  # prefill and decode replicas: different nodes
-    transfer = p2p_time_s(kv, outer, levels) if plan.mode == "disaggregated" else 0.0
     mem = serve_memory(model, cluster, plan, isl, osl)
+    most = max_concurrency(model, cluster, plan, isl, osl)
     reasons = []
     if mem.total > mem.capacity:
         reasons.append(f"memory {mem.total / GiB:.1f} GiB per GPU exceeds the "
-                       f"{mem.capacity / GiB:.1f} GiB of HBM (concurrency {plan.concurrency}; "
-                       f"at most {max_concurrency(model, cluster, plan, isl, osl)} fit)")
-    return ReplicaPerf(t_d, pre, transfer, mem, max_concurrency(model, cluster, plan, isl, osl),
-                       tuple(reasons))
+                       f"{mem.capacity / GiB:.1f} GiB of HBM on {cluster.gpu.name} "
+                       f"(concurrency {plan.concurrency}; at most {most} fit)")
+    return ReplicaPerf(t_d, pre, mem, most, tuple(reasons))
+
+
+def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prefill_plan: ServePlan,
+                  isl: int) -> float:
+    """A prompt's KV cache from a prefill replica to a decode replica on another node:
+    each prefill GPU sends its shard at once over the cluster's outermost level."""
+    kv = kv_bytes_per_sequence(model, prefill_plan, isl)
+    levels = tuple(cluster.topology)
+    outer = tuple(1 for _ in levels[:-1]) + (2,)
+    return p2p_time_s(kv, outer, levels)
 
 
 @dataclass(frozen=True)
@@ -122,29 +139,32 @@ def aggregated_latency(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload,
                    tpot, tpot_q, rho)
 
 
-def disaggregated_latency(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload,
-                          lam_prefill: float, lam_decode: float) -> Latency:
-    """Prefill replicas offered ``lam_prefill`` each (M/D/1), decode replicas
-    ``lam_decode`` each stepping at ``t_d``."""
-    o_p, t_d = perf.prefill.occupancy_s, perf.decode_step_s
-    rho_p = lam_prefill * o_p
-    rho_d = lam_decode * w.osl * t_d / plan.concurrency
-    rho = max(rho_p, rho_d)
+def disaggregated_latency(perf_p: ReplicaPerf, perf_d: ReplicaPerf, plan: ServePlan,
+                          w: ServeWorkload, lam_p: float, lam_d: float,
+                          transfer_s: float) -> Latency:
+    """Prefill replicas offered ``lam_p`` each (M/D/1 servers of the packed prefill),
+    decode replicas ``lam_d`` each stepping at ``t_d``; the KV transfer adds to TTFT."""
+    o_p, t_d = perf_p.prefill.occupancy_s, perf_d.decode_step_s
+    rho_p = lam_p * o_p
+    rho = max(rho_p, lam_d * w.osl * t_d / plan.concurrency)
     if rho >= 1:
         return Latency(None, None, None, None, rho)
-    base = perf.prefill.latency_s + perf.kv_transfer_s
+    base = perf_p.prefill.latency_s + transfer_s
     return Latency(base + md1_wait_s(rho_p, o_p), base + md1_wait_s(rho_p, o_p, w.percentile),
                    t_d, t_d, rho)
 
 
-def replica_rps(perf: ReplicaPerf, plan: ServePlan, osl: int) -> tuple[float, float]:
-    """Saturation requests/s of one (prefill, decode) replica; aggregated: both the same."""
-    decode = plan.concurrency / (osl * perf.decode_step_s)
-    prefill_rps = 1.0 / perf.prefill.occupancy_s
-    if plan.mode == "aggregated":
-        one = 1.0 / (perf.prefill.occupancy_s + osl * perf.decode_step_s / plan.concurrency)
-        return one, one
-    return prefill_rps, decode
+def aggregated_rps(perf: ReplicaPerf, plan: ServePlan, osl: int) -> float:
+    """Saturation requests/s of one aggregated replica: 1 / (o_p + osl t_d / B)."""
+    return 1.0 / (perf.prefill.occupancy_s + osl * perf.decode_step_s / plan.concurrency)
+
+
+def prefill_rps(perf: ReplicaPerf) -> float:
+    return 1.0 / perf.prefill.occupancy_s
+
+
+def decode_rps(perf: ReplicaPerf, plan: ServePlan, osl: int) -> float:
+    return plan.concurrency / (osl * perf.decode_step_s)
 
 
 def slo_reasons(lat: Latency, w: ServeWorkload) -> list[str]:
@@ -165,7 +185,7 @@ def _largest(ok, hi: float) -> float:
     if hi <= 0 or not ok(hi * 1e-12):
         return 0.0
     lo = hi * 1e-12
-    for _ in range(100):
+    for _ in range(60):  # to 1e-18 of hi: below the search's 1e-6 requests/s grain
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             break
@@ -173,22 +193,35 @@ def _largest(ok, hi: float) -> float:
     return lo
 
 
-def slo_capacity_rps(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload
-                     ) -> tuple[float, float]:
-    """Most requests/s one (prefill, decode) replica takes while every SLO holds at the
-    percentile (aggregated: the same number twice); 0 where the layout cannot meet them."""
-    rps_p, rps_d = replica_rps(perf, plan, w.osl)
+def aggregated_capacity_rps(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload) -> float:
+    """Most requests/s one aggregated replica takes with every SLO met at the percentile
+    (0 when it does not fit or cannot meet them)."""
     if perf.reasons:
-        return 0.0, 0.0
-    if plan.mode == "aggregated":
-        cap = _largest(lambda lam: not slo_reasons(aggregated_latency(perf, plan, w, lam), w),
-                       rps_d)
-        return cap, cap
-    cap_p = _largest(lambda lam: not slo_reasons(
-        disaggregated_latency(perf, plan, w, lam, 0.0), w), rps_p)
-    cap_d = _largest(lambda lam: not slo_reasons(
-        disaggregated_latency(perf, plan, w, 0.0, lam), w), rps_d)
-    return cap_p, cap_d
+        return 0.0
+    return _largest(lambda lam: not slo_reasons(aggregated_latency(perf, plan, w, lam), w),
+                    aggregated_rps(perf, plan, w.osl))
+
+
+def prefill_capacity_rps(perf: ReplicaPerf, w: ServeWorkload, transfer_s: float) -> float:
+    """Most requests/s one prefill replica takes with the TTFT SLO met."""
+    if perf.reasons:
+        return 0.0
+    no_tpot = w.model_copy(update={"tpot_ms": None})
+    return _largest(lambda lam: not slo_reasons(
+        disaggregated_latency(perf, perf, _ONE, no_tpot, lam, 0.0, transfer_s), no_tpot),
+        prefill_rps(perf))
+
+
+def decode_capacity_rps(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload) -> float:
+    """Most requests/s one decode replica takes with the TPOT SLO met (TPOT does not
+    depend on the load: the decode step at full concurrency)."""
+    if perf.reasons or (w.tpot_ms is not None and perf.decode_step_s * 1e3 > w.tpot_ms):
+        return 0.0
+    return _largest(lambda lam: lam * w.osl * perf.decode_step_s < plan.concurrency,
+                    decode_rps(perf, plan, w.osl))
+
+
+_ONE = ServePlan()  # a placeholder decode plan for prefill-only checks (no decode load)
 
 
 @dataclass
@@ -228,68 +261,111 @@ def _ms(x: float | None) -> float | None:
     return None if x is None else x * 1e3
 
 
-def _offered(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload) -> tuple[float, float, float]:
-    """(fleet requests/s served, per prefill replica, per decode replica): the offered
-    rate, or offline the fleet's capacity under the SLOs (saturation without SLOs)."""
-    n_p = plan.prefill_replicas if plan.mode == "disaggregated" else plan.replicas
-    n_d = plan.replicas
-    if w.rate_rps is not None:
-        return w.rate_rps, w.rate_rps / n_p, w.rate_rps / n_d
-    cap_p, cap_d = (slo_capacity_rps(perf, plan, w) if (w.ttft_ms or w.tpot_ms)
-                    else replica_rps(perf, plan, w.osl))
-    fleet = min(n_p * cap_p, n_d * cap_d)
-    return fleet, fleet / n_p, fleet / n_d
+@dataclass(frozen=True)
+class _Fleet:
+    """The plan's pools resolved: decode (or aggregated) and prefill performance."""
+
+    plan: ServePlan
+    perf_d: ReplicaPerf
+    perf_p: ReplicaPerf
+    n_p: int
+    transfer_s: float
 
 
-def _latency(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload, lam_p: float,
-             lam_d: float) -> Latency:
-    offline = w.rate_rps is None and not (w.ttft_ms or w.tpot_ms)
-    if offline:  # saturated batch: prompts without queueing, decode at full load
-        full = perf.decode_step_s + plan.concurrency * perf.prefill.occupancy_s / w.osl \
-            if plan.mode == "aggregated" else perf.decode_step_s
-        ttft = perf.prefill.latency_s + perf.kv_transfer_s
+def _capacity(f: _Fleet, w: ServeWorkload, slo: bool) -> float:
+    """Fleet requests/s: under the SLOs, or at saturation."""
+    plan, osl = f.plan, w.osl
+    if plan.prefill is None:
+        one = aggregated_capacity_rps(f.perf_d, plan, w) if slo else aggregated_rps(f.perf_d, plan, osl)
+        return plan.replicas * one
+    p = prefill_capacity_rps(f.perf_p, w, f.transfer_s) if slo else prefill_rps(f.perf_p)
+    d = decode_capacity_rps(f.perf_d, plan, w) if slo else decode_rps(f.perf_d, plan, osl)
+    return min(f.n_p * p, plan.replicas * d)
+
+
+def _latency(f: _Fleet, w: ServeWorkload, rate: float) -> Latency:
+    plan = f.plan
+    if w.rate_rps is None and not (w.ttft_ms or w.tpot_ms):
+        # offline, saturated: prompts without queueing, decode at full load
+        full = f.perf_d.decode_step_s
+        if plan.prefill is None:
+            full += plan.concurrency * f.perf_d.prefill.occupancy_s / w.osl
+        ttft = f.perf_p.prefill.latency_s + f.transfer_s
         return Latency(ttft, ttft, full, full, 1.0)
-    if plan.mode == "aggregated":
-        return aggregated_latency(perf, plan, w, lam_d)
-    return disaggregated_latency(perf, plan, w, lam_p, lam_d)
+    if plan.prefill is None:
+        return aggregated_latency(f.perf_d, plan, w, rate / plan.replicas)
+    return disaggregated_latency(f.perf_p, f.perf_d, plan, w, rate / f.n_p,
+                                 rate / plan.replicas, f.transfer_s)
+
+
+def _pools(cluster: ClusterSpec, plan: ServePlan) -> list[tuple[str, ServePlan, ClusterSpec]]:
+    out = [("" if plan.prefill is None else "decode pool: ", plan, cluster_for(cluster, plan))]
+    if plan.prefill is not None:
+        out.append(("prefill pool: ", plan.prefill, cluster_for(cluster, plan.prefill)))
+    return out
+
+
+def _fleet(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, w: ServeWorkload,
+           engine: ServeEngine) -> tuple[_Fleet | None, list[str]]:
+    why, perfs = [], []
+    for label, p, c in _pools(cluster, plan):
+        bad = layout_reasons(model, c, p)
+        perf = None if bad else replica_perf(model, c, p, w.isl, w.osl, engine)
+        why += [label + r for r in bad] or ([] if perf else [label + "the replica cannot be placed"])
+        why += [label + r for r in (perf.reasons if perf else ())]
+        perfs.append(perf)
+    if any(p is None for p in perfs):
+        return None, why
+    if plan.prefill is None:
+        return _Fleet(plan, perfs[0], perfs[0], plan.replicas, 0.0), why
+    transfer = kv_transfer_s(model, _pools(cluster, plan)[1][2], plan.prefill, w.isl)
+    return _Fleet(plan, perfs[0], perfs[1], plan.prefill.replicas, transfer), why
+
+
+def _money(cluster: ClusterSpec, plan: ServePlan) -> tuple[float | None, float]:
+    """($ per hour or None without prices, watts at full load with PUE) of every pool."""
+    usd, watts = 0.0, 0.0
+    for _, p, c in _pools(cluster, plan):
+        gpus = p.gpus_per_replica * p.replicas
+        price = price_per_gpu_hour(c)
+        usd = None if usd is None or price is None else usd + price * gpus
+        a, b = energy_coefficients(c, gpus)
+        watts += a + b
+    return usd, watts
 
 
 def evaluate_serve(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
                    w: ServeWorkload, engine: ServeEngine = ServeEngine()) -> ServeEstimate:
-    """Latencies, throughput, memory and cost of ``plan`` serving ``w`` on ``cluster``'s
-    GPU type (module docstring); infeasible with the reasons when a layout cannot run,
-    does not fit, saturates or misses an SLO."""
-    base = dict(plan=plan.to_dict(), num_gpus=plan.num_gpus, percentile=w.percentile)
-    why = layout_reasons(model, cluster, plan)
-    perf = None if why else replica_perf(model, cluster, plan, w.isl, w.osl, engine)
-    if perf is None:
-        return ServeEstimate(feasible=False, reasons=why or ["the replica cannot be placed"],
-                             **base)
-    rate, lam_p, lam_d = _offered(perf, plan, w)
-    lat = _latency(perf, plan, w, lam_p, lam_d)
-    reasons = list(perf.reasons) + (slo_reasons(lat, w) if lat.ttft_q_s is not None or rate
-                                    else [])
-    if rate <= 0 and not reasons:
+    """Latencies, throughput, memory and cost of ``plan`` serving ``w`` on ``cluster``
+    (each pool on its ``gpu``; module docstring). Infeasible with the reasons when a layout
+    cannot run, does not fit, saturates or misses an SLO. Without a rate the fleet is
+    offered its capacity: under the SLOs when there are SLOs, at saturation otherwise."""
+    base = dict(plan=plan.to_dict(), num_gpus=plan.num_gpus, percentile=w.percentile,
+                offline=w.rate_rps is None)
+    f, reasons = _fleet(model, cluster, plan, w, engine)
+    if f is None:
+        return ServeEstimate(feasible=False, reasons=reasons, **base)
+    slo = bool(w.ttft_ms or w.tpot_ms)
+    rate = w.rate_rps if w.rate_rps is not None else _capacity(f, w, slo)
+    lat = _latency(f, w, rate)
+    if rate <= 0:
         reasons.append("no load meets the SLOs on this plan")
-    rps_p, rps_d = replica_rps(perf, plan, w.osl)
-    n_p = plan.prefill_replicas if plan.mode == "disaggregated" else plan.replicas
+    else:
+        reasons += slo_reasons(lat, w)
     tokens = rate * w.osl
-    price = price_per_gpu_hour(cluster)
-    usd_h = None if price is None else price * plan.num_gpus
-    a, b = energy_coefficients(cluster, plan.num_gpus)
-    mem = perf.memory
-    e2e = (None if lat.ttft_s is None or lat.tpot_s is None
-           else lat.ttft_s + (w.osl - 1) * lat.tpot_s)
+    usd_h, watts = _money(cluster, plan)
+    mem = max((f.perf_d.memory, f.perf_p.memory), key=lambda m: m.total)
+    e2e = None if lat.ttft_s is None or lat.tpot_s is None else lat.ttft_s + (w.osl - 1) * lat.tpot_s
     return ServeEstimate(
         feasible=not reasons, reasons=reasons, **base,
         ttft_ms=_ms(lat.ttft_s), tpot_ms=_ms(lat.tpot_s), ttft_p99_ms=_ms(lat.ttft_q_s),
         tpot_p99_ms=_ms(lat.tpot_q_s), e2e_ms=_ms(e2e), requests_per_s=rate,
-        capacity_rps=min(n_p * rps_p, plan.replicas * rps_d),
-        output_tokens_per_s=tokens, output_tokens_per_s_per_gpu=tokens / plan.num_gpus,
+        capacity_rps=_capacity(f, w, False), output_tokens_per_s=tokens,
+        output_tokens_per_s_per_gpu=tokens / plan.num_gpus,
         output_tokens_per_s_per_user=None if not lat.tpot_s else 1.0 / lat.tpot_s,
         utilization=lat.utilization, memory_per_gpu_gib=mem.total / GiB,
         memory_breakdown_gib={k: v / GiB for k, v in asdict(mem).items()},
-        max_concurrency=perf.max_concurrency, usd_per_hour=usd_h,
+        max_concurrency=f.perf_d.max_concurrency, usd_per_hour=usd_h,
         usd_per_million_tokens=(None if usd_h is None or tokens <= 0
                                 else usd_h / (tokens * 3600) * 1e6),
-        power_w=a + b, offline=w.rate_rps is None)
+        power_w=watts)

@@ -34,12 +34,13 @@ class ServeWorkload(Spec):
 
 
 class ServePlan(Spec):
-    """One serving configuration. A replica is ``tp x pp`` GPUs of one type holding the
-    whole model; ``ep`` (dividing ``tp``) shards the experts of MoE layers over the TP
-    ranks instead of splitting each expert. Aggregated: ``replicas`` serve prefill and
-    decode with continuous batching and chunked prefill (``prefill_chunk`` tokens per
-    step). Disaggregated: ``prefill_replicas`` prefill and ``replicas`` decode, the KV
-    cache sent between them over the network."""
+    """One serving configuration. A replica is ``tp x pp`` GPUs of one type (``gpu``, the
+    cluster's when None) holding the whole model; ``ep`` (dividing ``tp``) shards the
+    experts of MoE layers over the TP ranks instead of splitting each expert. Aggregated
+    (``prefill`` None): ``replicas`` serve prefill and decode with continuous batching and
+    chunked prefill (``prefill_chunk`` tokens per step). Disaggregated: ``replicas`` decode,
+    and the pool ``prefill`` (its own layout, GPU type, replicas and chunk) prefills; the
+    KV cache crosses the network between them."""
 
     tp: PositiveInt = Field(1, le=4096)
     pp: PositiveInt = Field(1, le=4096)
@@ -49,21 +50,24 @@ class ServePlan(Spec):
     kv_dtype: KVDtype = "bf16"
     prefill_chunk: PositiveInt = Field(2048, le=MAX_SERVE_TOKENS, description="tokens/step")
     replicas: PositiveInt = Field(1, le=MAX_REPLICAS)
-    mode: ServeMode = "aggregated"
-    prefill_replicas: int = Field(0, ge=0, le=MAX_REPLICAS, description="disaggregated only")
     gpu: str | None = Field(None, description="GPU type of the replicas (catalog name)")
+    prefill: "ServePlan | None" = Field(None, description="disaggregated: the prefill pool")
 
     @model_validator(mode="after")
     def _check(self) -> "ServePlan":
         if self.tp % self.ep:
             raise ValueError(f"ep={self.ep} must divide tp={self.tp} (experts are sharded "
                              "over the tensor-parallel ranks)")
-        if self.mode == "disaggregated" and self.prefill_replicas < 1:
-            raise ValueError("mode disaggregated needs prefill_replicas >= 1")
-        if self.mode == "aggregated" and self.prefill_replicas:
-            raise ValueError(f"prefill_replicas={self.prefill_replicas} is for mode "
-                             "disaggregated; aggregated replicas prefill themselves")
+        if self.prefill is not None and self.prefill.prefill is not None:
+            raise ValueError("prefill: a prefill pool has no prefill pool of its own")
+        if self.prefill is not None and self.prefill.kv_dtype != self.kv_dtype:
+            raise ValueError(f"prefill.kv_dtype={self.prefill.kv_dtype} must equal kv_dtype="
+                             f"{self.kv_dtype}: the decode pool reads the cache it receives")
         return self
+
+    @property
+    def mode(self) -> ServeMode:
+        return "aggregated" if self.prefill is None else "disaggregated"
 
     @property
     def gpus_per_replica(self) -> int:
@@ -71,7 +75,8 @@ class ServePlan(Spec):
 
     @property
     def num_gpus(self) -> int:
-        return self.gpus_per_replica * (self.replicas + self.prefill_replicas)
+        pre = self.prefill.num_gpus if self.prefill is not None else 0
+        return self.gpus_per_replica * self.replicas + pre
 
 
 class ServeEngine(Spec):
