@@ -150,6 +150,21 @@ def test_points_with_the_same_settings_run_once():
     assert rows[0]["iteration_time_s"] == rows[2]["iteration_time_s"]
 
 
+def test_procure_points_and_a_gpu_price_drop():
+    """Three times the H100's prices make the B200 the cheaper buy; at catalog prices the
+    row is the API's procurement."""
+    from planner.api import procure
+
+    spec = sweep_from_dict({"command": "procure", "base": {
+        "model": TINY, "tokens": 1e9, "gpu_types": "h100,b200", "max_gpus": 16},
+        "axes": {"price.h100-sxm": [1, 3]}}, "p")
+    rows = run_sweep(expand(spec), workers=1)
+    assert [r["gpu_name"] for r in rows] == ["h100-sxm", "b200"]
+    c = procure(TINY, 1e9, gpus="h100,b200", max_gpus=16).choice
+    assert rows[0]["cost_usd"] == pytest.approx(c.cost_usd, rel=1e-12)
+    assert rows[0]["train_days"] == pytest.approx(c.days, rel=1e-12)
+
+
 def test_an_output_of_another_sweep_is_refused(tmp_path):
     out = str(tmp_path / "o.csv")
     run_sweep(small_points()[2:3], out=out, workers=1)
@@ -184,6 +199,7 @@ def test_bad_sweep_files_name_the_field(data, field):
     ({**BASE, "days": 3}, "tokens"),
     ({**BASE, "model": "no-such-model"}, "no-such-model"),
     ({**BASE, "budget_usd": 10}, "budget_usd"),
+    ({**BASE, "price.h900": 0.7}, "h900"),
     ({"command": "procure", "model": TINY, "tokens": 1e9, "nvs_domain": 4}, "nvs_domain"),
 ])
 def test_bad_points_fail_before_any_solve(base, field):

@@ -133,7 +133,7 @@ def run_point(settings: dict[str, Any]) -> dict[str, Any]:
 def check_points(points: Sequence[Point]) -> None:
     """Every point's input, before any is run: its fields, its model and cluster names, its
     GPU count and scalings (loads each model and cluster once)."""
-    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.loaders import load_cluster, load_gpu, load_model
 
     models: set[str] = set()
     clusters: dict[tuple[str, int | None], ClusterSpec] = {}
@@ -141,6 +141,8 @@ def check_points(points: Sequence[Point]) -> None:
         p, where = pt.spec, f"point {pt.axes}"
         check_point(p, where)
         try:
+            for name in p.gpu_price:  # an unknown GPU name is an error naming the closest
+                load_gpu(name)
             if p.model not in models:
                 load_model(p.model)
                 models.add(p.model)

@@ -13,13 +13,25 @@ from planner.specs.gpu import GPUSpec
 from planner.sweep.spec import PointSpec
 
 
+def price_factor(gpu: GPUSpec, p: PointSpec) -> float:
+    """``price`` times the ``price.<gpu>`` factor of this GPU type (names or aliases)."""
+    from planner.specs.loaders import load_gpu
+
+    f = p.price
+    for name, g in p.gpu_price.items():
+        if load_gpu(name).name == gpu.name:
+            f *= g
+    return f
+
+
 def scaled_gpu(gpu: GPUSpec, p: PointSpec) -> GPUSpec:
     """The GPU with its peak FLOP/s (every dtype), HBM capacity and bandwidth, and its
     prices scaled."""
-    if (p.peak_flops, p.hbm_capacity, p.hbm_bandwidth, p.price) == (1, 1, 1, 1):
+    f = price_factor(gpu, p)
+    if (p.peak_flops, p.hbm_capacity, p.hbm_bandwidth, f) == (1, 1, 1, 1):
         return gpu
-    price = None if gpu.price_per_gpu_hour is None else gpu.price_per_gpu_hour * p.price
-    capex = None if gpu.capex_usd is None else gpu.capex_usd * p.price
+    price = None if gpu.price_per_gpu_hour is None else gpu.price_per_gpu_hour * f
+    capex = None if gpu.capex_usd is None else gpu.capex_usd * f
     return gpu.model_copy(update={
         "peak_tflops": {k: v * p.peak_flops for k, v in gpu.peak_tflops.items()},
         "hbm_gib": gpu.hbm_gib * p.hbm_capacity, "hbm_TBps": gpu.hbm_TBps * p.hbm_bandwidth,
@@ -79,5 +91,5 @@ def scaled_cluster(cluster: ClusterSpec, p: PointSpec) -> ClusterSpec:
     levels = scaled_levels(list(out.topology), p)
     price = out.price_per_gpu_hour
     update = {"gpu": scaled_gpu(out.gpu, p), "topology": levels,
-              "price_per_gpu_hour": None if price is None else price * p.price}
+              "price_per_gpu_hour": None if price is None else price * price_factor(out.gpu, p)}
     return out.model_copy(update=update)

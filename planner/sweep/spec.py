@@ -27,9 +27,10 @@ from planner.specs.validate import _short, validate
 Command = Literal["solve", "procure"]
 #: the string a composite axis uses for the point's ``factor`` value
 FACTOR_REF = "factor"
-#: axis names with a level: ``bandwidth.<level>`` and ``latency.<level>`` (level name or
-#: index, innermost 0) scale one network level
-LEVEL_AXES = {"bandwidth": "level_bandwidth", "latency": "level_latency"}
+#: axis names with a part: ``bandwidth.<level>`` and ``latency.<level>`` (level name or
+#: index, innermost 0) scale one network level, ``price.<gpu>`` one GPU type's prices
+LEVEL_AXES = {"bandwidth": "level_bandwidth", "latency": "level_latency",
+              "price": "gpu_price"}  # price.<gpu>: one GPU type's prices
 
 
 class PointSpec(Spec):
@@ -68,9 +69,11 @@ class PointSpec(Spec):
     level_latency: dict[str, NonNegativeFloat] = Field(default_factory=dict)
     nvs_domain: PositiveInt | None = None
     price: PositiveFloat = Field(1.0, description="factor on GPU-hour and purchase prices")
+    gpu_price: dict[str, PositiveFloat] = Field(
+        default_factory=dict, description="price factor per GPU type (catalog name or alias)")
     factor: float | None = Field(None, description="a common factor composite axes refer to")
 
-    @field_validator("level_bandwidth", "level_latency")
+    @field_validator("level_bandwidth", "level_latency", "gpu_price")
     @classmethod
     def _drop_unit_factors(cls, v: dict[str, float]) -> dict[str, float]:
         """A level at factor 1 is unchanged: the same point (and key) as without it."""
