@@ -23,10 +23,13 @@ from planner.costmodel.serve_eval import (
     replica_perf,
 )
 from planner.costmodel.serving import max_concurrency
+from pydantic import ValidationError
+
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
+from planner.specs.validate import format_validation_error
 
 SCALE = 10**6  # capacities in micro-requests/s
 OBJECTIVES = ("gpus", "cost", "energy", "throughput")
@@ -59,8 +62,8 @@ def fixed_space(space: ServeSpace, fix: dict) -> ServeSpace:
     probe = {k: v for k, v in fix.items() if k not in ("mode", "gpu")}
     try:
         ServePlan.model_validate({**probe, "ep": 1} if "ep" not in probe else probe)
-    except Exception as e:  # pydantic's message names the field and the value
-        raise InputError(f"--fix: {e}".split("\nFor further")[0]) from None
+    except ValidationError as e:  # names the field, the value and what was expected
+        raise InputError(format_validation_error(e, "--fix")) from None
     if "mode" in fix and fix["mode"] not in POOLS:
         raise InputError(f"--fix mode={fix['mode']!r}: expected aggregated or disaggregated")
     return ServeSpace(**{f: (tuple(fix[f]) if isinstance(fix.get(f), (list, tuple)) else

@@ -21,6 +21,7 @@ from planner.cli.console import print_error
 from planner.cli.evaluate import evaluate as _evaluate
 from planner.cli.export import export as _export
 from planner.cli.procure import procure as _procure
+from planner.cli.serve import serve as _serve
 from planner.cli.solve import solve as _solve
 from planner.cli.sweep import sweep as _sweep
 from planner.cli.validate import validate as _validate
@@ -83,6 +84,7 @@ app.command("validate", cls=_Command)(_validate)
 app.command("solve", cls=_Command)(_solve)
 app.command("collective", cls=_Command)(_collective)
 app.command("procure", cls=_Command)(_procure)
+app.command("serve", cls=_Command)(_serve)
 app.command("export", cls=_Command)(_export)
 app.command("sweep", cls=_Command)(_sweep)
 

@@ -1,0 +1,175 @@
+"""``planner serve``: the cheapest (or fastest) serving plan for a workload within its
+latency SLOs, found exactly by the integer search and checked by the evaluator.
+docs/serving.md states the model."""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any, Optional
+
+import typer
+import yaml
+from rich.table import Table
+
+from planner.cli.console import CLUSTER_HELP, MODEL_HELP, _emit_json, check_writable, err, out
+from planner.errors import InputError
+
+
+class ServeObjective(str, Enum):
+    throughput = "throughput"
+    cost = "cost"
+    gpus = "gpus"
+    energy = "energy"
+
+
+class ServeBackend(str, Enum):
+    cpsat = "cpsat"
+    milp = "milp"
+    exhaustive = "exhaustive"
+
+
+def _fixes(items: list[str]) -> dict[str, Any]:
+    """``--fix FIELD=VALUE`` (YAML values) as a mapping."""
+    out_: dict[str, Any] = {}
+    for text in items:
+        if "=" not in text:
+            raise InputError(f"--fix: expected FIELD=VALUE, got {text!r}")
+        key, raw = text.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        if value is None:
+            raise InputError(f"--fix {key.strip()}: no value given")
+        out_[key.strip()] = value
+    return out_
+
+
+def _positive(name: str, value: float | None, upper: float = 1e9) -> None:
+    if value is not None and (not math.isfinite(value) or value <= 0 or value > upper):
+        raise InputError(f"{name}: expected a positive number up to {upper:g}, got {value!r}")
+
+
+def _workload(isl: int, osl: int, rate: float | None, ttft: float | None, tpot: float | None,
+              percentile: float):
+    from planner.specs.serve import ServeWorkload
+    from planner.specs.validate import validate
+
+    for name, v in (("--rate", rate), ("--ttft-ms", ttft), ("--tpot-ms", tpot)):
+        _positive(name, v)
+    if not 0 < percentile < 100 or not math.isfinite(percentile):
+        raise InputError(f"--percentile: expected a number in (0, 100), got {percentile!r}")
+    return validate(ServeWorkload, dict(isl=isl, osl=osl, rate_rps=rate, ttft_ms=ttft,
+                                        tpot_ms=tpot, percentile=percentile / 100), "serve")
+
+
+def _clusters(names: list[str], gpus: int | None):
+    from planner.specs.loaders import load_cluster
+
+    if not names:
+        raise InputError("-c/--cluster: give at least one cluster (planner catalog clusters)")
+    seen, out_ = set(), []
+    for name in names:
+        c = load_cluster(name)
+        if c.gpu.name not in seen:  # one cluster per GPU type: the first given
+            seen.add(c.gpu.name)
+            out_.append(c)
+    return out_
+
+
+def serve(
+    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
+    cluster: list[str] = typer.Option([], "--cluster", "-c", metavar="NAME|PATH",
+                                      help=CLUSTER_HELP + " Repeat for mixed GPU types."),
+    isl: int = typer.Option(..., "--isl", help="Input (prompt) tokens per request."),
+    osl: int = typer.Option(..., "--osl", help="Output tokens per request."),
+    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help="Time-to-first-token SLO."),
+    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="Time-per-output-token SLO."),
+    percentile: float = typer.Option(99.0, "--percentile", help="The SLOs hold at this percentile."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Offered load, requests/s (Poisson)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPU budget of the fleet."),
+    fix: list[str] = typer.Option([], "--fix", metavar="FIELD=VALUE", help="Pin a knob: tp, pp, "
+                                  "ep, concurrency, weight_dtype, kv_dtype, prefill_chunk, gpu, mode."),
+    objective: Optional[ServeObjective] = typer.Option(
+        None, "--objective", help="throughput (default without --rate), gpus (default with "
+        "--rate), cost or energy."),
+    backend: ServeBackend = typer.Option(ServeBackend.cpsat, "--backend", help="Integer solver."),
+    pareto: bool = typer.Option(False, "--pareto", help="Tokens/s/GPU against tokens/s/user."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto front to this PNG."),
+    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Find the best serving plan: layout, concurrency, precision, pools and replica counts
+    within the TTFT/TPOT SLOs, exactly (CP-SAT, MILP or brute force over the same tables)."""
+    from planner.orchestration.serve import plan_serve
+    from planner.specs.loaders import load_model
+
+    check_writable(plot, "--plot")
+    w = _workload(isl, osl, rate, ttft_ms, tpot_ms, percentile)
+    if gpus is not None and gpus < 1:
+        raise InputError(f"--gpus: expected a positive number of GPUs, got {gpus}")
+    res = plan_serve(load_model(model), _clusters(cluster, gpus), w,
+                     objective=objective.value if objective else None, gpus=gpus,
+                     fix=_fixes(fix), backend=backend.value, pareto=pareto or bool(plot))
+    if plot:
+        from planner.report.serve import plot_serve_pareto
+
+        plot_serve_pareto(res.pareto, plot, f"{model}: ISL {isl}, OSL {osl}")
+    if json_:
+        _emit_json({"plan": res.plan.to_dict(), "estimate": res.estimate.to_json(),
+                    "solver": res.solver, **({"pareto": res.pareto} if pareto else {})})
+    else:
+        _print(res, pareto)
+    if not res.estimate.feasible:
+        raise typer.Exit(1)
+
+
+def _pool(plan, role: str) -> str:
+    """One pool in words: what a prefill pool's concurrency and a decode pool's chunk
+    would say does not apply to it."""
+    text = (f"{role}: {plan.replicas} x ({plan.gpu} tp{plan.tp} pp{plan.pp}"
+            + (f" ep{plan.ep}" if plan.ep > 1 else "")
+            + f"), weights {plan.weight_dtype}, KV {plan.kv_dtype}")
+    if role != "prefill":
+        text += f", concurrency {plan.concurrency}"
+    if role != "decode":
+        text += f", prefill chunk {plan.prefill_chunk}"
+    return text
+
+
+def _print(res, pareto: bool) -> None:
+    plan, e, s = res.plan, res.estimate, res.solver
+    out.print(f"[bold]{s['mode']} serving[/bold], {e.num_gpus} GPUs "
+              f"({s['backend']}, {s['status']}, {s['rows']:,} layouts, {s['wall_s']:.2f} s)")
+    out.print("  " + _pool(plan, "decode" if plan.prefill else "replicas"))
+    if plan.prefill:
+        out.print("  " + _pool(plan.prefill, "prefill"))
+    t = Table(header_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    pct = f"P{e.percentile * 100:g}"
+    for name, v in (("TTFT mean / " + pct + " ms", _pair(e.ttft_ms, e.ttft_p99_ms, 1)),
+                    ("TPOT mean / " + pct + " ms", _pair(e.tpot_ms, e.tpot_p99_ms, 2)),
+                    ("requests/s", f"{e.requests_per_s:,.2f}"),
+                    ("output tokens/s", f"{e.output_tokens_per_s:,.0f}"),
+                    ("output tokens/s per GPU", f"{e.output_tokens_per_s_per_gpu:,.1f}"),
+                    ("memory per GPU GiB", f"{e.memory_per_gpu_gib:.1f}"),
+                    ("$ per million tokens", "-" if e.usd_per_million_tokens is None
+                     else f"{e.usd_per_million_tokens:.3f}"),
+                    ("power kW", f"{(e.power_w or 0) / 1e3:.1f}")):
+        t.add_row(name, v)
+    out.print(t)
+    for r in e.reasons:
+        err.print(f"[red]infeasible:[/] {r}")
+    if pareto:
+        out.print("[bold]Pareto front[/bold] (tokens/s/user, tokens/s/GPU, layout)")
+        for p in res.pareto:
+            q = p["plan"]
+            out.print(f"  {p['tokens_per_s_per_user']:8.1f} {p['tokens_per_s_per_gpu']:10.1f}  "
+                      f"{p['gpu']} tp{q['tp']} pp{q['pp']} {q['weight_dtype']} B{q['concurrency']}")
+
+
+def _pair(a: float | None, b: float | None, digits: int) -> str:
+    if a is None or b is None:
+        return "saturated"
+    return f"{a:.{digits}f} / {b:.{digits}f}"

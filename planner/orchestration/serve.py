@@ -1,0 +1,181 @@
+"""``planner serve``: the best serving plan for a workload, found exactly and checked by
+the evaluator.
+
+Tables of every replica layout per pool (:mod:`formulations.serve_space`), then the integer
+model (:mod:`formulations.serve`) per mode (aggregated; disaggregated), the better mode
+kept (ties: aggregated). Without a rate or a GPU budget the question is offline: the
+layout with the most output tokens/s per GPU (within the SLOs when there are SLOs).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from formulations.serve import ServeProblem, ServeSolution, solve
+from formulations.serve_space import SCALE, Row, ServeSpace, fixed_space, tables
+from planner.costmodel.serve_eval import (
+    ServeEstimate,
+    aggregated_latency,
+    evaluate_serve,
+    replica_perf,
+)
+from planner.errors import InfeasibleError, InputError
+from planner.specs.cluster import ClusterSpec
+from planner.specs.model import ModelSpec
+from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
+
+OBJECTIVES = ("throughput", "cost", "gpus", "energy")
+
+
+@dataclass
+class ServeResult:
+    plan: ServePlan
+    estimate: ServeEstimate
+    solver: dict
+    pareto: list[dict] = field(default_factory=list)
+
+
+def _plan_of(problem: ServeProblem, sol: ServeSolution) -> ServePlan:
+    """The ServePlan of a one-layout-per-pool solution (decode carries the prefill pool)."""
+    chosen = {p: (problem.pools[p][i], n) for (p, i), n in sol.counts.items()}
+    main_row, n = chosen.get("aggregated") or chosen["decode"]
+    plan = main_row.plan.model_copy(update={"replicas": n})
+    if "prefill" in chosen:
+        row, m = chosen["prefill"]
+        plan = ServePlan.model_validate(dict(plan.to_dict(), prefill=dict(
+            row.plan.to_dict(), replicas=m, concurrency=1)))
+    return plan
+
+
+def _offline_best(rows: list[Row]) -> tuple[Row, float]:
+    """The aggregated layout with the most requests/s per GPU (ties: fewer GPUs)."""
+    best = max(rows, key=lambda r: (r.cap / r.gpus, -r.gpus))
+    return best, best.cap / best.gpus
+
+
+def _better(objective: str, a: ServeSolution | None, b: ServeSolution) -> bool:
+    if b.status != "optimal":
+        return False
+    if a is None:
+        return True
+    return b.objective > a.objective if objective == "throughput" else b.objective < a.objective
+
+
+def _check_args(w: ServeWorkload, objective: str, gpus: int | None) -> str:
+    if objective is not None and objective not in OBJECTIVES:
+        raise InputError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+    objective = objective or ("gpus" if w.rate_rps is not None else "throughput")
+    if objective == "throughput" and w.rate_rps is not None:
+        raise InputError("--objective throughput answers the offline question (the most "
+                         "tokens/s); with --rate choose gpus, cost or energy")
+    if objective != "throughput" and w.rate_rps is None:
+        raise InputError(f"--objective {objective} needs --rate (the load to serve)")
+    if gpus is not None and (not isinstance(gpus, int) or gpus < 1):
+        raise InputError(f"--gpus: expected a positive number of GPUs, got {gpus!r}")
+    return objective
+
+
+def _infeasible(w: ServeWorkload, gpus: int | None) -> InfeasibleError:
+    hints = ["loosen --ttft-ms/--tpot-ms", "allow fp8 or int4 weights (unfix weight_dtype)",
+             "add a GPU type with more HBM or bandwidth (another -c)"]
+    if gpus is not None:
+        hints.insert(0, "raise --gpus")
+    why = "no layout of the search space meets the SLOs"
+    if w.rate_rps is not None:
+        why = f"no fleet serves {w.rate_rps:g} requests/s within the SLOs" + \
+            (f" on {gpus} GPUs" if gpus else "")
+    return InfeasibleError(why, reasons=[why], hints=hints)
+
+
+def pareto_front(model: ModelSpec, rows: list[Row], w: ServeWorkload,
+                 engine: ServeEngine = ServeEngine()) -> list[dict]:
+    """Output tokens/s per GPU against tokens/s per user (1/TPOT) of each aggregated layout
+    at its SLO capacity: the layouts no other beats on both."""
+    points = []
+    for r in rows:
+        perf = replica_perf(model, r.cluster, r.plan, w.isl, w.osl, engine)
+        lam = r.cap / SCALE
+        lat = aggregated_latency(perf, r.plan, w, lam)
+        if lat.tpot_s is None:
+            continue
+        points.append({"tokens_per_s_per_gpu": lam * w.osl / r.gpus,
+                       "tokens_per_s_per_user": 1.0 / lat.tpot_s, "gpu": r.cluster.gpu.name,
+                       "plan": r.plan.to_dict()})
+    points.sort(key=lambda p: (-p["tokens_per_s_per_user"], -p["tokens_per_s_per_gpu"]))
+    front, best = [], -1.0
+    for p in points:
+        if p["tokens_per_s_per_gpu"] > best:
+            front.append(p)
+            best = p["tokens_per_s_per_gpu"]
+    return front
+
+
+def _candidates(tabs: dict):
+    """(mode, pools) to solve: disaggregated pools once per KV dtype (the decode pool reads
+    the cache the prefill pool writes, so both use one)."""
+    for mode, pools in tabs.items():
+        if mode != "disaggregated":
+            yield mode, pools
+            continue
+        for kv in sorted({r.plan.kv_dtype for rows in pools.values() for r in rows}):
+            yield mode, {p: [r for r in rows if r.plan.kv_dtype == kv] for p, rows in pools.items()}
+
+
+def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, backend: str,
+            time_limit_s: float, max_layouts: int):
+    """The best (mode, problem, solution) over the modes; the offline question without a
+    rate or budget is the best layout per GPU, one replica."""
+    if objective == "throughput" and gpus is None:
+        rows = tabs.get("aggregated", {}).get("aggregated") or []
+        if not rows:
+            return None
+        row, _ = _offline_best(rows)
+        problem = ServeProblem({"aggregated": rows}, "throughput", None, row.gpus, 1)
+        sol = ServeSolution("optimal", "table", row.cap, {("aggregated", rows.index(row)): 1})
+        return "aggregated", problem, sol
+    best = None
+    rate = None if w.rate_rps is None else round(w.rate_rps * SCALE)
+    for mode, pools in _candidates(tabs):
+        problem = ServeProblem(pools, objective, rate, gpus, max_layouts)
+        sol = solve(problem, backend, time_limit_s)
+        if _better(objective, best[2] if best else None, sol):
+            best = (mode, problem, sol)
+    return best
+
+
+def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, *,
+               objective: str | None = None, gpus: int | None = None, fix: dict | None = None,
+               backend: str = "cpsat", space: ServeSpace = ServeSpace(),
+               engine: ServeEngine = ServeEngine(), time_limit_s: float = 60.0,
+               pareto: bool = False) -> ServeResult:
+    """The best plan (module docstring), its estimate from the evaluator and the solver's
+    report. Raises InputError on bad arguments, InfeasibleError when nothing meets them."""
+    objective = _check_args(w, objective, gpus)
+    if not clusters:
+        raise InputError("-c/--cluster: give at least one cluster")
+    fix = dict(fix or {})
+    if "gpu" in fix and not any(str(fix["gpu"]).lower() in (c.gpu.name, *c.gpu.aliases)
+                                for c in clusters):
+        raise InputError(f"--fix gpu={fix['gpu']}: no cluster given has it (GPUs: "
+                         f"{', '.join(c.gpu.name for c in clusters)}); add its cluster with -c")
+    space = fixed_space(space, fix)
+    t0 = time.perf_counter()
+    tabs = tables(model, clusters, w, space, engine)
+    t_tables = time.perf_counter() - t0
+    found = _search(tabs, objective, w, gpus, backend, time_limit_s, 1)
+    if found is None:
+        raise _infeasible(w, gpus)
+    mode, problem, sol = found
+    plan = _plan_of(problem, sol)
+    main = next(c for c in clusters if plan.gpu in (c.gpu.name, *c.gpu.aliases))
+    est = evaluate_serve(model, main, plan, w, engine)
+    rows = sum(len(r) for pools in tabs.values() for r in pools.values())
+    solver = {"backend": sol.backend, "status": sol.status, "objective": objective,
+              "objective_value": sol.objective if objective != "throughput"
+              else sol.objective / SCALE, "mode": mode, "rows": rows,
+              "tables_s": t_tables, "solve_s": sol.wall_s,
+              "wall_s": time.perf_counter() - t0}
+    front = pareto_front(model, tabs.get("aggregated", {}).get("aggregated", []), w, engine) \
+        if pareto else []
+    return ServeResult(plan, est, solver, front)

@@ -1,0 +1,141 @@
+"""``planner serve``: the worked example, JSON keys, fixed knobs, GPU budgets, backends,
+Hugging Face configs, the plot, infeasible answers and bad input; a looser SLO never
+needs more GPUs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from formulations.serve_space import ServeSpace
+from planner.orchestration.serve import plan_serve
+from planner.specs.loaders import load_cluster, load_model
+from planner.specs.serve import ServeWorkload
+
+from conftest import DATA
+from test_cli import run
+
+BASE = ["serve", "-m", "llama3-70b", "-c", "dgx-h100-superpod", "--isl", "2048", "--osl", "256"]
+FAST = ["--fix", "kv_dtype=fp8", "--fix", "pp=1"]
+KEYS = ("ttft_ms", "tpot_ms", "ttft_p99_ms", "tpot_p99_ms", "output_tokens_per_s",
+        "output_tokens_per_s_per_gpu", "requests_per_s", "memory_per_gpu_gib", "feasible",
+        "reasons")
+
+
+def _json(capsys, *args: str) -> dict:
+    code, out, err = run(capsys, *BASE, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_worked_example_meets_the_slos(capsys):
+    data = _json(capsys, "--ttft-ms", "500", "--tpot-ms", "30", "--rate", "20", *FAST)
+    est = data["estimate"]
+    assert set(KEYS) <= set(est) and {"plan", "estimate", "solver"} <= set(data)
+    assert est["feasible"] and est["reasons"] == []
+    assert est["ttft_p99_ms"] <= 500 and est["tpot_p99_ms"] <= 30
+    assert est["requests_per_s"] == pytest.approx(20)
+    assert est["output_tokens_per_s"] == pytest.approx(20 * 256)
+    assert data["solver"]["status"] == "optimal" and data["solver"]["objective"] == "gpus"
+
+
+def test_backends_give_the_same_fleet(capsys):
+    args = ("--ttft-ms", "500", "--tpot-ms", "30", "--rate", "20", "--objective", "cost",
+            "--fix", "weight_dtype=fp8", "--fix", "tp=4", *FAST)
+    values = {_json(capsys, *args, "--backend", b)["solver"]["objective_value"]
+              for b in ("cpsat", "milp", "exhaustive")}
+    assert len(values) == 1
+
+
+def test_fixed_knobs_are_kept(capsys):
+    data = _json(capsys, "--rate", "5", "--fix", "tp=4", "--fix", "concurrency=64",
+                 "--fix", "weight_dtype=fp8", "--fix", "mode=aggregated", *FAST)
+    plan = data["plan"]
+    assert (plan["tp"], plan["concurrency"], plan["weight_dtype"]) == (4, 64, "fp8")
+    assert "prefill" not in plan and data["solver"]["mode"] == "aggregated"
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_a_gpu_budget_inside_one_node(capsys, gpus):
+    code, out, err = run(capsys, "serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--isl",
+                         "1024", "--osl", "128", "--gpus", str(gpus), "--fix", "kv_dtype=fp8",
+                         "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["estimate"]["num_gpus"] <= gpus and data["estimate"]["output_tokens_per_s"] > 0
+
+
+def test_offline_question_and_pareto_plot(capsys, tmp_path):
+    png = tmp_path / "front.png"
+    data = _json(capsys, "--pareto", "--plot", str(png), *FAST)
+    assert data["estimate"]["offline"] and data["estimate"]["num_gpus"] >= 1
+    front = data["pareto"]
+    assert len(front) >= 2 and png.stat().st_size > 5000
+    users = [p["tokens_per_s_per_user"] for p in front]
+    per_gpu = [p["tokens_per_s_per_gpu"] for p in front]
+    assert users == sorted(users, reverse=True) and per_gpu == sorted(per_gpu)
+
+
+def test_hugging_face_config_and_text_output(capsys):
+    code, out, _ = run(capsys, "serve", "-m", str(DATA / "mixtral-8x7b-config.json"), "-c",
+                       "dgx-h100-superpod", "--isl", "1024", "--osl", "256", "--rate", "10",
+                       "--tpot-ms", "50", "--fix", "kv_dtype=fp8", "--fix", "pp=1")
+    assert code == 0
+    assert "TTFT" in out and "requests/s" in out and "GPUs" in out
+
+
+def test_unmeetable_slo_is_infeasible(capsys):
+    code, _, err = run(capsys, *BASE, "--tpot-ms", "0.5", "--rate", "1", *FAST)
+    assert code == 1 and "infeasible" in err and "hint" in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--isl", "0"], "isl"),
+    (["--rate", "nan"], "--rate"),
+    (["--rate", "-1"], "--rate"),
+    (["--ttft-ms", "inf"], "--ttft-ms"),
+    (["--percentile", "100"], "--percentile"),
+    (["--fix", "nonsense=1"], "nonsense"),
+    (["--fix", "tp=abc"], "tp"),
+    (["--fix", "tp"], "FIELD=VALUE"),
+    (["--fix", "weight_dtype=fp3"], "weight_dtype"),
+    (["--fix", "mode=both"], "mode"),
+    (["--objective", "cost"], "--rate"),
+    (["--rate", "5", "--objective", "throughput"], "offline"),
+    (["--gpus", "0"], "--gpus"),
+    (["-m", "nope"], "nope"),
+    (["--plot", "/nonexistent/x.png"], "--plot"),
+])
+def test_bad_input_names_the_field(capsys, args, message):
+    code, _, err = run(capsys, *BASE, *args)
+    assert code == 2 and message in err
+
+
+def test_no_cluster_is_bad_input(capsys):
+    code, _, err = run(capsys, "serve", "-m", "llama3-8b", "--isl", "8", "--osl", "8")
+    assert code == 2 and "--cluster" in err
+
+
+L8 = load_model("llama3-8b")
+H100 = load_cluster("dgx-h100-superpod")
+TINY = ServeSpace(tp=(1, 2), pp=(1,), concurrency=(4, 16, 64, 256), weight_dtype=("fp8",),
+                  kv_dtype=("fp8",), prefill_chunk=(2048,))
+
+
+@settings(max_examples=12, deadline=None)
+@given(ttft=st.sampled_from([60.0, 120.0, 400.0, 2000.0]), tpot=st.sampled_from(
+    [8.0, 15.0, 40.0, 200.0]), loose=st.sampled_from([1.0, 1.5, 4.0]),
+    rate=st.sampled_from([5.0, 40.0, 300.0]))
+def test_a_looser_slo_never_needs_more_gpus(ttft, tpot, loose, rate):
+    def gpus(t1, t2):
+        w = ServeWorkload(isl=1024, osl=128, rate_rps=rate, ttft_ms=t1, tpot_ms=t2)
+        try:
+            return plan_serve(L8, [H100], w, space=TINY).estimate.num_gpus
+        except Exception as e:  # infeasible: needs "infinitely many"
+            assert "no fleet" in str(e)
+            return float("inf")
+
+    assert gpus(ttft * loose, tpot * loose) <= gpus(ttft, tpot)
