@@ -183,6 +183,8 @@ def test_an_output_of_another_sweep_is_refused(tmp_path):
     ({"axes": {"gpus": [16]}, "base": BASE, "command": "serve"}, "command"),
     ({"axes": {"gpus": [2.5]}, "base": BASE}, "gpus"),
     ({"axes": {"peak_flops": [float("nan")]}, "base": BASE}, "peak_flops"),
+    ({"axes": {"network_bandwidth": [1e308]}, "base": BASE}, "network_bandwidth"),
+    ({"axes": {"hbm_bandwidth": ["fast"]}, "base": BASE}, "hbm_bandwidth"),
     ({"axes": {"r": {"c": {"peak_flops": "factor"}}}, "base": BASE}, "factor"),
     ({"axes": {"r": {"c": {"bogus": 2}}}, "base": BASE}, "bogus"),
     ({"axes": {"status": [1]}, "base": BASE}, "status"),
@@ -200,6 +202,7 @@ def test_bad_sweep_files_name_the_field(data, field):
     ({**BASE, "model": "no-such-model"}, "no-such-model"),
     ({**BASE, "budget_usd": 10}, "budget_usd"),
     ({**BASE, "price.h900": 0.7}, "h900"),
+    ({**BASE, "network_latency": 1e6}, "latency_us"),  # 5 s on InfiniBand: over a second
     ({"command": "procure", "model": TINY, "tokens": 1e9, "nvs_domain": 4}, "nvs_domain"),
 ])
 def test_bad_points_fail_before_any_solve(base, field):
@@ -279,3 +282,32 @@ def test_cli_bad_file(capsys, tmp_path):
     assert code == 2 and "hbm_capacity" in err
     code, _, err = run(capsys, "sweep", str(tmp_path / "missing.yaml"))
     assert code == 2 and "no such file" in err
+
+
+ODD = [0, -1, 1, 2.5, 16, 1e308, float("nan"), float("inf"), "x", "", None, [], {}, [1],
+       {"a": 1}, True, "factor", 10**40]
+#: mostly plausible values, so that many files get past the first check
+VALUE = st.sampled_from([1, 2, 0.5, 4, 8, 16] * 4 + ODD)
+SCALINGS = ["gpus", "hbm_capacity", "network_latency", "nvs_domain", "bandwidth.infiniband",
+            "latency.0", "price.b200", "factor", "max_microbatch", "peak_flops"]
+FIELDS = SCALINGS * 3 + ["model", "cluster", "days", "tokens", "fix", "command", "nope",
+                         "bandwidth.", "latency.spine"]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(base=st.dictionaries(st.sampled_from(FIELDS), VALUE, max_size=2),
+       axes=st.dictionaries(st.sampled_from(FIELDS + ["r"]), st.one_of(
+           st.lists(VALUE, min_size=1, max_size=3, unique_by=repr),
+           st.dictionaries(st.sampled_from(["a", "b"]), st.dictionaries(
+               st.sampled_from(FIELDS), VALUE, max_size=2), max_size=2),
+           st.sampled_from(ODD)), min_size=1, max_size=2),
+       top=st.sampled_from([{}, {"command": "procure"}, {"name": 3}, {"extra": 1}]))
+def test_fuzzed_sweep_files_give_input_errors(base, axes, top):
+    """Any sweep file either expands into points that pass the checks or raises an
+    InputError with a message; never another exception (the runner is a stub: no solve)."""
+    data = {**top, "base": {**BASE, **base}, "axes": axes}
+    try:
+        pts = expand(sweep_from_dict(data, "fuzz.yaml"), "fuzz.yaml")
+        run_sweep(pts, workers=1, runner=lambda s: {"status": "optimal"})
+    except InputError as err:
+        assert str(err).strip()

@@ -6,11 +6,18 @@ GPU count (LBNL sweeps NVS 4, 8 and 64: Subramanian et al. 2024, Table A3)."""
 from __future__ import annotations
 
 import math
+from typing import TypeVar
+
+from pydantic import ValidationError
 
 from planner.errors import InputError
+from planner.specs.base import Spec
+from planner.specs.validate import format_validation_error
 from planner.specs.cluster import ClusterSpec, TopologyLevel
 from planner.specs.gpu import GPUSpec
 from planner.sweep.spec import PointSpec
+
+T = TypeVar("T", bound=Spec)
 
 
 def price_factor(gpu: GPUSpec, p: PointSpec) -> float:
@@ -85,11 +92,22 @@ def with_domain(cluster: ClusterSpec, size: int) -> ClusterSpec:
         "topology": levels, "gpus_per_node": None if node is None else math.gcd(node, size)})
 
 
+def _checked(spec: T, what: str) -> T:
+    """``spec`` validated again: a scaled value must still be one its spec accepts (a
+    latency of at most a second, finite numbers)."""
+    try:
+        return type(spec).model_validate(spec.model_dump())
+    except ValidationError as err:
+        raise InputError(format_validation_error(err, f"{what} after the point's scalings")
+                         ) from None
+
+
 def scaled_cluster(cluster: ClusterSpec, p: PointSpec) -> ClusterSpec:
     """``cluster`` (already resized to the point's GPU count) with every scaling of ``p``."""
     out = cluster if p.nvs_domain is None else with_domain(cluster, p.nvs_domain)
-    levels = scaled_levels(list(out.topology), p)
+    levels = [_checked(lv, f"network level {lv.name}")
+              for lv in scaled_levels(list(out.topology), p)]
     price = out.price_per_gpu_hour
-    update = {"gpu": scaled_gpu(out.gpu, p), "topology": levels,
+    update = {"gpu": _checked(scaled_gpu(out.gpu, p), f"GPU {out.gpu.name}"), "topology": levels,
               "price_per_gpu_hour": None if price is None else price * price_factor(out.gpu, p)}
     return out.model_copy(update=update)

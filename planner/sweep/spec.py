@@ -15,10 +15,9 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import (ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt,
-                      field_validator)
+from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
 
 from planner.errors import InputError
 from planner.specs.base import Spec
@@ -31,6 +30,12 @@ FACTOR_REF = "factor"
 #: index, innermost 0) scale one network level, ``price.<gpu>`` one GPU type's prices
 LEVEL_AXES = {"bandwidth": "level_bandwidth", "latency": "level_latency",
               "price": "gpu_price"}  # price.<gpu>: one GPU type's prices
+
+
+#: A what-if factor: a million-fold change either way is already beyond any hardware
+#: roadmap; more is a unit mistake (and 1e308 x a bandwidth overflows to inf).
+Factor = Annotated[float, Field(ge=1e-6, le=1e6)]
+LatencyFactor = Annotated[float, Field(ge=0, le=1e6)]
 
 
 class PointSpec(Spec):
@@ -60,16 +65,16 @@ class PointSpec(Spec):
     max_microbatch: PositiveInt | None = Field(None, description="solve: search bound")
     max_virtual_stages: PositiveInt | None = Field(None, description="solve: search bound")
     even_pipeline: bool | None = Field(None, description="solve: equal layers per stage")
-    peak_flops: PositiveFloat = 1.0
-    hbm_capacity: PositiveFloat = 1.0
-    hbm_bandwidth: PositiveFloat = 1.0
-    network_bandwidth: PositiveFloat = 1.0
-    network_latency: NonNegativeFloat = 1.0
-    level_bandwidth: dict[str, PositiveFloat] = Field(default_factory=dict)
-    level_latency: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    peak_flops: Factor = 1.0
+    hbm_capacity: Factor = 1.0
+    hbm_bandwidth: Factor = 1.0
+    network_bandwidth: Factor = 1.0
+    network_latency: LatencyFactor = 1.0
+    level_bandwidth: dict[str, Factor] = Field(default_factory=dict)
+    level_latency: dict[str, LatencyFactor] = Field(default_factory=dict)
     nvs_domain: PositiveInt | None = None
-    price: PositiveFloat = Field(1.0, description="factor on GPU-hour and purchase prices")
-    gpu_price: dict[str, PositiveFloat] = Field(
+    price: Factor = Field(1.0, description="factor on GPU-hour and purchase prices")
+    gpu_price: dict[str, Factor] = Field(
         default_factory=dict, description="price factor per GPU type (catalog name or alias)")
     factor: float | None = Field(None, description="a common factor composite axes refer to")
 
