@@ -112,6 +112,8 @@ LAYERS = {  # a module of the key's layer imports none of these
     "formulations": ("planner.orchestration", "planner.procurement", "planner.cli",
                      "planner.report", "planner.api"),
     "planner.orchestration": ("planner.procurement", "planner.cli", "planner.report"),
+    # sweeps run solves and procurements; plots (report) and the CLI sit above them
+    "planner.sweep": ("planner.cli", "planner.report"),
 }
 
 
