@@ -255,3 +255,23 @@ def _exhaustive(problem: ServeProblem, time_limit_s: float) -> ServeSolution:
         return ServeSolution("infeasible", "exhaustive")
     counts = {k: v for o in best for k, v in o[0].items()}
     return ServeSolution("optimal", "exhaustive", counts=counts)
+
+
+def presolve(problem: ServeProblem) -> ServeProblem:
+    """Drop every row another row of its pool dominates: at least its capacity with at
+    most its GPUs and its objective coefficient (for throughput: GPUs only). Exact: any
+    solution using a dominated row stays feasible, no worse and with no more layouts when
+    that row's replicas move to the dominating one. Among equal rows the first stays."""
+    pools = {}
+    for pool, rows in problem.pools.items():
+        order = sorted(range(len(rows)), key=lambda i: (-rows[i].cap, i))
+        kept: list[Row] = []
+        for i in order:
+            r = rows[i]
+            key = (r.gpus, 0 if problem.objective == "throughput" else problem.coef(r))
+            if not any(k.gpus <= key[0] and (problem.objective == "throughput"
+                                             or problem.coef(k) <= key[1]) for k in kept):
+                kept.append(r)
+        pools[pool] = kept
+    return ServeProblem(pools, problem.objective, problem.rate, problem.budget,
+                        problem.max_layouts)

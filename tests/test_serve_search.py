@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from formulations.serve import BACKENDS, ServeProblem, solve
+from formulations.serve import BACKENDS, ServeProblem, presolve, solve
 from formulations.serve_space import SCALE, Row, ServeSpace, tables
 from planner.errors import InputError
 from planner.specs.loaders import load_cluster, load_model
@@ -83,3 +83,13 @@ def test_answers_need_what_they_need():
         solve(problem)
     with pytest.raises(InputError, match="--rate"):
         solve(ServeProblem(problem.pools, "cost"))
+
+
+def test_presolve_keeps_the_optimum():
+    rng = random.Random(7)
+    for _ in range(40):
+        problem = _random_problem(rng)
+        small = presolve(problem)
+        assert all(len(small.pools[p]) <= len(problem.pools[p]) for p in problem.pools)
+        a, b = solve(problem, "exhaustive"), solve(small, "cpsat")
+        assert a.status == b.status and a.objective == b.objective

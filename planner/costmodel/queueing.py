@@ -17,20 +17,19 @@ from functools import lru_cache
 
 
 def _decay(rho: float) -> float:
-    """``x = theta s``: the positive root of ``rho (e^x - 1) = x`` for 0 < rho < 1, by
-    bisection (the left side is convex, below x near 0 and above it for large x)."""
-    lo, hi = 0.0, 1.0
-    while rho * (math.exp(hi) - 1.0) < hi:
-        hi *= 2.0
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
+    """``x = theta s``: the positive root of ``f(x) = rho (e^x - 1) - x`` for 0 < rho < 1,
+    by Newton's method from the right of the root, where the convex ``f`` is positive
+    and increasing, so that the iterates fall monotonically onto it. The start: at
+    ``2 (1 - rho) / rho`` the Taylor terms alone make ``f`` non-negative; at
+    ``2 ln(2 / rho) + 1`` ``f`` is positive too (kept finite for small rho)."""
+    x = min(2.0 * (1.0 - rho) / rho, 2.0 * math.log(2.0 / rho) + 1.0)
+    for _ in range(200):
+        e = math.exp(x)
+        step = (rho * (e - 1.0) - x) / (rho * e - 1.0)
+        if step <= 1e-15 * x:
             break
-        if rho * (math.exp(mid) - 1.0) < mid:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+        x -= step
+    return x
 
 
 def md1_wait_s(rho: float, service_s: float, quantile: float | None = None) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from formulations.serve import ServeProblem, ServeSolution, solve
+from formulations.serve import ServeProblem, ServeSolution, presolve, solve
 from formulations.serve_space import SCALE, Row, ServeSpace, fixed_space, tables
 from planner.costmodel.serve_eval import (
     ServeEstimate,
@@ -137,7 +137,7 @@ def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, back
     best = None
     rate = None if w.rate_rps is None else round(w.rate_rps * SCALE)
     for mode, pools in _candidates(tabs):
-        problem = ServeProblem(pools, objective, rate, gpus, max_layouts)
+        problem = presolve(ServeProblem(pools, objective, rate, gpus, max_layouts))
         sol = solve(problem, backend, time_limit_s)
         if _better(objective, best[2] if best else None, sol):
             best = (mode, problem, sol)
