@@ -162,3 +162,9 @@ def test_more_hbm_never_lowers_the_feasible_concurrency(hbm1, hbm2, isl, osl, tp
 
     assert (max_concurrency(L70, with_hbm(lo), plan, isl, osl)
             <= max_concurrency(L70, with_hbm(hi), plan, isl, osl))
+
+
+@pytest.mark.parametrize("rho", [1 - 1e-16, 1 - 1e-12, 1e-9, 0.3])
+def test_md1_tail_is_finite_near_the_edges(rho):
+    w = md1_wait_s(rho, 1.0, 0.99)
+    assert math.isfinite(w) and w >= 0

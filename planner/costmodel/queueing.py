@@ -25,7 +25,10 @@ def _decay(rho: float) -> float:
     x = min(2.0 * (1.0 - rho) / rho, 2.0 * math.log(2.0 / rho) + 1.0)
     for _ in range(200):
         e = math.exp(x)
-        step = (rho * (e - 1.0) - x) / (rho * e - 1.0)
+        slope = rho * e - 1.0
+        if slope <= 0:  # rho within rounding of 1: x is already the (tiny) root
+            break
+        step = (rho * (e - 1.0) - x) / slope
         if step <= 1e-15 * x:
             break
         x -= step
