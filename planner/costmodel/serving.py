@@ -291,9 +291,10 @@ def decode_step_s(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
     """Time between two tokens of a sequence at full concurrency, every sequence holding
     ``context`` tokens. With ``pp`` stages the batch runs as ``pp`` microbatches in
     flight, so a token passes every stage once: pp x the stage time of concurrency/pp
-    sequences (pipelining adds capacity, not speed). Includes the LM head (bf16)."""
+    sequences, at least one (pipelining adds capacity, not speed). Includes the LM head
+    (bf16)."""
     gpu, net = cluster.gpu, replica_net(cluster, plan, engine)
-    mb = plan.concurrency / plan.pp
+    mb = max(plan.concurrency / plan.pp, 1.0)  # fewer sequences than stages: one each
     attn = decode_attention_s(model, gpu, plan, mb, context, engine.gqa_kv_shared)
     head = gemm_time_s(gpu, "bf16", mb, model.vocab_size / plan.tp, model.hidden_size)
     return plan.pp * (_stage_s(model, gpu, plan, net, mb, attn) + head / plan.pp)
