@@ -139,3 +139,20 @@ def test_a_looser_slo_never_needs_more_gpus(ttft, tpot, loose, rate):
             return float("inf")
 
     assert gpus(ttft * loose, tpot * loose) <= gpus(ttft, tpot)
+
+
+def test_simulation_checks_the_queueing_model(capsys):
+    """The seeded simulation of the worked example's plan lands within 15 % of the
+    model's P99 TTFT and TPOT (docs/serving.md gives the figures), the same twice."""
+    args = ("--ttft-ms", "500", "--tpot-ms", "30", "--rate", "20", "--simulate", "5000", *FAST)
+    data = _json(capsys, *args)
+    sim, est = data["simulation"], data["estimate"]
+    assert sim == _json(capsys, *args)["simulation"]
+    assert sim["ttft_p99_ms"] == pytest.approx(est["ttft_p99_ms"], rel=0.15)
+    assert sim["tpot_p99_ms"] == pytest.approx(est["tpot_p99_ms"], rel=0.15)
+    assert sim["ttft_p50_ms"] <= sim["ttft_p99_ms"]
+
+
+def test_simulation_needs_a_rate(capsys):
+    code, _, err = run(capsys, *BASE, "--simulate", "1000", *FAST)
+    assert code == 2 and "--rate" in err

@@ -97,6 +97,8 @@ def serve(
     backend: ServeBackend = typer.Option(ServeBackend.cpsat, "--backend", help="Integer solver."),
     pareto: bool = typer.Option(False, "--pareto", help="Tokens/s/GPU against tokens/s/user."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto front to this PNG."),
+    simulate: int = typer.Option(0, "--simulate", metavar="N", help="Check P50/P99 with a "
+                                 "seeded discrete-event simulation of N Poisson requests (needs --rate)."),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Find the best serving plan: layout, concurrency, precision, pools and replica counts
@@ -111,17 +113,34 @@ def serve(
     res = plan_serve(load_model(model), _clusters(cluster, gpus), w,
                      objective=objective.value if objective else None, gpus=gpus,
                      fix=_fixes(fix), backend=backend.value, pareto=pareto or bool(plot))
+    sim = _simulate(load_model(model), _clusters(cluster, gpus), res, w, simulate)
     if plot:
         from planner.report.serve import plot_serve_pareto
 
         plot_serve_pareto(res.pareto, plot, f"{model}: ISL {isl}, OSL {osl}")
     if json_:
         _emit_json({"plan": res.plan.to_dict(), "estimate": res.estimate.to_json(),
-                    "solver": res.solver, **({"pareto": res.pareto} if pareto else {})})
+                    "solver": res.solver, **({"pareto": res.pareto} if pareto else {}),
+                    **({"simulation": sim} if sim else {})})
     else:
         _print(res, pareto)
+        if sim:
+            out.print(f"simulation ({sim['requests']:,} requests after warm-up, seed 0): TTFT "
+                      f"P50 {sim['ttft_p50_ms']:.1f} / P99 {sim['ttft_p99_ms']:.1f} ms, TPOT "
+                      f"P50 {sim['tpot_p50_ms']:.2f} / P99 {sim['tpot_p99_ms']:.2f} ms")
     if not res.estimate.feasible:
         raise typer.Exit(1)
+
+
+def _simulate(model, clusters, res, w, n: int) -> dict | None:
+    if not n:
+        return None
+    if n < 100 or n > 10**7:
+        raise InputError(f"--simulate: expected 100 to 10,000,000 requests, got {n}")
+    from planner.validation.serve_sim import simulate
+
+    main = next(c for c in clusters if res.plan.gpu in (c.gpu.name, *c.gpu.aliases))
+    return simulate(model, main, res.plan, w, n).to_json()
 
 
 def _pool(plan, role: str) -> str:

@@ -69,3 +69,28 @@ def poisson_quantile(mean: float, quantile: float) -> float:
     if mean <= 0:
         return 0.0
     return mean + normal_quantile(quantile) * math.sqrt(mean)
+
+
+def mdc_wait_s(lam: float, service_s: float, servers: int,
+               quantile: float | None = None) -> float:
+    """Wait for one of ``servers`` slots held ``service_s`` each (M/D/c), the mean or the
+    ``quantile``. The chance of waiting is the Halfin-Whitt approximation of Erlang C,
+    ``[1 + beta Phi(beta) / phi(beta)]^-1`` with ``beta = (c - a) / sqrt(a)``, ``a = lam s``
+    (Halfin and Whitt 1981; M/M/c, an upper bound for deterministic service); the wait,
+    once waiting, is exponential at rate ``2 (c - a) / s``: the M/M/c rate ``c mu - lam``
+    doubled for zero service variance (Kingman's heavy-traffic factor ``2 / (1 + c_s^2)``).
+    Infinite at ``a >= c``."""
+    a = lam * service_s
+    if a <= 0 or service_s <= 0:
+        return 0.0
+    if a >= servers:
+        return math.inf
+    beta = (servers - a) / math.sqrt(a)
+    phi = math.exp(-0.5 * beta * beta) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + math.erf(beta / math.sqrt(2)))
+    wait_p = 0.0 if phi == 0 else 1.0 / (1.0 + beta * cdf / phi)
+    rate = 2.0 * (servers - a) / service_s
+    if quantile is None:
+        return wait_p / rate
+    tail = 1.0 - quantile
+    return 0.0 if wait_p <= tail else math.log(wait_p / tail) / rate

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from planner.costmodel.energy import energy_coefficients, price_per_gpu_hour
 from planner.costmodel.network import PlacementError, p2p_time_s
-from planner.costmodel.queueing import md1_wait_s, poisson_quantile
+from planner.costmodel.queueing import md1_wait_s, mdc_wait_s, poisson_quantile
 from planner.costmodel.serving import (
     Prefill,
     ServeMemory,
@@ -135,8 +135,14 @@ def aggregated_latency(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload,
     in_flight = min(1.0, lam * w.osl * tpot / plan.concurrency)
     base = pre.latency_s + pre.chunks * t_d * in_flight
     service = o_p + pre.chunks * t_d * in_flight
-    return Latency(base + md1_wait_s(rho, service), base + md1_wait_s(rho, service, w.percentile),
-                   tpot, tpot_q, rho)
+    # a prompt starts once one of the concurrency slots is free (held for its whole life)
+    hold = base + w.osl * tpot
+    slot = mdc_wait_s(lam, hold, plan.concurrency)
+    slot_q = mdc_wait_s(lam, hold, plan.concurrency, w.percentile)
+    if math.isinf(slot):
+        return Latency(None, None, None, None, max(rho, lam * hold / plan.concurrency))
+    return Latency(base + md1_wait_s(rho, service) + slot,
+                   base + md1_wait_s(rho, service, w.percentile) + slot_q, tpot, tpot_q, rho)
 
 
 def disaggregated_latency(perf_p: ReplicaPerf, perf_d: ReplicaPerf, plan: ServePlan,
@@ -150,8 +156,13 @@ def disaggregated_latency(perf_p: ReplicaPerf, perf_d: ReplicaPerf, plan: ServeP
     if rho >= 1:
         return Latency(None, None, None, None, rho)
     base = perf_p.prefill.latency_s + transfer_s
+    # a sequence arriving at a full decode replica waits for a slot: its second token is
+    # late by the wait, spread over its osl - 1 token intervals
+    hold, gaps = max(w.osl - 1, 1) * t_d, max(w.osl - 1, 1)
+    tpot = t_d + mdc_wait_s(lam_d, hold, plan.concurrency) / gaps
+    tpot_q = t_d + mdc_wait_s(lam_d, hold, plan.concurrency, w.percentile) / gaps
     return Latency(base + md1_wait_s(rho_p, o_p), base + md1_wait_s(rho_p, o_p, w.percentile),
-                   t_d, t_d, rho)
+                   tpot, tpot_q, rho)
 
 
 def aggregated_rps(perf: ReplicaPerf, plan: ServePlan, osl: int) -> float:
@@ -213,12 +224,14 @@ def prefill_capacity_rps(perf: ReplicaPerf, w: ServeWorkload, transfer_s: float)
 
 
 def decode_capacity_rps(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload) -> float:
-    """Most requests/s one decode replica takes with the TPOT SLO met (TPOT does not
-    depend on the load: the decode step at full concurrency)."""
+    """Most requests/s one decode replica takes with the TPOT SLO met (the decode step
+    at full concurrency plus the wait for a free slot)."""
     if perf.reasons or (w.tpot_ms is not None and perf.decode_step_s * 1e3 > w.tpot_ms):
         return 0.0
-    return _largest(lambda lam: lam * w.osl * perf.decode_step_s < plan.concurrency,
-                    decode_rps(perf, plan, w.osl))
+    no_ttft = w.model_copy(update={"ttft_ms": None})
+    return _largest(lambda lam: not slo_reasons(
+        disaggregated_latency(perf, perf, plan, no_ttft, 0.0, lam, 0.0), no_ttft),
+        decode_rps(perf, plan, w.osl))
 
 
 _ONE = ServePlan()  # a placeholder decode plan for prefill-only checks (no decode load)
