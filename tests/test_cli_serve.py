@@ -156,3 +156,28 @@ def test_simulation_checks_the_queueing_model(capsys):
 def test_simulation_needs_a_rate(capsys):
     code, _, err = run(capsys, *BASE, "--simulate", "1000", *FAST)
     assert code == 2 and "--rate" in err
+
+
+def test_procure_serve_cheapest_fleet(capsys):
+    args = ["procure", "-m", "llama3-8b", "--serve", "--rate", "50", "--isl", "1024", "--osl",
+            "128", "--ttft-ms", "300", "--tpot-ms", "40", "--gpus", "h100,b200", "--json"]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    data = json.loads(out)
+    best = data["best"]["estimate"]
+    per = [o["estimate"]["usd_per_hour"] for o in data["options"] if "estimate" in o]
+    assert len(per) == 2 and best["usd_per_hour"] <= min(per) and best["feasible"]
+    code, out, _ = run(capsys, *args, "--pricing", "own")
+    own = json.loads(out)
+    assert code == 0 and own["pricing"] == "own"
+    assert own["best"]["estimate"]["usd_per_hour"] != best["usd_per_hour"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--serve", "--isl", "8", "--osl", "8"], "--rate"),
+    (["--serve", "--rate", "1", "--isl", "8", "--osl", "8", "--gpus", "nope"], "--gpus"),
+    ([], "--tokens"),
+])
+def test_procure_serve_bad_input(capsys, args, message):
+    code, _, err = run(capsys, "procure", "-m", "llama3-8b", *args)
+    assert code == 2 and message in err

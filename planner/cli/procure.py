@@ -20,6 +20,7 @@ from planner.cli.console import (
     out,
     warn_calibration,
 )
+from planner.cli.serve import procure_serve_cmd
 from planner.errors import InfeasibleError, InputError
 from planner.procurement import DEFAULT_MAX_GPUS
 
@@ -51,7 +52,8 @@ def _counts(text: str | None) -> list[int] | None:
 def procure(
     model: str = typer.Option(..., "--model", "-m", help="Catalog name, model YAML, or "
                               "Hugging Face config.json."),
-    tokens: float = typer.Option(..., "--tokens", help="Tokens to train on, e.g. 15e12."),
+    tokens: Optional[float] = typer.Option(None, "--tokens", help="Tokens to train on, e.g. "
+                                           "15e12 (required unless --serve)."),
     days: Optional[float] = typer.Option(None, "--days", help="Deadline: train within this many days."),
     budget: Optional[float] = typer.Option(None, "--budget", help="Budget in USD: the fastest "
                                            "option within it (objective time unless --objective)."),
@@ -85,11 +87,23 @@ def procure(
     time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds per inner solve."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Inner solves at once "
                                           "(default: the CPUs)."),
+    serve: bool = typer.Option(False, "--serve", help="Serving instead of training: the "
+                               "cheapest fleet for --rate within --ttft-ms/--tpot-ms (docs/serving.md)."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="--serve: requests/s to serve."),
+    isl: Optional[int] = typer.Option(None, "--isl", help="--serve: input tokens per request."),
+    osl: Optional[int] = typer.Option(None, "--osl", help="--serve: output tokens per request."),
+    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help="--serve: P99 TTFT SLO."),
+    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="--serve: P99 TPOT SLO."),
 ) -> None:
     """Choose what to buy or rent: the cheapest cluster and plan that train a model on a
     token budget within a deadline (or the fastest within a budget)."""
     from planner.api import procure as run_procure
 
+    if serve:  # planner/cli/serve.py
+        return procure_serve_cmd(model, gpus, list(cluster), pricing.value if pricing else None,
+                                 prices, json_, rate, isl, osl, ttft_ms, tpot_ms)
+    if tokens is None:
+        raise InputError("--tokens: required (the tokens to train on), unless --serve")
     if json_ and csv_:
         raise InputError("--json and --csv: choose one")
     if workers is not None and workers < 1:

@@ -192,3 +192,65 @@ def _pair(a: float | None, b: float | None, digits: int) -> str:
     if a is None or b is None:
         return "saturated"
     return f"{a:.{digits}f} / {b:.{digits}f}"
+
+
+def procure_serve_cmd(model: str, gpus: str | None, clusters: list[str], pricing: str | None,
+                      prices: str | None, json_: bool, rate: float | None, isl: int | None,
+                      osl: int | None, ttft_ms: float | None, tpot_ms: float | None) -> None:
+    """``planner procure --serve``: the cheapest fleet per GPU type and overall."""
+    from planner.procurement.serve import procure_serve
+    from planner.specs.loaders import load_model
+    from planner.specs.pricing import load_pricing
+
+    if rate is None or isl is None or osl is None:
+        raise InputError("procure --serve needs --rate, --isl and --osl")
+    w = _workload(isl, osl, rate, ttft_ms, tpot_ms, 99.0)
+    res = procure_serve(load_model(model), _templates(clusters, gpus), w,
+                        load_pricing(prices, pricing))
+    if json_:
+        _emit_json(res.to_json())
+        return
+    t = Table(title=f"Serving {rate:g} req/s ({res.mode}): cheapest fleet per GPU type",
+              header_style="bold")
+    for col in ("GPU", "GPUs", "$/h", "$/Mtok", "mode", "layout"):
+        t.add_column(col, justify="left" if col in ("GPU", "mode", "layout") else "right")
+    for gpu, r, why in res.per_gpu:
+        if r is None:
+            t.add_row(gpu, "-", "-", "-", "-", why[:60])
+            continue
+        e = r.estimate
+        t.add_row(gpu, str(e.num_gpus), f"{e.usd_per_hour:,.2f}", f"{e.usd_per_million_tokens:.3f}",
+                  r.solver["mode"], _short(r.plan))
+    out.print(t)
+    b = res.best.estimate
+    out.print(f"[bold]cheapest:[/bold] {b.num_gpus} GPUs, ${b.usd_per_hour:,.2f}/h, "
+              f"${b.usd_per_million_tokens:.3f} per million output tokens: {_short(res.best.plan)}")
+
+
+def _short(plan) -> str:
+    one = f"{plan.replicas}x{plan.gpu} tp{plan.tp}pp{plan.pp} {plan.weight_dtype} B{plan.concurrency}"
+    if plan.prefill is None:
+        return one
+    p = plan.prefill
+    return f"decode {one} + prefill {p.replicas}x{p.gpu} tp{p.tp}pp{p.pp} {p.weight_dtype}"
+
+
+def _templates(clusters: list[str], gpus: str | None):
+    """The cluster templates: those given, else one per GPU type of the catalog; only the
+    GPU types in ``gpus`` (comma-separated names or aliases) when given."""
+    from planner import catalog
+    from planner.specs.loaders import load_cluster
+
+    names = [n for c in clusters for n in c.split(",") if n.strip()] or catalog.names("clusters")
+    out_, seen = [], set()
+    for name in names:
+        c = load_cluster(name.strip())
+        if c.gpu.name not in seen:
+            seen.add(c.gpu.name)
+            out_.append(c)
+    if gpus:
+        want = {g.strip().lower() for g in gpus.split(",") if g.strip()}
+        out_ = [c for c in out_ if want & {c.gpu.name, *map(str.lower, c.gpu.aliases)}]
+        if not out_:
+            raise InputError(f"--gpus {gpus}: no cluster template has these GPU types")
+    return out_
