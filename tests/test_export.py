@@ -573,3 +573,12 @@ def test_bridge_overrides_state_what_megatron_args_state(case):
         assert kv[key] == value[flag]
     assert kv["ddp.use_distributed_optimizer"] == str("--use-distributed-optimizer" in args).lower()
     assert kv["model.sequence_parallel"] == str("--sequence-parallel" in args).lower()
+
+
+def test_from_megatron_with_plan_overrides_or_a_dlrm_is_refused(capsys):
+    code, out, err = run(capsys, "evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml",
+                         "--tp", "4", "--from", "megatron", "--bf16")
+    assert code == 2 and "drop tp" in out + err
+    code, out, err = run(capsys, "export", str(LAUNCH / "llama3-70b.plan.yaml"), "-m", "dlrm-a",
+                         "-c", "examples/superpod.yaml", "--format", "megatron")
+    assert code == 2 and "transformer" in out + err

@@ -85,6 +85,7 @@ def evaluate(
     from planner.report.text import print_estimate
     from planner.specs.loaders import load_cluster, load_model
     from planner.specs.plan_base import build_plan
+    from planner.errors import InputError
 
     check_writable(plot, "--plot")
     m = load_model(model)
@@ -98,8 +99,12 @@ def evaluate(
     warnings: list[str] = []
     shortcuts = dict(tp=tp, pp=pp, dp=dp, cp=cp, microbatch_size=mbs,
                      global_batch_size=global_batch, seq_len=seq_len, dtype=dtype)
+    overrides = _overrides(set_, shortcuts)
+    if (from_ or args) and overrides:
+        raise InputError(f"--from megatron takes the whole plan from ARGS; drop "
+                         f"{', '.join(k for k, _ in overrides)} (or put them in ARGS)")
     p = (_plan_from(from_, args, plan, m, c, warnings) if from_ or args
-         else build_plan(m, c, plan, _overrides(set_, shortcuts), warnings))
+         else build_plan(m, c, plan, overrides, warnings))
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     est = run_evaluate(m, c, p)

@@ -37,7 +37,13 @@ def export(
     from planner.specs.plan_base import build_plan
 
     check_writable(out_path, "--out")
+    from planner.errors import InputError
+    from planner.specs.model import ModelSpec
+
     m = load_model(model)
+    if not isinstance(m, ModelSpec):
+        raise InputError(f"--model {model}: only transformer models can be exported "
+                         f"({m.name} is a {type(m).__name__})")
     c = load_cluster(cluster, gpus)
     warnings: list[str] = []
     p = build_plan(m, c, plan, [], warnings)
