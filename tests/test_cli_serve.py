@@ -181,3 +181,22 @@ def test_procure_serve_cheapest_fleet(capsys):
 def test_procure_serve_bad_input(capsys, args, message):
     code, _, err = run(capsys, "procure", "-m", "llama3-8b", *args)
     assert code == 2 and message in err
+
+
+def test_launch_commands_name_each_engines_arguments(capsys):
+    data = _json(capsys, "--ttft-ms", "500", "--tpot-ms", "30", "--rate", "20", "--launch",
+                 "--fix", "mode=disaggregated", "--fix", "kv_dtype=fp8")
+    launch, plan = data["launch"], data["plan"]
+    assert set(launch) == {"vllm", "sglang", "trtllm"}
+    for engine, pools in launch.items():
+        assert [p["pool"] for p in pools] == ["prefill", "decode"]
+        assert all("#" not in p["command"] for p in pools)  # safe to paste
+    decode = {e: p[1]["command"] for e, p in launch.items()}
+    assert f"--tensor-parallel-size {plan['tp']}" in decode["vllm"]
+    assert f"--max-num-seqs {plan['concurrency']}" in decode["vllm"]
+    assert "--kv-cache-dtype fp8" in decode["vllm"]
+    assert f"--tp-size {plan['tp']}" in decode["sglang"]
+    assert "--disaggregation-mode decode" in decode["sglang"]
+    assert f"--max_batch_size {plan['concurrency']}" in decode["trtllm"]
+    assert "--server_role generation" in decode["trtllm"]
+    assert "--server_role context" in launch["trtllm"][0]["command"]

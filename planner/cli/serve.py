@@ -99,6 +99,8 @@ def serve(
     plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto front to this PNG."),
     simulate: int = typer.Option(0, "--simulate", metavar="N", help="Check P50/P99 with a "
                                  "seeded discrete-event simulation of N Poisson requests (needs --rate)."),
+    launch: bool = typer.Option(False, "--launch", help="Print vLLM, SGLang and TensorRT-LLM "
+                                "launch commands for the plan's pools."),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Find the best serving plan: layout, concurrency, precision, pools and replica counts
@@ -121,15 +123,33 @@ def serve(
     if json_:
         _emit_json({"plan": res.plan.to_dict(), "estimate": res.estimate.to_json(),
                     "solver": res.solver, **({"pareto": res.pareto} if pareto else {}),
-                    **({"simulation": sim} if sim else {})})
+                    **({"simulation": sim} if sim else {}),
+                    **({"launch": _launch(model, res.plan)} if launch else {})})
     else:
         _print(res, pareto)
         if sim:
             out.print(f"simulation ({sim['requests']:,} requests after warm-up, seed 0): TTFT "
                       f"P50 {sim['ttft_p50_ms']:.1f} / P99 {sim['ttft_p99_ms']:.1f} ms, TPOT "
                       f"P50 {sim['tpot_p50_ms']:.2f} / P99 {sim['tpot_p99_ms']:.2f} ms")
+        if launch:
+            for engine, pools in _launch(model, res.plan).items():
+                for pool in pools:
+                    out.print(f"[bold]{engine}[/bold] {pool['pool']} x {pool['replicas']} "
+                              f"({pool['gpus_per_replica']} x {pool['gpu']} each):")
+                    print("  " + pool["command"])
+                    for note in pool["notes"]:
+                        print("  # " + note)
     if not res.estimate.feasible:
         raise typer.Exit(1)
+
+
+def _launch(model: str, plan) -> dict:
+    from pathlib import Path
+
+    from planner.report.serve_launch import launch_commands
+
+    name = Path(model).parent.name if model.endswith(".json") else model  # HF config folder
+    return launch_commands(name or model, plan)
 
 
 def _simulate(model, clusters, res, w, n: int) -> dict | None:
