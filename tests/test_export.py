@@ -6,6 +6,7 @@ for the README's plans cannot go stale."""
 from __future__ import annotations
 
 import json
+import shlex
 import math
 import tomllib
 from pathlib import Path
@@ -582,3 +583,126 @@ def test_from_megatron_with_plan_overrides_or_a_dlrm_is_refused(capsys):
     code, out, err = run(capsys, "export", str(LAUNCH / "llama3-70b.plan.yaml"), "-m", "dlrm-a",
                          "-c", "examples/superpod.yaml", "--format", "megatron")
     assert code == 2 and "transformer" in out + err
+
+
+# ---- every name written exists in the pinned framework source ---------------------------------
+
+NAMES = json.loads((ROOT / "tests" / "data" / "export_names.json").read_text())
+
+
+def check_megatron_args(args: list[str]) -> None:
+    """Each option is one of arguments.py's (core_v0.15.3), switches take no value, the
+    others as many as their nargs, and a value with choices is one of them."""
+    known = NAMES["megatron"]
+    i = 0
+    while i < len(args):
+        opt = args[i]
+        assert opt in known, f"{opt} is not a Megatron-LM core_v0.15.3 argument"
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            j += 1
+        values, spec = args[i + 1:j], known[opt]
+        if spec["flag"]:
+            assert values == [], opt
+        elif spec["nargs"] in ("+", "*"):
+            assert values or spec["nargs"] == "*", opt
+        else:
+            assert len(values) == 1, (opt, values)
+        if spec["choices"]:
+            assert all(v in spec["choices"] for v in values), (opt, values, spec["choices"])
+        i = j
+
+
+def check_bridge(lines: list[str]) -> None:
+    names = NAMES["megatron-bridge"]
+    for line in lines:
+        key, value = line.split("=", 1)
+        section, _, field = key.partition(".")
+        if not field:
+            assert section == "mixed_precision" and value in names["mixed_precision"], line
+        else:
+            assert field in names[section], f"{key} is not a Megatron-Bridge v0.6.0 field"
+
+
+def check_torchtitan(cfg: dict) -> None:
+    classes = NAMES["torchtitan"]
+    for section, table in cfg.items():
+        cls = "JobConfig"
+        for part in section.split("."):
+            assert part in classes[cls], f"[{section}] is not a torchtitan v0.2.2 section"
+            cls = classes[cls][part]
+        for key in table:
+            assert key in classes[cls], f"{section}.{key} is not a torchtitan v0.2.2 field"
+
+
+def check_deepspeed(cfg: dict) -> None:
+    ds = NAMES["deepspeed"]
+    for key, value in cfg.items():
+        if key == "planner_export":
+            continue
+        assert key in ds["constants"], f"{key} is not a DeepSpeed v0.18.0 key"
+        if isinstance(value, dict) and key != "zero_optimization":
+            assert all(k in ds["constants"] for k in value), key
+    for key, value in cfg["zero_optimization"].items():
+        assert key in ds["zero"], key
+        if isinstance(value, dict):
+            assert all(k in ds["offload"] for k in value), key
+
+
+def test_every_written_name_exists_in_the_pinned_sources():
+    for plan_file, m, c, gpus, fmt, out in golden_files():
+        text = (LAUNCH / out).read_text()
+        if fmt == "megatron":
+            args = shlex.split(text.replace("\\\n", " "), comments=True)
+            check_megatron_args([a for a in args[args.index("pretrain_gpt.py") + 1:]
+                                 if a != "$@"])
+        elif fmt == "megatron-bridge":
+            check_bridge([x for x in text.splitlines() if x and not x.startswith("#")])
+        elif fmt == "torchtitan":
+            check_torchtitan(tomllib.loads(text))
+        else:
+            check_deepspeed(json.loads(text))
+
+
+@SETTINGS
+@given(space_plans(), st.sampled_from(["megatron", "megatron-bridge"]))
+def test_every_megatron_and_bridge_name_exists(case, fmt):
+    model, cluster, plan = case
+    t = Target(model, cluster)
+    try:
+        if fmt == "megatron":
+            check_megatron_args(megatron.to_args(plan, t))
+        else:
+            check_bridge(bridge.overrides(plan, t))
+    except InputError:
+        return
+
+
+@SETTINGS
+@given(st.sampled_from(["deepspeed", "torchtitan"]).flatmap(
+    lambda f: st.tuples(st.just(f), space_plans(fmt=f))))
+def test_every_torchtitan_and_deepspeed_name_exists(fmt_case):
+    fmt, (model, cluster, plan) = fmt_case
+    t = Target(model, cluster)
+    try:
+        if fmt == "deepspeed":
+            check_deepspeed(deepspeed.config(plan, t))
+        else:
+            check_torchtitan(torchtitan.config(plan, t))
+    except InputError:
+        return
+
+
+def test_the_name_checks_can_fail():
+    with pytest.raises(AssertionError):
+        check_megatron_args(["--tensor-parallel-size", "4"])
+    with pytest.raises(AssertionError):
+        check_megatron_args(["--recompute-granularity", "partial"])
+    with pytest.raises(AssertionError):
+        check_megatron_args(["--bf16", "1"])
+    with pytest.raises(AssertionError):
+        check_bridge(["model.tensor_parallel_size=4"])
+    with pytest.raises(AssertionError):
+        check_torchtitan({"parallelism": {"fsdp_degree": 2}})
+    with pytest.raises(AssertionError):
+        check_deepspeed({"zero_optimization": {"stage": 3, "offload_params": {}}})

@@ -7,8 +7,11 @@ Names follow Megatron-Bridge ``v0.6.0`` (commit 51885cf132b2814188b6855c25a85882
 ``model``, ``ddp``, ``optimizer``, ``comm_overlap``, ``mixed_precision``),
 ``src/megatron/bridge/training/comm_overlap.py`` (``CommOverlapConfig``) and
 ``mixed_precision.py`` (registered recipes; their ``grad_reduce_in_fp32`` and
-``fp8_param_gather`` overwrite the DDP and model configs at set-up). The model fields are
-Megatron-Core's ``ModelParallelConfig``/``TransformerConfig`` (Megatron-LM core_v0.15.3).
+``fp8_param_gather`` overwrite the DDP and model configs at set-up). The ``model``, ``ddp``,
+``optimizer`` and ``train`` fields are Megatron-Core's ``ModelParallelConfig``,
+``TransformerConfig``, ``DistributedDataParallelConfig``, ``OptimizerConfig`` and
+megatron/training/config ``TrainingConfig`` at cd4afffa648426a959dc7cb1e24b5ce7d0c3ff54, the
+Megatron-LM that v0.6.0 pins as 3rdparty/Megatron-LM.
 
 Bridge runs Megatron-Core, so every Megatron-LM refusal applies
 (:func:`planner.export.megatron.refusals`), plus precisions its registered recipes cannot
