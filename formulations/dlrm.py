@@ -83,6 +83,7 @@ def build(model: DLRMSpec, cluster: ClusterSpec,
     loads = _rank_loads(vm, ln)
     _phase_rows(lm, vm, model, cluster, ln, loads)
     _symmetry_rows(lm, ln, loads["lookup_fwd"])
+    _table_cuts(lm, vm, model)
     lm.objective = {vm.phase[p]: 1 for p in ("lookup_fwd", "dist_fwd", "dist_bwd", "lookup_bwd")}
     dn = dense_cost(model, cluster)
     vm.constant_ticks = vm.ticks.down(dn.middle_s) + vm.ticks.down(dn.optimizer_s)
@@ -184,8 +185,32 @@ def _minus(var: int, expr: Expr) -> Expr:
 
 
 def _symmetry_rows(lm: LinearModel, ln: Links, lookup: list[tuple[Expr, Expr]]) -> None:
-    """Ranks of a node are interchangeable: order their forward lookup loads."""
+    """Ranks of a node are interchangeable: order their forward lookup loads; so are
+    nodes: order them by their first (most loaded) rank."""
+    def ge(r: int, q: int) -> None:
+        lm.add(_merge(lookup[r][0], {k: -v for k, v in lookup[q][0].items()}), lb=0,
+               dim="time")
+
     for r in range(ln.ranks - 1):
         if (r + 1) % ln.node:
-            lm.add(_merge(lookup[r][0], {k: -v for k, v in lookup[r + 1][0].items()}), lb=0,
-                   dim="time")
+            ge(r, r + 1)
+    for g in range(ln.nodes - 1):
+        ge(g * ln.node, (g + 1) * ln.node)
+
+
+def _table_cuts(lm: LinearModel, vm: DLRMVars, model: DLRMSpec) -> None:
+    """Valid rows that tighten the LP relaxation: a phase lasts at least as long as the
+    load every rank carries (options on all ranks) plus one shard of any table on the
+    rank holding it. Without them the relaxation spreads a big table over all ranks in
+    fractions and its bound is loose (the search then stalls on a few large tables)."""
+    for p, ph in (("lookup_fwd", "lookup_fwd"), ("lookup_bwd", "lookup_bwd"),
+                  ("comm_fwd", "dist_fwd"), ("comm_bwd", "dist_bwd")):
+        every = {mi: vm.ticks.down(getattr(vm.options[t][o].cost, p + "_s"))
+                 for (t, o), mi in vm.m.items() if vm.options[t][o].scope == "all"}
+        for t, tab in enumerate(model.tables):
+            # one copy's shard on its rank; over several copies, the options' mean load
+            shard = {vm.m[t, o]: vm.ticks.down(getattr(opt.cost, p + "_s")) // tab.count
+                     for o, opt in enumerate(vm.options[t]) if opt.scope != "all"}
+            row = _merge(every, shard)
+            if shard:
+                lm.add(_minus(vm.phase[ph], row), lb=0, dim="time")

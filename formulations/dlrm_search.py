@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from formulations.dlrm import DLRMVars, build
-from formulations.linear import CpsatSession, MilpSession
+from formulations.linear import CpsatSession, MilpSession, SolverOutcome
 from planner.costmodel.dlrm import Option, links, table_options
 from planner.costmodel.dlrm_eval import DLRMEstimate, Loads, compose, evaluate_dlrm
 from planner.errors import InfeasibleError, InputError
@@ -30,15 +30,18 @@ class DLRMSolution:
     backend: str
     status: str  # "optimal" or "time_limit"
     solve_time_s: float
-    model_objective_s: float | None  # the integer model's value (a lower bound when optimal)
+    model_objective_s: float | None  # the integer model's value of the plan
+    bound_s: float | None = None  # a lower bound on every plan's time (CP-SAT's best bound)
 
     @property
     def optimality_gap(self) -> float | None:
-        """(exact - bound) / exact: the rounding of the integer model when proven optimal."""
-        if self.status != "optimal" or self.model_objective_s is None:
+        """(exact - bound) / exact: the integer model's rounding when proven optimal, the
+        distance to the solver's bound when the time ran out."""
+        lb = self.model_objective_s if self.status == "optimal" else self.bound_s
+        if lb is None:
             return None
         t = self.estimate.iteration_time_s
-        return max(0.0, (t - self.model_objective_s) / t)
+        return max(0.0, (t - lb) / t)
 
 
 def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat",
@@ -51,9 +54,11 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
         raise InputError(f"backend {backend!r}: expected cpsat, milp or exhaustive")
     t0 = time.perf_counter()
     lm, vm = build(model, cluster, kinds)
-    session = (CpsatSession(lm, workers=workers) if backend == "cpsat"
-               else MilpSession(lm, attempts=MILP_ATTEMPTS))
-    out = session.solve(max(time_limit_s - (time.perf_counter() - t0), 0.05))
+    left = max(time_limit_s - (time.perf_counter() - t0), 0.05)
+    if backend == "cpsat":
+        out = _cpsat(lm, vm, greedy_plan(model, cluster, vm), left, workers)
+    else:
+        out = MilpSession(lm, attempts=MILP_ATTEMPTS).solve(left)
     wall = time.perf_counter() - t0
     if out.status == "infeasible":
         raise _infeasible(model, cluster)
@@ -63,9 +68,212 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
                               status="time_limit")
     plan = decode(model, vm, out.values)
     est = evaluate_dlrm(model, cluster, plan)
-    bound = (sum(out.values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
+    value = (sum(out.values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
     status = "optimal" if out.status == "optimal" else "time_limit"
-    return DLRMSolution(plan, est, backend, status, wall, bound / vm.ticks.per_s)
+    bound = None
+    if backend == "cpsat" and out.objective is not None:
+        bound = (out.objective + vm.constant_ticks) / vm.ticks.per_s
+    return DLRMSolution(plan, est, backend, status, wall, value / vm.ticks.per_s,
+                        bound if status == "optimal" or bound is None else bound)
+
+
+def _cpsat(lm, vm: DLRMVars, hint: dict[int, int] | None, time_limit_s: float,
+           workers: int) -> SolverOutcome:
+    """CP-SAT on the model, warm-started from ``hint`` (the greedy plan). The outcome's
+    ``objective`` is CP-SAT's best bound (the objective itself when proven optimal)."""
+    from ortools.sat.python import cp_model
+
+    session = CpsatSession(lm, workers=workers)
+    for i, v in (complete_hint(lm, hint) if hint else {}).items():
+        session.model.add_hint(session.xs[i], v)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = workers
+    # presolve off as in CpsatSession.solve: on 100 tables x 128 ranks it took 14 s
+    solver.parameters.cp_model_presolve = False
+    t0 = time.perf_counter()
+    status = solver.solve(session.model)
+    wall = time.perf_counter() - t0
+    name = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
+            cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
+    if name in ("optimal", "feasible"):
+        return SolverOutcome(name, [int(solver.value(x)) for x in session.xs],
+                             solver.best_objective_bound, wall)
+    return SolverOutcome(name, None, None, wall)
+
+
+def complete_hint(lm, hint: dict[int, int]) -> dict[int, int]:
+    """``hint`` with the variables it leaves out (phases, collective indicators) set to
+    the least values its rows allow (``var >= lb - rest`` for each row with lb)."""
+    vals = [hint.get(i, 0) for i in range(len(lm.vars))]
+    for _ in range(3):  # indicators, then the indicator "either", then the phases
+        for c in lm.cons:
+            if c.lb is None:
+                continue
+            for i, coef in c.expr.items():
+                if i in hint or coef <= 0:
+                    continue
+                need = c.lb - sum(a * vals[j] for j, a in c.expr.items() if j != i)
+                if coef * vals[i] < need:
+                    vals[i] = min(-(-need // coef), lm.vars[i].ub)
+    return dict(enumerate(vals))
+
+
+def greedy_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars) -> dict[int, int] | None:
+    """A warm start for CP-SAT: the better (by the evaluator) of TorchRec's table-wise
+    greedy partitioner and a best-fit over every option (:func:`best_fit_plan`)."""
+    best = None
+    for hint in (table_wise_greedy(model, cluster, vm), best_fit_plan(model, cluster, vm)):
+        if hint is None:
+            continue
+        est = evaluate_dlrm(model, cluster, decode(model, vm, _values(vm, hint)))
+        if est.feasible and (best is None or est.iteration_time_s < best[0]):
+            best = (est.iteration_time_s, hint)
+    return best[1] if best else None
+
+
+def _values(vm: DLRMVars, hint: dict[int, int]) -> list[int]:
+    size = 1 + max((*vm.m.values(), *vm.n.values(), *vm.z.values()))
+    return [hint.get(i, 0) for i in range(size)]
+
+
+def table_wise_greedy(model: DLRMSpec, cluster: ClusterSpec,
+                      vm: DLRMVars) -> dict[int, int] | None:
+    """TorchRec's greedy partitioner (torchrec/distributed/planner/partitioners.py,
+    GreedyPerfPartitioner): largest table first, table-wise, onto the least-loaded rank
+    with memory left."""
+    from planner.costmodel.dlrm import dense_cost, usable_hbm_bytes
+
+    ln = links(model, cluster)
+    cap = usable_hbm_bytes(cluster) - dense_cost(model, cluster).memory_bytes
+    load, mem = [0.0] * ln.ranks, [0] * ln.ranks
+    hint = {i: 0 for i in (*vm.m.values(), *vm.n.values(), *vm.z.values())}
+    tw = {t: o for (t, o) in vm.m if vm.options[t][o].kind == "table_wise"}
+    if len(tw) < len(model.tables):
+        return None
+    for t in sorted(tw, key=lambda t: -vm.options[t][tw[t]].cost.memory_bytes):
+        c, o = vm.options[t][tw[t]].cost, tw[t]
+        for _ in range(model.tables[t].count):
+            ok = [r for r in range(ln.ranks) if mem[r] + c.memory_bytes <= cap]
+            if not ok:
+                return None
+            r = min(ok, key=lambda k: (load[k], k))
+            load[r] += c.lookup_fwd_s + c.lookup_bwd_s + c.comm_fwd_s + c.comm_bwd_s
+            mem[r] += c.memory_bytes
+            hint[vm.n[t, o, r]] += 1
+        hint[vm.m[t, o]] = model.tables[t].count
+    return _relabel(vm, ln, hint)
+
+
+def best_fit_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars) -> dict[int, int] | None:
+    """Tables largest first, each copy placed where the iteration's sparse
+    phases (the sum of the four per-rank maxima) grow least, over every option and
+    placement (table-wise: any rank; column-wise: the least-loaded ranks; table-row-wise:
+    any node; data-parallel and row-wise: all ranks), within memory. Values of the model's
+    variables, or None when some copy fits nowhere."""
+    import numpy as np
+
+    from planner.costmodel.dlrm import dense_cost, usable_hbm_bytes
+
+    ln = links(model, cluster)
+    cap = usable_hbm_bytes(cluster) - dense_cost(model, cluster).memory_bytes
+    # each phase at least the average of every table's cheapest total work (a floor the
+    # greedy fills up to before an option counts as lengthening the iteration)
+    work = sum(t.count * np.min([_GreedyState.vec(o) * (
+        ln.ranks if o.scope == "all" else ln.node if o.scope == "node" else o.shards)
+        for o in opts], axis=0) for t, opts in zip(model.tables, vm.options))
+    st = _GreedyState(np.zeros((4, ln.ranks)), np.zeros(ln.ranks), ln, work / ln.ranks)
+    hint = {i: 0 for i in (*vm.m.values(), *vm.n.values(), *vm.z.values())}
+    size = {t: max(o.cost.memory_bytes * o.shards for o in opts)
+            for t, opts in enumerate(vm.options)}
+    for t in sorted(size, key=lambda t: -size[t]):
+        for _ in range(model.tables[t].count):
+            best = min((st.try_option(o, opt, cap) for o, opt in enumerate(vm.options[t])),
+                       key=lambda x: x[:2])
+            if best[0] == float("inf"):
+                return None
+            _, _, o, ranks = best
+            st.place(vm.options[t][o], ranks)
+            hint[vm.m[t, o]] += 1
+            opt = vm.options[t][o]
+            if opt.scope == "ranks":
+                for r in ranks:
+                    hint[vm.n[t, o, r]] += 1
+            elif opt.scope == "node":
+                hint[vm.z[t, o, ranks[0] // ln.node]] += 1
+    return _relabel(vm, ln, hint)
+
+
+@dataclass
+class _GreedyState:
+    load: object  # (4 phases, ranks) seconds
+    mem: object  # bytes per rank
+    ln: object
+    target: object  # per phase: the floor of the phase maxima
+
+    @staticmethod
+    def vec(opt: Option):
+        import numpy as np
+
+        c = opt.cost
+        return np.array([c.lookup_fwd_s, c.lookup_bwd_s, c.comm_fwd_s, c.comm_bwd_s])
+
+    def try_option(self, o: int, opt: Option, cap: int) -> tuple[float, float, int, list[int]]:
+        """(sum of phase maxima after placing, work added, option, ranks) for ``opt``'s
+        best spot."""
+        import numpy as np
+
+        v, ln = self.vec(opt), self.ln
+        fits = self.mem + opt.cost.memory_bytes <= cap
+        if opt.scope == "all":
+            ranks = list(range(ln.ranks))
+        elif opt.scope == "node":
+            ok = [g for g in range(ln.nodes) if fits[g * ln.node:(g + 1) * ln.node].all()]
+            if not ok:
+                return float("inf"), 0.0, o, []
+            g = min(ok, key=lambda g: self.load[:, g * ln.node:(g + 1) * ln.node].max(1).sum())
+            ranks = list(range(g * ln.node, (g + 1) * ln.node))
+        else:
+            ok = np.flatnonzero(fits)
+            if len(ok) < opt.shards:
+                return float("inf"), 0.0, o, []
+            ranks = list(ok[np.argsort(self.load[:, ok].sum(0), kind="stable")[:opt.shards]])
+        if not fits[ranks].all():
+            return float("inf"), 0.0, o, []
+        new = self.load.copy()
+        new[:, ranks] += v[:, None]
+        return (float(np.maximum(new.max(1), self.target).sum()), float(v.sum()) * len(ranks),
+                o, ranks)
+
+    def place(self, opt: Option, ranks: list[int]) -> None:
+        self.load[:, ranks] += self.vec(opt)[:, None]
+        self.mem[ranks] += opt.cost.memory_bytes
+
+
+def _relabel(vm: DLRMVars, ln, hint: dict[int, int]) -> dict[int, int]:
+    """Renumber ranks inside each node, then whole nodes, by decreasing forward lookup
+    load (in ticks, as the model's symmetry rows compare them), so that the hint
+    satisfies those rows."""
+    def load(r: int) -> int:
+        total = 0
+        for (t, o), mi in vm.m.items():
+            opt = vm.options[t][o]
+            k = (hint[mi] if opt.scope == "all" else hint[vm.n[t, o, r]] if opt.scope == "ranks"
+                 else hint[vm.z[t, o, r // ln.node]])
+            total += k * vm.ticks.down(opt.cost.lookup_fwd_s)
+        return total
+
+    loads = [load(r) for r in range(ln.ranks)]
+    inside = {g: sorted(range(g * ln.node, (g + 1) * ln.node), key=lambda r: -loads[r])
+              for g in range(ln.nodes)}
+    nodes = sorted(range(ln.nodes), key=lambda g: -loads[inside[g][0]])
+    order = [r for g in nodes for r in inside[g]]  # new rank i was rank order[i]
+    out = dict(hint)
+    for (t, o, r), i in vm.n.items():
+        out[i] = hint[vm.n[t, o, order[r]]]
+    for (t, o, g), i in vm.z.items():
+        out[i] = hint[vm.z[t, o, nodes[g]]]
+    return out
 
 
 def decode(model: DLRMSpec, vm: DLRMVars, values: list[int]) -> DLRMPlan:
