@@ -16,6 +16,8 @@ from planner.api import (  # noqa: E402
     load_plan,
     plan_from_megatron,
     procure,
+    serve,
+    evaluate_serve,
     solve,
 )
 from planner.costmodel.evaluator import Estimate  # noqa: E402
@@ -33,6 +35,8 @@ __all__ = [
     "load_plan",
     "plan_from_megatron",
     "procure",
+    "serve",
+    "evaluate_serve",
     "solve",
     "Estimate",
     "InfeasibleError",

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from planner.costmodel.objective import Objective
     from planner.orchestration import SolveResult
 
-__all__ = ["evaluate", "evaluate_many", "export_plan", "load_cluster", "load_gpu", "load_model", "load_plan", "plan_from_megatron", "procure", "solve"]
+__all__ = ["evaluate", "evaluate_many", "export_plan", "load_cluster", "load_gpu", "load_model", "load_plan", "plan_from_megatron", "procure", "serve", "evaluate_serve", "solve"]
 
 
 def load_plan(path: str, **overrides: Any) -> Plan:
@@ -340,3 +340,39 @@ def plan_from_megatron(args: str, model: ModelSpec | str, cluster: ClusterSpec |
         raise InputError(f"args {_short(args)}: expected a Megatron-LM argument string")
     m, c = _resolve(model, cluster)
     return _parse(args, m, c)
+
+
+# ---- serving (docs/serving.md) ----------------------------------------------------------
+def serve(model: ModelSpec | str, cluster: ClusterSpec | str | list, isl: int, osl: int, *,
+          rate_rps: float | None = None, ttft_ms: float | None = None,
+          tpot_ms: float | None = None, percentile: float = 0.99, gpus: int | None = None,
+          fix: Mapping[str, Any] | None = None, objective: str | None = None,
+          backend: str = "cpsat", pareto: bool = False) -> Any:
+    """The best serving plan (``planner serve``): a ServeResult with ``plan``,
+    ``estimate`` (:class:`planner.costmodel.serve_eval.ServeEstimate`), ``solver`` and
+    ``pareto``. ``cluster``: one, or a list for mixed GPU types."""
+    from planner.orchestration.serve import plan_serve, workload
+
+    m = model if isinstance(model, ModelSpec) else load_model(model)
+    cs = cluster if isinstance(cluster, (list, tuple)) else [cluster]
+    clusters = [c if isinstance(c, ClusterSpec) else load_cluster(c) for c in cs]
+    if fix is not None and not isinstance(fix, Mapping):
+        raise InputError(f"fix {_short(fix)}: expected a mapping of serving knobs")
+    return plan_serve(m, clusters, workload(isl, osl, rate_rps, ttft_ms, tpot_ms, percentile),
+                      objective=objective, gpus=gpus, fix=dict(fix or {}), backend=backend,
+                      pareto=pareto)
+
+
+def evaluate_serve(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Any, isl: int,
+                   osl: int, *, rate_rps: float | None = None, ttft_ms: float | None = None,
+                   tpot_ms: float | None = None, percentile: float = 0.99) -> Any:
+    """One serving plan (a ServePlan or its fields) under a workload: its ServeEstimate."""
+    from planner.costmodel.serve_eval import evaluate_serve as _evaluate_serve
+    from planner.orchestration.serve import transformer, workload
+    from planner.specs.serve import ServePlan
+    from planner.specs.validate import validate
+
+    m, c = _resolve(model, cluster)
+    p = plan if isinstance(plan, ServePlan) else validate(ServePlan, plan, "serve plan")
+    return _evaluate_serve(transformer(m), c, p,
+                           workload(isl, osl, rate_rps, ttft_ms, tpot_ms, percentile))

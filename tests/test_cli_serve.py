@@ -200,3 +200,26 @@ def test_launch_commands_name_each_engines_arguments(capsys):
     assert f"--max_batch_size {plan['concurrency']}" in decode["trtllm"]
     assert "--server_role generation" in decode["trtllm"]
     assert "--server_role context" in launch["trtllm"][0]["command"]
+
+
+def test_python_api():
+    import planner
+
+    res = planner.serve("llama3-8b", "dgx-h100-superpod", 1024, 128, rate_rps=10, tpot_ms=40,
+                        fix={"kv_dtype": "fp8", "pp": 1})
+    assert res.estimate.feasible and res.estimate.requests_per_s == pytest.approx(10)
+    again = planner.evaluate_serve("llama3-8b", "dgx-h100-superpod", res.plan, 1024, 128,
+                                   rate_rps=10, tpot_ms=40)
+    assert again.to_json() == res.estimate.to_json()
+    with pytest.raises(planner.InputError, match="isl"):
+        planner.serve("llama3-8b", "dgx-h100-superpod", "1024", 128)
+    with pytest.raises(planner.InputError, match="fix"):
+        planner.serve("llama3-8b", "dgx-h100-superpod", 8, 8, fix=["tp=2"])
+    with pytest.raises(planner.InputError, match="serve plan"):
+        planner.evaluate_serve("llama3-8b", "dgx-h100-superpod", {"tp": "x"}, 8, 8)
+
+
+def test_a_dlrm_is_not_served(capsys):
+    code, _, err = run(capsys, "serve", "-m", "dlrm-a", "-c", "dgx-h100-superpod", "--isl", "8",
+                       "--osl", "8")
+    assert code == 2 and "transformer" in err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from formulations.serve import ServeProblem, ServeSolution, presolve, solve
 from formulations.serve_space import SCALE, Row, ServeSpace, fixed_space, tables
@@ -152,6 +153,7 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
     """The best plan (module docstring), its estimate from the evaluator and the solver's
     report. Raises InputError on bad arguments, InfeasibleError when nothing meets them."""
     objective = _check_args(w, objective, gpus)
+    transformer(model)
     if not clusters:
         raise InputError("-c/--cluster: give at least one cluster")
     fix = dict(fix or {})
@@ -179,3 +181,22 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
     front = pareto_front(model, tabs.get("aggregated", {}).get("aggregated", []), w, engine) \
         if pareto else []
     return ServeResult(plan, est, solver, front)
+
+
+def workload(isl: Any, osl: Any, rate_rps: Any = None, ttft_ms: Any = None, tpot_ms: Any = None,
+             percentile: Any = 0.99) -> ServeWorkload:
+    """A checked :class:`ServeWorkload` (InputError naming the field otherwise)."""
+    from planner.specs.validate import validate
+
+    for name, v in (("isl", isl), ("osl", osl)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InputError(f"{name}: expected a whole number of tokens, got {v!r}")
+    return validate(ServeWorkload, dict(isl=isl, osl=osl, rate_rps=rate_rps, ttft_ms=ttft_ms,
+                                        tpot_ms=tpot_ms, percentile=percentile), "serve")
+
+
+def transformer(model: Any) -> ModelSpec:
+    if not isinstance(model, ModelSpec):
+        raise InputError(f"model {getattr(model, 'name', model)!r}: serving takes a "
+                         "transformer model (a DLRM is not served here)")
+    return model
