@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from formulations.serve_space import Row
 from planner.errors import InputError
+from planner.specs.serve import MAX_REPLICAS
 
 BACKENDS = ("cpsat", "milp", "exhaustive")
 
@@ -52,7 +53,7 @@ class ServeProblem:
             cap = self.budget // row.gpus
             out = cap if out is None else min(out, cap)
         assert out is not None
-        return out
+        return min(out, MAX_REPLICAS)  # a ServePlan holds at most this many
 
     def check(self) -> None:
         if self.objective == "throughput":

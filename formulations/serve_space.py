@@ -60,6 +60,8 @@ def fixed_space(space: ServeSpace, fix: dict) -> ServeSpace:
     if bad:
         raise InputError(f"--fix {bad[0]}: not a serving knob; expected one of {', '.join(FIXABLE)}")
     probe = {k: v for k, v in fix.items() if k not in ("mode", "gpu")}
+    if "ep" in probe and "tp" not in probe and isinstance(probe["ep"], int):
+        probe["tp"] = probe["ep"]  # checked alone here; tp is searched among multiples of ep
     try:
         ServePlan.model_validate({**probe, "ep": 1} if "ep" not in probe else probe)
     except ValidationError as e:  # names the field, the value and what was expected

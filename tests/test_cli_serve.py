@@ -223,3 +223,21 @@ def test_a_dlrm_is_not_served(capsys):
     code, _, err = run(capsys, "serve", "-m", "dlrm-a", "-c", "dgx-h100-superpod", "--isl", "8",
                        "--osl", "8")
     assert code == 2 and "transformer" in err
+
+
+@pytest.mark.parametrize("args,reason", [
+    (["--fix", "ep=4", "--rate", "1"], "ep=4 does not divide the experts of a dense model"),
+    (["--fix", "pp=1000", "--rate", "1"], "pp=1000 exceeds the 80 layers"),
+])
+def test_no_layout_says_why(capsys, args, reason):
+    code, _, err = run(capsys, *BASE, *args)
+    assert code == 1 and reason in err
+
+
+def test_an_enormous_rate_is_capped_at_the_replica_limit(capsys):
+    code, out, err = run(capsys, "serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--isl",
+                         "128", "--osl", "128", "--rate", "1e9", "--fix", "weight_dtype=fp8",
+                         "--fix", "kv_dtype=fp8", "--fix", "pp=1", "--json")
+    assert code in (0, 1) and "Traceback" not in err
+    if code == 0:
+        assert json.loads(out)["plan"]["replicas"] <= 1 << 20

@@ -77,16 +77,37 @@ def _check_args(w: ServeWorkload, objective: str, gpus: int | None) -> str:
     return objective
 
 
-def _infeasible(w: ServeWorkload, gpus: int | None) -> InfeasibleError:
+def _why_no_layout(model: ModelSpec, clusters: list[ClusterSpec], space: ServeSpace,
+                   tabs: dict) -> list[str]:
+    """When no layout of the space exists at all: the first few distinct reasons."""
+    from formulations.serve_space import _layouts
+    from planner.costmodel.serve_eval import layout_reasons
+
+    if any(rows for pools in tabs.values() for rows in pools.values()):
+        return []
+    seen: list[str] = []
+    for cluster, plan in _layouts(model, clusters, space):
+        for r in layout_reasons(model, cluster, plan):
+            if r not in seen:
+                seen.append(r)
+        if len(seen) >= 3:
+            break
+    return seen or ["no layout of the space fits in HBM or meets the SLOs at any load"]
+
+
+def _infeasible(w: ServeWorkload, gpus: int | None, why_not: list[str] | None = None
+                ) -> InfeasibleError:
     hints = ["loosen --ttft-ms/--tpot-ms", "allow fp8 or int4 weights (unfix weight_dtype)",
              "add a GPU type with more HBM or bandwidth (another -c)"]
     if gpus is not None:
         hints.insert(0, "raise --gpus")
+    if w.rate_rps is not None:
+        hints.append("a pool holds at most 1,048,576 replicas: split a larger rate")
     why = "no layout of the search space meets the SLOs"
     if w.rate_rps is not None:
         why = f"no fleet serves {w.rate_rps:g} requests/s within the SLOs" + \
             (f" on {gpus} GPUs" if gpus else "")
-    return InfeasibleError(why, reasons=[why], hints=hints)
+    return InfeasibleError(why, reasons=[why, *(why_not or [])], hints=hints)
 
 
 def pareto_front(model: ModelSpec, rows: list[Row], w: ServeWorkload,
@@ -167,7 +188,7 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
     t_tables = time.perf_counter() - t0
     found = _search(tabs, objective, w, gpus, backend, time_limit_s, 1)
     if found is None:
-        raise _infeasible(w, gpus)
+        raise _infeasible(w, gpus, _why_no_layout(model, clusters, space, tabs))
     mode, problem, sol = found
     plan = _plan_of(problem, sol)
     main = next(c for c in clusters if plan.gpu in (c.gpu.name, *c.gpu.aliases))
