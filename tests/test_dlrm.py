@@ -345,3 +345,54 @@ def test_fuzzed_dlrm_files(tmp_path, data):
         return
     est = res.estimate
     assert math.isfinite(est.iteration_time_s) and est.samples_per_s > 0
+
+
+# ---- TorchRec export ---------------------------------------------------------------------
+#: torchrec/distributed/types.py ShardingType values (pytorch/torchrec@a48cef79)
+TORCHREC_TYPES = {"data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise",
+                  "table_column_wise", "grid_shard"}
+
+
+def test_torchrec_export_covers_every_shard():
+    from planner.report.torchrec import torchrec_plan
+
+    covered = 0
+    for seed in range(40):
+        m, c = random_instance(seed)
+        try:
+            s = solve_sharding(m, c, "cpsat", 20)
+        except InfeasibleError:
+            continue
+        tr = torchrec_plan(m, c, s.plan)
+        assert len(tr["sharding_plan"]) == m.num_tables == len(tr["parameter_constraints"])
+        held = {r: 0 for r in range(c.num_gpus)}
+        for name, ps in tr["sharding_plan"].items():
+            t = next(t for t in m.tables if name == t.name or name.startswith(t.name + "_"))
+            assert ps["sharding_type"] in TORCHREC_TYPES
+            assert tr["parameter_constraints"][name]["sharding_types"] == [ps["sharding_type"]]
+            spec = ps["sharding_spec"]
+            if ps["sharding_type"] in ("row_wise", "table_row_wise"):
+                assert sum(x["shard_sizes"][0] for x in spec) == t.rows
+            if ps["sharding_type"] == "column_wise":
+                assert sum(x["shard_sizes"][1] for x in spec) == t.dim
+                assert len(set(ps["ranks"])) == len(ps["ranks"])  # distinct ranks
+            if ps["sharding_type"] in ("table_wise", "column_wise"):
+                for r in ps["ranks"]:
+                    held[r] += 1
+            covered += 1
+        want = {r: 0 for r in range(c.num_gpus)}
+        for p in s.plan.tables:
+            for r, k in p.ranks.items():
+                want[r] += k
+        assert held == want  # the export puts every table-/column-wise shard where the plan does
+    assert covered > 60
+
+
+def test_cli_out_writes_torchrec_plan(capsys, tmp_path):
+    path = tmp_path / "plan.json"
+    code, out, _ = run(capsys, "solve", "-m", "dlrm-b", "-c", "zionex-128", "--out", str(path))
+    assert code == 0 and "TorchRec" in out
+    data = json.loads(path.read_text())
+    sp = data["torchrec"]["sharding_plan"]
+    assert len(sp) == 512 and sp["sparse_0"]["compute_kernel"] == "fused"
+    assert sorted(r for p in sp.values() for r in p["ranks"]) == sorted(list(range(128)) * 4)

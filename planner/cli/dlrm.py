@@ -12,7 +12,8 @@ from planner.errors import InfeasibleError
 
 
 def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
-                   global_batch: int | None, json_: bool, transformer_only: dict) -> None:
+                   global_batch: int | None, json_: bool, transformer_only: dict,
+                   out_path: str | None = None) -> None:
     from planner.api import solve as run_solve
 
     try:
@@ -24,10 +25,33 @@ def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
                         "solver": {"backend": backend, "status": e.status},
                         "message": str(e), "reasons": e.reasons, "hints": e.hints})
         raise
+    if out_path:
+        _write(res, out_path)
     if json_:
         _emit_json(res.to_json())
         return
     _print(res)
+    if out_path:
+        out.print(f"wrote {out_path} (plan and TorchRec ParameterConstraints / sharding plan)")
+
+
+def _write(res: Any, path: str) -> None:
+    """``--out``: the plan and its TorchRec form (planner/report/torchrec.py); JSON when
+    the path ends in .json, else YAML."""
+    import json
+
+    import yaml
+
+    from planner.report.torchrec import torchrec_plan
+
+    data = {"model": res.model.name, "cluster": res.cluster.name,
+            "plan": res.solution.plan.to_dict(),
+            "torchrec": torchrec_plan(res.model, res.cluster, res.solution.plan)}
+    with open(path, "w") as fh:
+        if path.endswith(".json"):
+            json.dump(data, fh, indent=1)
+        else:
+            yaml.safe_dump(data, fh, sort_keys=False)
 
 
 def _ranks_text(p: Any, node: int) -> str:

@@ -72,7 +72,7 @@ def solve(
         from planner.cli.dlrm import solve_dlrm_cli
 
         return solve_dlrm_cli(m, c, backend=backend.value, time_limit=time_limit,
-                              global_batch=global_batch, json_=json_,
+                              global_batch=global_batch, json_=json_, out_path=out_path,
                               transformer_only=dict(plan=plan, fix=fix, seq_len=seq_len,
                                                     dtype=dtype))
     warn_context_length(m, seq_len, bool(plan))
