@@ -24,6 +24,11 @@ DERIVE_FROM = "dgx-h100-superpod"
 DERIVE_FROM_BY_GPU = {"a100-sxm-40gb": "dgx-a100-superpod"}
 
 
+#: Catalog clusters that are one operator's in-house systems, not products to buy: Meta's
+#: ZionEX (MAD-Max Table III), kept for reproducing its measurements.
+IN_HOUSE = frozenset({"zionex-128"})
+
+
 #: Largest cluster considered unless --max-gpus says otherwise: twice the 16,384 H100 of
 #: Llama 3 405B's pre-training (Dubey et al. 2024, Sec. 3.3.1).
 DEFAULT_MAX_GPUS = 32768
@@ -46,7 +51,8 @@ def catalog_templates(gpus: Sequence[str] | None = None) -> list[ClusterSpec]:
     catalog cluster has; only those with the ``gpus`` named (catalog names or aliases)."""
     from planner.specs.loaders import load_cluster, load_gpu
 
-    templates = [load_cluster(name) for name in catalog.names("clusters")]
+    templates = [load_cluster(name) for name in catalog.names("clusters")
+                 if name not in IN_HOUSE]
     have = {c.gpu.name for c in templates}
     for name in catalog.names("gpus"):
         gpu = load_gpu(name)
