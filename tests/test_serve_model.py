@@ -168,3 +168,34 @@ def test_more_hbm_never_lowers_the_feasible_concurrency(hbm1, hbm2, isl, osl, tp
 def test_md1_tail_is_finite_near_the_edges(rho):
     w = md1_wait_s(rho, 1.0, 0.99)
     assert math.isfinite(w) and w >= 0
+
+
+def _finite(obj) -> bool:
+    if isinstance(obj, dict):
+        return all(_finite(v) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_finite(v) for v in obj)
+    return not isinstance(obj, float) or math.isfinite(obj)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8, 16]), pp=st.sampled_from([1, 2, 3]),
+       batch=st.integers(1, 4096), wd=st.sampled_from(["bf16", "fp8", "int4", "fp4"]),
+       kv=st.sampled_from(["bf16", "fp8"]), chunk=st.integers(1, 1 << 16),
+       isl=st.integers(1, 1 << 20), osl=st.integers(1, 1 << 14),
+       rate=st.one_of(st.none(), st.floats(1e-6, 1e6)),
+       ttft=st.one_of(st.none(), st.floats(1e-3, 1e7)),
+       tpot=st.one_of(st.none(), st.floats(1e-3, 1e6)),
+       model=st.sampled_from(["llama2-7b", "mixtral-8x7b", "deepseek-v3"]),
+       disagg=st.booleans())
+def test_every_answer_is_finite_or_says_why(tp, pp, batch, wd, kv, chunk, isl, osl, rate, ttft,
+                                            tpot, model, disagg):
+    plan = ServePlan(tp=tp, pp=pp, concurrency=batch, weight_dtype=wd, kv_dtype=kv,
+                     prefill_chunk=chunk, replicas=2,
+                     prefill=dict(tp=tp, kv_dtype=kv, replicas=3) if disagg else None)
+    w = ServeWorkload(isl=isl, osl=osl, rate_rps=rate, ttft_ms=ttft, tpot_ms=tpot)
+    est = evaluate_serve(load_model(model), B200, plan, w)
+    assert _finite(est.to_json())
+    assert est.feasible == (not est.reasons)
+    if est.feasible and rate is not None:
+        assert est.ttft_p99_ms is not None and est.tpot_p99_ms is not None
