@@ -265,7 +265,6 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     from planner.specs.pricing import load_pricing
 
     m = model if isinstance(model, (ModelSpec, DLRMSpec)) else load_model(model)
-    _transformer(m)
     _check_procure(gpus, clusters, counts, prices, workers, pareto, progress)
     names = gpus.split(",") if isinstance(gpus, str) else gpus
     if isinstance(clusters, (str, ClusterSpec)):
@@ -273,6 +272,13 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     templates = named_templates(clusters, names) if clusters else catalog_templates(names)
     spec = load_pricing(prices if isinstance(prices, str) else None, pricing,  # type: ignore[arg-type]
                         prices if isinstance(prices, dict) else None)
+    if isinstance(m, DLRMSpec):  # ``tokens`` counts training samples (procurement/dlrm.py)
+        from planner.procurement.dlrm import DLRM_MAX_GPUS, procure_dlrm
+
+        return procure_dlrm(m, tokens, templates=templates, pricing=spec, days=days,
+                            budget_usd=budget_usd, objective=objective, counts=counts,
+                            max_gpus=min(max_gpus or DLRM_MAX_GPUS, DLRM_MAX_GPUS),
+                            time_limit_s=min(time_limit_s, 10.0), progress=progress)
     return _procure(m, tokens, days=days, budget_usd=budget_usd, objective=objective,
                     templates=templates, counts=counts,
                     max_gpus=DEFAULT_MAX_GPUS if max_gpus is None else max_gpus,

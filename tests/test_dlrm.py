@@ -396,3 +396,21 @@ def test_cli_out_writes_torchrec_plan(capsys, tmp_path):
     sp = data["torchrec"]["sharding_plan"]
     assert len(sp) == 512 and sp["sparse_0"]["compute_kernel"] == "fused"
     assert sorted(r for p in sp.values() for r in p["ranks"]) == sorted(list(range(128)) * 4)
+
+
+# ---- procurement -------------------------------------------------------------------------
+def test_procure_dlrm_cheapest_within_days(capsys):
+    code, out, _ = run(capsys, "procure", "-m", "dlrm-b", "--tokens", "2e10", "--days", "1",
+                       "--cluster", "dgx-a100-superpod", "--counts", "4,16,32", "--json")
+    assert code == 0
+    data = json.loads(out)
+    opts = {o["num_gpus"]: o for o in data["options"]}
+    # 4 GPUs of 80 GB cannot hold 332B fp16 parameters (664 GB); 16 and 32 can
+    assert set(opts) == {16, 32} and any("4x" in s for s in data["skipped"])
+    for o in opts.values():  # days = samples / samples per second
+        assert o["days"] == pytest.approx(2e10 / o["samples_per_s"] / 86400, rel=1e-9)
+    ok = [o for o in opts.values() if o["days"] <= 1]
+    assert data["choice"]["cost_usd"] == min(o["cost_usd"] for o in ok)
+    code, _, err = run(capsys, "procure", "-m", "dlrm-b", "--tokens", "1e15", "--days", "1",
+                       "--cluster", "dgx-a100-superpod", "--counts", "32")
+    assert code == 1 and "within the limits" in err

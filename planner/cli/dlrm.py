@@ -109,3 +109,25 @@ def _print_ranks(est: Any) -> None:
                             ("lookup_fwd_s", "lookup_bwd_s", "comm_fwd_s", "comm_bwd_s")),
                   f"{pr['memory_gib'][r]:.2f}")
     out.print(t)
+
+
+def show_procure_dlrm(res: Any, json_: bool) -> None:
+    """``planner procure -m <dlrm> --tokens SAMPLES``: the options and the choice."""
+    if json_:
+        _emit_json(res.to_json())
+        return
+    t = Table(title=f"{res.model.name}: {res.samples:.3g} samples", header_style="bold")
+    for col in ("option", "samples/s", "days", "USD", "MWh", "GPU-hours"):
+        t.add_column(col, justify="right")
+    for o in sorted(res.options, key=lambda o: o.values[res.objective]):
+        mark = "* " if o is res.choice else ""
+        t.add_row(f"{mark}{o.cluster.num_gpus}x {o.cluster.gpu.name} ({o.template})",
+                  f"{o.samples_per_s:,.0f}", f"{o.values['days']:.2f}",
+                  f"{o.values['cost_usd']:,.0f}", f"{o.values['energy_mwh']:.1f}",
+                  f"{o.values['gpu_hours']:,.0f}")
+    out.print(t)
+    if res.choice is not None:
+        c = res.choice
+        out.print(f"[bold]choice:[/] {c.cluster.num_gpus}x {c.cluster.gpu.name} ({c.template}): "
+                  f"{c.values['days']:.2f} days, ${c.values['cost_usd']:,.0f} "
+                  f"(minimizing {res.objective})")

@@ -87,8 +87,7 @@ def procure(
     time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds per inner solve."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Inner solves at once "
                                           "(default: the CPUs)."),
-    serve: bool = typer.Option(False, "--serve", help="Serving instead of training: the "
-                               "cheapest fleet for --rate within --ttft-ms/--tpot-ms (docs/serving.md)."),
+    serve: bool = typer.Option(False, "--serve", help="Serving: cheapest fleet (docs/serving.md)."),
     rate: Optional[float] = typer.Option(None, "--rate", help="--serve: requests/s to serve."),
     isl: Optional[int] = typer.Option(None, "--isl", help="--serve: input tokens per request."),
     osl: Optional[int] = typer.Option(None, "--osl", help="--serve: output tokens per request."),
@@ -100,8 +99,7 @@ def procure(
     from planner.api import procure as run_procure
 
     if serve:  # planner/cli/serve.py
-        return procure_serve_cmd(model, gpus, list(cluster), pricing.value if pricing else None,
-                                 prices, json_, rate, isl, osl, ttft_ms, tpot_ms)
+        return procure_serve_cmd(model, gpus, cluster, pricing, prices, json_, rate, isl, osl, ttft_ms, tpot_ms)
     if tokens is None:
         raise InputError("--tokens: required (the tokens to train on), unless --serve")
     if json_ and csv_:
@@ -135,6 +133,10 @@ def _show(result: Any, failure: InfeasibleError | None, *, plot: Optional[str], 
           csv_: bool, fronts: bool) -> None:
     """The procurement as a plot, one JSON object, CSV or tables (with the failure, if any,
     in the JSON object)."""
+    if getattr(getattr(result, "model", None), "kind", "") == "dlrm":
+        from planner.cli.dlrm import show_procure_dlrm  # --tokens counted samples
+
+        return show_procure_dlrm(result, json_)
     from planner.report.procure import print_procurement, procurement_csv
 
     if plot:
