@@ -214,14 +214,17 @@ def _pair(a: float | None, b: float | None, digits: int) -> str:
     return f"{a:.{digits}f} / {b:.{digits}f}"
 
 
-def procure_serve_cmd(model: str, gpus: str | None, clusters: list[str], pricing: str | None,
+def procure_serve_cmd(model: str, gpus: str | None, clusters: list[str], pricing: Any,
                       prices: str | None, json_: bool, rate: float | None, isl: int | None,
                       osl: int | None, ttft_ms: float | None, tpot_ms: float | None) -> None:
-    """``planner procure --serve``: the cheapest fleet per GPU type and overall."""
+    """``planner procure --serve``: the cheapest fleet per GPU type and overall
+    (``pricing``: procure's rent/own choice or None)."""
     from planner.procurement.serve import procure_serve
     from planner.specs.loaders import load_model
     from planner.specs.pricing import load_pricing
 
+    pricing = getattr(pricing, "value", pricing)
+    clusters = list(clusters)
     if rate is None or isl is None or osl is None:
         raise InputError("procure --serve needs --rate, --isl and --osl")
     w = _workload(isl, osl, rate, ttft_ms, tpot_ms, 99.0)
