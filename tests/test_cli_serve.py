@@ -241,3 +241,9 @@ def test_an_enormous_rate_is_capped_at_the_replica_limit(capsys):
     assert code in (0, 1) and "Traceback" not in err
     if code == 0:
         assert json.loads(out)["plan"]["replicas"] <= 1 << 20
+
+
+def test_serve_help(capsys):
+    code, out, _ = run(capsys, "serve", "--help")
+    assert code == 0 and "--ttft-ms" in out and "FIELD=VALUE" in out and "NAME|PATH" in out
+    assert "<bool>" not in out and "<list[" not in out

@@ -196,9 +196,9 @@ def _largest(ok, hi: float) -> float:
     if hi <= 0 or not ok(hi * 1e-12):
         return 0.0
     lo = hi * 1e-12
-    for _ in range(60):  # to 1e-18 of hi: below the search's 1e-6 requests/s grain
+    for _ in range(60):
         mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
+        if mid <= lo or mid >= hi or hi - lo < 1e-9:  # below the tables' 1e-6 req/s grain
             break
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo
