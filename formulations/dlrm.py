@@ -45,6 +45,7 @@ class DLRMVars:
     z: dict[tuple[int, int, int], int] = field(default_factory=dict)
     u: dict[str, int] = field(default_factory=dict)
     phase: dict[str, int] = field(default_factory=dict)
+    shared: dict[str, Expr] = field(default_factory=dict)  # phase -> {aux var: 1}
     ticks: Ticks = Ticks(1e12)
     constant_ticks: int = 0
 
@@ -80,7 +81,7 @@ def build(model: DLRMSpec, cluster: ClusterSpec,
         raise InputError(f"no sharding option left for some table with kinds {kinds}")
     lm, vm = LinearModel(), DLRMVars(options, ticks=_choose_ticks(model, ln, options))
     _assignment_vars(lm, vm, model, ln)
-    loads = _rank_loads(vm, ln)
+    loads = _rank_loads(lm, vm, ln)
     _phase_rows(lm, vm, model, cluster, ln, loads)
     _symmetry_rows(lm, ln, loads["lookup_fwd"])
     _table_cuts(lm, vm, model)
@@ -98,7 +99,9 @@ def _assignment_vars(lm: LinearModel, vm: DLRMVars, model: DLRMSpec, ln: Links) 
             if opt.scope == "ranks":
                 for r in range(ln.ranks):
                     vm.n[t, o, r] = _int_var(lm, f"n_{t}_{o}_{r}", k)
-                    lm.add({vm.n[t, o, r]: 1, vm.m[t, o]: -1}, ub=0)
+                    if k > 1:  # one copy: n is binary and the sum row below suffices
+                        lm.add({vm.n[t, o, r]: 1, vm.m[t, o]: -1}, ub=0)
+                assert vm.n[t, o, ln.ranks - 1] == vm.n[t, o, 0] + ln.ranks - 1  # contiguous
                 lm.add({**{vm.n[t, o, r]: 1 for r in range(ln.ranks)},
                         vm.m[t, o]: -opt.shards}, lb=0, ub=0)
             elif opt.scope == "node":
@@ -115,24 +118,50 @@ def _assignment_vars(lm: LinearModel, vm: DLRMVars, model: DLRMSpec, ln: Links) 
                     lm.add({vm.u[c]: tab.count, vm.m[t, o]: -1}, lb=0)
 
 
-def _rank_loads(vm: DLRMVars, ln: Links) -> dict[str, list[tuple[Expr, Expr]]]:
-    """Per phase and rank: (time expression in ticks, memory expression in bytes)."""
+def _rank_loads(lm: LinearModel, vm: DLRMVars,
+                ln: Links) -> dict[str, list[tuple[Expr, Expr]]]:
+    """Per phase and rank: (time expression in ticks, memory expression in bytes). The
+    loads every rank carries (options on all ranks) and every rank of a node carries
+    (table-row-wise) are auxiliary variables, equal to their sums, so that a rank's row
+    has one term for them instead of one per table."""
+    every = [(mi, vm.options[t][o]) for (t, o), mi in vm.m.items()
+             if vm.options[t][o].scope == "all"]
+    per_node: dict[int, list[tuple[int, Option]]] = {g: [] for g in range(ln.nodes)}
+    for (t, o, g), zi in vm.z.items():
+        per_node[g].append((zi, vm.options[t][o]))
     out: dict[str, list[tuple[Expr, Expr]]] = {p: [] for p in PHASES}
-    for r in range(ln.ranks):
-        terms: list[tuple[int, Option]] = []
-        for (t, o), mi in vm.m.items():
-            opt = vm.options[t][o]
-            if opt.scope == "all":
-                terms.append((mi, opt))
-            elif opt.scope == "ranks":
-                terms.append((vm.n[t, o, r], opt))
+    per_rank = [(t, o) for (t, o) in vm.m if vm.options[t][o].scope == "ranks"]
+    for p in (*PHASES, "memory"):
+        shared = vm.shared[p] = _aux(lm, vm, f"all_{p}", every, p)
+        nodes = {g: _aux(lm, vm, f"node{g}_{p}", terms, p) for g, terms in per_node.items()}
+        # rank r's variable of option (t, o) is the option's rank-0 variable + r
+        coefs = [(vm.n[t, o, 0], _coef(vm, vm.options[t][o], p)) for t, o in per_rank]
+        for r in range(ln.ranks):
+            expr = {base + r: c for base, c in coefs}
+            expr.update({**shared, **nodes[r // ln.node]})
+            if p == "memory":
+                for q in PHASES:
+                    out[q][r] = (out[q][r][0], expr)
             else:
-                terms.append((vm.z[t, o, r // ln.node], opt))
-        mem = {i: opt.cost.memory_bytes for i, opt in terms}
-        for p in PHASES:
-            out[p].append(({i: vm.ticks.down(getattr(opt.cost, p + "_s")) for i, opt in terms},
-                           mem))
+                out[p].append((expr, {}))
     return out
+
+
+def _coef(vm: DLRMVars, opt: Option, p: str) -> int:
+    return opt.cost.memory_bytes if p == "memory" else vm.ticks.down(getattr(opt.cost, p + "_s"))
+
+
+def _aux(lm: LinearModel, vm: DLRMVars, name: str, terms: list[tuple[int, Option]],
+         p: str) -> Expr:
+    """``{aux: 1}`` with ``aux == sum of the terms`` (nothing when there are none)."""
+    row = {i: _coef(vm, opt, p) for i, opt in terms}
+    row = {i: c for i, c in row.items() if c}
+    if not row:
+        return {}
+    dim = "memory" if p == "memory" else "time"
+    a = lm.var(name, 0, SAFE, dim=dim)
+    lm.add({a: 1, **{i: -c for i, c in row.items()}}, lb=0, ub=0, dim=dim)
+    return {a: 1}
 
 
 def _phase_rows(lm: LinearModel, vm: DLRMVars, model: DLRMSpec, cluster: ClusterSpec,
@@ -188,8 +217,8 @@ def _symmetry_rows(lm: LinearModel, ln: Links, lookup: list[tuple[Expr, Expr]]) 
     """Ranks of a node are interchangeable: order their forward lookup loads; so are
     nodes: order them by their first (most loaded) rank."""
     def ge(r: int, q: int) -> None:
-        lm.add(_merge(lookup[r][0], {k: -v for k, v in lookup[q][0].items()}), lb=0,
-               dim="time")
+        row = _merge(lookup[r][0], {k: -v for k, v in lookup[q][0].items()})
+        lm.add({k: v for k, v in row.items() if v}, lb=0, dim="time")  # shared terms cancel
 
     for r in range(ln.ranks - 1):
         if (r + 1) % ln.node:
@@ -205,8 +234,7 @@ def _table_cuts(lm: LinearModel, vm: DLRMVars, model: DLRMSpec) -> None:
     fractions and its bound is loose (the search then stalls on a few large tables)."""
     for p, ph in (("lookup_fwd", "lookup_fwd"), ("lookup_bwd", "lookup_bwd"),
                   ("comm_fwd", "dist_fwd"), ("comm_bwd", "dist_bwd")):
-        every = {mi: vm.ticks.down(getattr(vm.options[t][o].cost, p + "_s"))
-                 for (t, o), mi in vm.m.items() if vm.options[t][o].scope == "all"}
+        every = vm.shared[p]
         for t, tab in enumerate(model.tables):
             # one copy's shard on its rank; over several copies, the options' mean load
             shard = {vm.m[t, o]: vm.ticks.down(getattr(opt.cost, p + "_s")) // tab.count

@@ -54,10 +54,11 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
         raise InputError(f"backend {backend!r}: expected cpsat, milp or exhaustive")
     t0 = time.perf_counter()
     lm, vm = build(model, cluster, kinds)
-    left = max(time_limit_s - (time.perf_counter() - t0), 0.05)
     if backend == "cpsat":
-        out = _cpsat(lm, vm, greedy_plan(model, cluster, vm), left, workers)
+        hint = greedy_plan(model, cluster, vm)
+        out = _cpsat(lm, vm, hint, t0 + time_limit_s, workers)
     else:
+        left = max(time_limit_s - (time.perf_counter() - t0), 0.05)
         out = MilpSession(lm, attempts=MILP_ATTEMPTS).solve(left)
     wall = time.perf_counter() - t0
     if out.status == "infeasible":
@@ -77,7 +78,7 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
                         bound if status == "optimal" or bound is None else bound)
 
 
-def _cpsat(lm, vm: DLRMVars, hint: dict[int, int] | None, time_limit_s: float,
+def _cpsat(lm, vm: DLRMVars, hint: dict[int, int] | None, deadline: float,
            workers: int) -> SolverOutcome:
     """CP-SAT on the model, warm-started from ``hint`` (the greedy plan). The outcome's
     ``objective`` is CP-SAT's best bound (the objective itself when proven optimal)."""
@@ -87,7 +88,7 @@ def _cpsat(lm, vm: DLRMVars, hint: dict[int, int] | None, time_limit_s: float,
     for i, v in (complete_hint(lm, hint) if hint else {}).items():
         session.model.add_hint(session.xs[i], v)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.05)
     solver.parameters.num_workers = workers
     # presolve off as in CpsatSession.solve: on 100 tables x 128 ranks it took 14 s
     solver.parameters.cp_model_presolve = False
@@ -279,15 +280,18 @@ def _relabel(vm: DLRMVars, ln, hint: dict[int, int]) -> dict[int, int]:
 def decode(model: DLRMSpec, vm: DLRMVars, values: list[int]) -> DLRMPlan:
     """The plan a solver's values describe."""
     out = []
+    ranks_of: dict[tuple[int, int], dict[int, int]] = {}
+    nodes_of: dict[tuple[int, int], dict[int, int]] = {}
+    for where, table in ((vm.n, ranks_of), (vm.z, nodes_of)):
+        for (t, o, r), i in where.items():
+            if values[i] > 0:
+                table.setdefault((t, o), {})[r] = values[i]
     for (t, o), mi in vm.m.items():
         copies = values[mi]
         if copies <= 0:
             continue
         opt = vm.options[t][o]
-        ranks = {r: values[i] for (tt, oo, r), i in vm.n.items()
-                 if (tt, oo) == (t, o) and values[i] > 0}
-        nodes = {g: values[i] for (tt, oo, g), i in vm.z.items()
-                 if (tt, oo) == (t, o) and values[i] > 0}
+        ranks, nodes = ranks_of.get((t, o), {}), nodes_of.get((t, o), {})
         out.append(TablePlacement(table=model.tables[t].name, sharding_type=opt.kind,
                                   copies=copies, shards=_shards(opt), ranks=ranks, nodes=nodes))
     return DLRMPlan(tables=out)
