@@ -71,9 +71,9 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
     est = evaluate_dlrm(model, cluster, plan)
     value = (sum(out.values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
     status = "optimal" if out.status == "optimal" else "time_limit"
-    bound = None
+    bound = work_bound_s(model, cluster)
     if backend == "cpsat" and out.objective is not None:
-        bound = (out.objective + vm.constant_ticks) / vm.ticks.per_s
+        bound = max(bound, (out.objective + vm.constant_ticks) / vm.ticks.per_s)
     return DLRMSolution(plan, est, backend, status, wall, value / vm.ticks.per_s,
                         bound if status == "optimal" or bound is None else bound)
 
@@ -275,6 +275,26 @@ def _relabel(vm: DLRMVars, ln, hint: dict[int, int]) -> dict[int, int]:
     for (t, o, g), i in vm.z.items():
         out[i] = hint[vm.z[t, o, nodes[g]]]
     return out
+
+
+def work_bound_s(model: DLRMSpec, cluster: ClusterSpec) -> float:
+    """A lower bound on every plan's iteration time: the four sparse phases together last
+    at least the total work of all ranks over the rank count (a sum of per-phase maxima is
+    at least the sum of per-phase means), each table doing its least total work, plus the
+    dense middle and the optimizer step."""
+    from planner.costmodel.dlrm import dense_cost
+
+    ln = links(model, cluster)
+
+    def work(o: Option) -> float:
+        k = ln.ranks if o.scope == "all" else ln.node if o.scope == "node" else o.shards
+        c = o.cost
+        return k * (c.lookup_fwd_s + c.lookup_bwd_s + c.comm_fwd_s + c.comm_bwd_s)
+
+    total = sum(t.count * min(work(o) for o in table_options(model, cluster, i))
+                for i, t in enumerate(model.tables))
+    dn = dense_cost(model, cluster)
+    return total / ln.ranks + dn.middle_s + dn.optimizer_s
 
 
 def decode(model: DLRMSpec, vm: DLRMVars, values: list[int]) -> DLRMPlan:

@@ -414,3 +414,15 @@ def test_procure_dlrm_cheapest_within_days(capsys):
     code, _, err = run(capsys, "procure", "-m", "dlrm-b", "--tokens", "1e15", "--days", "1",
                        "--cluster", "dgx-a100-superpod", "--counts", "32")
     assert code == 1 and "within the limits" in err
+
+
+def test_work_bound_is_below_every_optimum():
+    from formulations.dlrm_search import work_bound_s
+
+    for seed in range(20):
+        m, c = random_instance(seed)
+        try:
+            t = exhaustive(m, c).estimate.iteration_time_s
+        except InfeasibleError:
+            continue
+        assert work_bound_s(m, c) <= t * (1 + 1e-12)
