@@ -121,10 +121,12 @@ def complete_hint(lm, hint: dict[int, int]) -> dict[int, int]:
 
 
 def greedy_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars) -> dict[int, int] | None:
-    """A warm start for CP-SAT: the better (by the evaluator) of TorchRec's table-wise
-    greedy partitioner and a best-fit over every option (:func:`best_fit_plan`)."""
+    """A warm start for CP-SAT: the best (by the evaluator) of TorchRec's table-wise
+    greedy partitioner and two best fits (:func:`best_fit_plan`): over every option, and
+    over the options that place shards on chosen ranks or nodes only."""
     best = None
-    for hint in (table_wise_greedy(model, cluster, vm), best_fit_plan(model, cluster, vm)):
+    for hint in (table_wise_greedy(model, cluster, vm), best_fit_plan(model, cluster, vm),
+                 best_fit_plan(model, cluster, vm, ("ranks", "node"))):
         if hint is None:
             continue
         est = evaluate_dlrm(model, cluster, decode(model, vm, _values(vm, hint)))
@@ -166,7 +168,8 @@ def table_wise_greedy(model: DLRMSpec, cluster: ClusterSpec,
     return _relabel(vm, ln, hint)
 
 
-def best_fit_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars) -> dict[int, int] | None:
+def best_fit_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars,
+                  scopes: tuple[str, ...] = ("ranks", "node", "all")) -> dict[int, int] | None:
     """Tables largest first, each copy placed where the iteration's sparse
     phases (the sum of the four per-rank maxima) grow least, over every option and
     placement (table-wise: any rank; column-wise: the least-loaded ranks; table-row-wise:
@@ -189,8 +192,8 @@ def best_fit_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars) -> dict[i
             for t, opts in enumerate(vm.options)}
     for t in sorted(size, key=lambda t: -size[t]):
         for _ in range(model.tables[t].count):
-            best = min((st.try_option(o, opt, cap) for o, opt in enumerate(vm.options[t])),
-                       key=lambda x: x[:2])
+            best = min((st.try_option(o, opt, cap) for o, opt in enumerate(vm.options[t])
+                        if opt.scope in scopes), key=lambda x: x[:2], default=(float("inf"),))
             if best[0] == float("inf"):
                 return None
             _, _, o, ranks = best
