@@ -63,8 +63,9 @@ def _solve_dlrm(m: DLRMSpec, c: ClusterSpec, backend: str, time_limit_s: float,
 
     given = [k for k, v in transformer_only.items() if v not in (None, [], {}, ())]
     if given:
-        raise InputError(f"{', '.join(given)}: transformer plan options; a DLRM model "
-                         f"({m.name}) is planned by its embedding-table sharding only")
+        raise InputError(f"{', '.join(given)}: options of the transformer search; a DLRM "
+                         f"model ({m.name}) is planned by its embedding-table sharding only, "
+                         "for iteration time, one plan")
     return solve_dlrm(m, c, backend=backend, time_limit_s=time_limit_s,
                       global_batch_size=global_batch_size)
 
@@ -157,7 +158,9 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     c = _resized(cluster, gpus) if isinstance(cluster, ClusterSpec) else load_cluster(cluster, gpus)
     if isinstance(m, DLRMSpec):  # a recommendation model: embedding-table sharding
         return _solve_dlrm(m, c, backend, time_limit_s, global_batch_size,
-                           plan=plan, fix=fix, seq_len=seq_len, dtype=dtype)
+                           plan=plan, fix=fix, seq_len=seq_len, dtype=dtype,
+                           top_k=None if top_k == 1 else top_k,
+                           objective=None if objective == "time" else objective)
     for name, value in (("allow_idle_gpus", allow_idle_gpus), ("even_pipeline", even_pipeline),
                         ("presolve", presolve)):
         _flag(name, value)

@@ -297,6 +297,9 @@ def test_cli_dlrm_errors(capsys):
     assert code == 2 and "exhaustive" in err
     code, _, err = run(capsys, "solve", "-m", "dlrm-a", "-c", "zionex-128", "--fix", "tp=2")
     assert code == 2 and "transformer" in err
+    code, _, err = run(capsys, "solve", "-m", "dlrm-b", "-c", "zionex-128", "--objective",
+                       "cost")
+    assert code == 2 and "objective" in err
     code, out, err = run(capsys, "solve", "-m", "dlrm-a", "-c", "zionex-128", "--gpus", "8",
                          "--json")
     assert code == 1 and json.loads(out)["feasible"] is False and "GiB" in err

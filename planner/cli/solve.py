@@ -74,7 +74,8 @@ def solve(
         return solve_dlrm_cli(m, c, backend=backend.value, time_limit=time_limit,
                               global_batch=global_batch, json_=json_, out_path=out_path,
                               transformer_only=dict(plan=plan, fix=fix, seq_len=seq_len,
-                                                    dtype=dtype))
+                                                    dtype=dtype, top_k=top,
+                                                    objective=objective.value))
     warn_context_length(m, seq_len, bool(plan))
     obj = objective.value.replace("-", "_")
     status = LazyStatus(err, not json_)
