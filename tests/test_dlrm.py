@@ -442,3 +442,20 @@ def test_ramp_dlrm_speedup_over_fat_tree():
                                           256), "cpsat", 30).estimate
     speedup = tree.iteration_time_s / ramp.iteration_time_s
     assert 5 < speedup < 58 and ramp.feasible and tree.feasible
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10**6), factor=st.sampled_from([1.5, 4.0]))
+def test_more_memory_never_slows_the_optimum(seed, factor):
+    """Property: a GPU with more HBM admits every plan the smaller one did."""
+    m, c = random_instance(seed)
+    big = c.model_copy(update={"gpu": c.gpu.model_copy(update={"hbm_gib": c.gpu.hbm_gib * factor})})
+    small = _solve(lambda: solve_sharding(m, c, "cpsat", 20, workers=1))
+    large = _solve(lambda: solve_sharding(m, big, "cpsat", 20, workers=1))
+    if small is not None:  # then the large one is feasible too, and no slower
+        assert large is not None
+        assert large.estimate.iteration_time_s <= small.estimate.iteration_time_s * (1 + 1e-9)
+    if large is None:
+        return
+    est = large.estimate
+    assert est.iteration_time_s == pytest.approx(sum(est.phases_s.values()), rel=1e-12)
