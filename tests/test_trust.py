@@ -10,9 +10,11 @@ from planner.costmodel.compose import dp_window_microbatches, headroom_bytes, sp
 from planner.costmodel.compute import gemm_efficiency, gemm_time_s
 from planner.costmodel.evaluator import evaluate
 from planner.costmodel.layer import layer_cost, masked_attention_flops_per_sequence
+from planner.costmodel.stage import head_cost
 from planner.costmodel.shapes import LayerShape, LayerStrategy, Net
 from planner.specs.loaders import load_gpu, load_model
 from planner.specs.plan import Plan
+from planner.validation.microbench import cap_violations, gemm_caps
 
 from conftest import small_cluster, tiny_model
 
@@ -29,6 +31,36 @@ def test_gemm_efficiency_saturates_and_never_exceeds_the_fitted_fraction():
     t = gemm_time_s(gpu, "fp8", 1, 8192, 8192, elem_bytes=2.0)
     assert t == pytest.approx(2 * (8192 + 8192 * 8192 + 8192) / (gpu.hbm_Bps * gpu.efficiency.hbm_fraction)
                               + gpu.efficiency.kernel_overhead_us * 1e-6)
+
+
+def test_catalog_gemm_curves_never_beat_the_cublas_microbenchmark():
+    """The fitted curve stays at or under measured cuBLASLt throughput on every published
+    shape; a curve pushed 10 % above the H100 fit's asymptote is caught."""
+    names = {g for e in gemm_caps()["measured"] for g in e["gpus"]}
+    assert {"a100-sxm-80gb", "h100-sxm", "b200"} <= names
+    for name in sorted(names):
+        assert cap_violations(load_gpu(name)) == [], name
+    gpu = load_gpu("h100-sxm")
+    eff = gpu.efficiency.model_copy(update={"fp8_gemm_peak_fraction": 0.8, "gemm_half_dim": 128})
+    hot = cap_violations(gpu.model_copy(update={"efficiency": eff}))
+    assert hot and all(v.predicted_tflops > 1.03 * v.measured_tflops for v in hot)
+
+
+def test_fp8_training_keeps_the_lm_head_in_bf16():
+    """Megatron's output layer is not a Transformer Engine module: under FP8 the head costs
+    what it costs in BF16, and more than an FP8 GEMM of the same shape would."""
+    model = tiny_model(vocab_size=256000, hidden_size=4096, num_attention_heads=32,
+                       num_kv_heads=8, ffn_hidden_size=16384)
+    gpu = load_gpu("h100")
+    net = Net(tuple(small_cluster(8).topology), (1,), (1,))
+    shape = LayerShape(tp=1, cp=1, mbs=1, seq=4096)
+    fp8 = head_cost(model, gpu, net, shape, LayerStrategy(dtype="fp8"))
+    bf16 = head_cost(model, gpu, net, shape, LayerStrategy(dtype="bf16"))
+    assert (fp8.fwd_s, fp8.bwd_s) == (bf16.fwd_s, bf16.bwd_s)
+    head_fp8 = gemm_time_s(gpu, "fp8", 4096, 256000, 4096)
+    head_bf16 = gemm_time_s(gpu, "bf16", 4096, 256000, 4096)
+    assert head_bf16 > 1.5 * head_fp8
+    assert fp8.fwd_s > head_bf16
 
 
 def _fp8_cast_share(hidden: int) -> float:

@@ -9,7 +9,10 @@ One fit per GPU and dtype, never per data point. Each generation is fitted on it
   that fraction: the saturating curve), a common scale of the two attention-kernel
   fractions, and ``overlap_slowdown``.
 
-Every other parameter keeps its literature value (the GPU file's ``sources``). The grid
+Every other parameter keeps its literature value (the GPU file's ``sources``). Grid points
+whose GEMM curve beats a measured cuBLASLt throughput (``planner.validation.microbench``,
+``hardware_catalog/calibration/cublas_gemm.yaml``) are dropped: the fit may not buy accuracy
+on the recipes with GEMMs faster than the silicon runs them. The remaining grid
 point with the least mean absolute percentage error is printed beside the shipped values;
 copy it into ``hardware_catalog/gpus/<gpu>.yaml`` by hand (the file cites this tool).
 
@@ -26,8 +29,9 @@ from typing import Callable, Iterable
 
 from planner.costmodel.evaluator import evaluate
 from planner.specs.cluster import ClusterSpec
-from planner.specs.loaders import load_cluster, load_model
+from planner.specs.loaders import load_cluster, load_gpu, load_model
 from planner.validation import MODES, calibration_data, calibration_plan
+from planner.validation.microbench import cap_violations
 from planner.validation.nemo import (
     nemo_data,
     recipe_cluster,
@@ -82,8 +86,8 @@ def a100_grid() -> Iterable[dict[str, float]]:
 
 
 def fp8_grid(attn_fwd: float, attn_bwd: float) -> Iterable[dict[str, float]]:
-    for g, h, a, k in itertools.product([0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8],
-                                        [128, 256, 512, 1024, 1536], [0.7, 0.85, 1.0],
+    for g, h, a, k in itertools.product([round(0.5 + 0.02 * i, 2) for i in range(21)],
+                                        [128, 256, 512, 768, 1024, 1536], [0.7, 0.85, 1.0],
                                         SLOWDOWN):
         yield dict(fp8_gemm_peak_fraction=g, gemm_half_dim=h, overlap_slowdown=k,
                    attention_fwd_fraction=round(attn_fwd * a, 3),
@@ -100,15 +104,25 @@ GENERATIONS = {
 }
 
 
+def beats_microbenchmark(gpu_name: str, point: dict[str, float]) -> bool:
+    gpu = load_gpu(gpu_name)
+    gpu = gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(update=point)})
+    return bool(cap_violations(gpu))
+
+
 def fit(gen: str) -> None:
     gpu_name, make_errors, grid = GENERATIONS[gen]
     errors = make_errors()
-    results = []
+    results, dropped = [], 0
     for point in grid():
+        if beats_microbenchmark(gpu_name, point):
+            dropped += 1
+            continue
         e = errors(**point)
         results.append((statistics.mean(abs(x) for x in e), max(abs(x) for x in e), point))
     results.sort(key=lambda r: r[0])
-    print(f"\n== {gen} ({gpu_name}) ==\nMAPE    max     parameters")
+    print(f"\n== {gen} ({gpu_name}) ==  ({dropped} grid points beat the cuBLASLt "
+          f"microbenchmark and were dropped)\nMAPE    max     parameters")
     for mape, mx, point in results[:5]:
         print(f"{mape:6.2%}  {mx:6.2%}  {point}")
     shipped = errors()

@@ -58,6 +58,11 @@ ELEMENTWISE_BWD_RATIO = 2.0
 #: Cross-entropy over fp32 logits: cast/write logits (4 B), read for max/sum (4 B), write
 #: gradient (4 B) and read it in the head's backward (4 B) (Megatron vocab-parallel CE).
 LOSS_BYTES_PER_LOGIT = 16.0
+#: FP8 training leaves the LM head in BF16: Megatron-LM's ``GPTModel.output_layer`` is a
+#: ``tensor_parallel.ColumnParallelLinear`` (megatron/core/models/gpt/gpt_model.py), not a
+#: Transformer Engine module, so no FP8 autocast applies to it (torchtitan's float8
+#: conversion also skips ``output`` by default, ``float8.filter_fqns``).
+HEAD_DTYPE_IN_FP8 = "bf16"
 #: FP8 training keeps an fp8 copy of each weight beside the bf16 one (Transformer Engine
 #: ``fp8_weight_caching``; NVIDIA TE docs, "FP8 primer").
 FP8_WEIGHT_CACHE_BYTES = 1.0

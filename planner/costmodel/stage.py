@@ -47,7 +47,7 @@ def embedding_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
 def head_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
               strat: LayerStrategy) -> EndCost:
     """Final norm, vocabulary-parallel LM head GEMM and fp32 cross-entropy."""
-    dt = strat.dtype
+    dt = C.HEAD_DTYPE_IN_FP8 if strat.dtype == "fp8" else strat.dtype
     t, h = shape.tokens, model.hidden_size
     v_loc = model.vocab_size / shape.tp
     sp_div = shape.tp if strat.sequence_parallel else 1
