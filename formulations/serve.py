@@ -166,9 +166,9 @@ def _milp(problem: ServeProblem, time_limit_s: float) -> ServeSolution:
     keys = _keys(problem)
     sense = pulp.LpMaximize if problem.objective == "throughput" else pulp.LpMinimize
     prob = pulp.LpProblem("serve", sense)
-    n = {k: pulp.LpVariable(f"n_{k[0]}_{k[1]}", 0, problem.bound(_row(problem, k)), cat="Integer")
+    n = {k: prob.add_variable(f"n_{k[0]}_{k[1]}", 0, problem.bound(_row(problem, k)), cat="Integer")
          for k in keys}
-    y = {k: pulp.LpVariable(f"y_{k[0]}_{k[1]}", cat="Binary") for k in keys}
+    y = {k: prob.add_variable(f"y_{k[0]}_{k[1]}", cat="Binary") for k in keys}
     for k in keys:
         prob += n[k] <= problem.bound(_row(problem, k)) * y[k]
     for p in problem.pools:
@@ -192,7 +192,7 @@ def _milp_objective(problem: ServeProblem, prob, n: dict, keys: list) -> None:
         # z: the served rate over its largest possible value, continuous in [0, 1] (the
         # served rates are integers, so the optimum sits on one of them)
         top = max(r.cap for rows in problem.pools.values() for r in rows) * problem.budget
-        z = pulp.LpVariable("z", 0, 1)
+        z = prob.add_variable("z", 0, 1)
         for p in problem.pools:
             prob += pulp.lpSum(_row(problem, k).cap / top * n[k] for k in keys if k[0] == p) >= z
         prob += z
