@@ -175,7 +175,11 @@ def test_calibration_notes_name_what_the_plan_extrapolates():
     assert calibration_notes(a100.resized(512), inside) == []
     h100 = load_cluster("dgx-h100-superpod", gpus=64)
     (note,) = calibration_notes(h100, Plan(dp=64, global_batch_size=64, seq_len=4096))
-    assert "dtype bf16" in note
+    assert "dtype bf16" in note and "ZeRO" not in note
+    fsdp = Plan(dp=64, global_batch_size=64, seq_len=4096, dtype="fp8", zero_stage=3)
+    (note,) = calibration_notes(h100, fsdp)
+    assert "ZeRO-3" in note and "dtype" not in note
+    assert calibration_notes(h100, fsdp.model_copy(update={"zero_stage": 1})) == []
 
 
 def test_cli_memory_headroom_and_calibration_notes(capsys):
