@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass
 
 from formulations.dlrm import DLRMVars, build
+from formulations.dlrm_bound import lp_bound_s
+from formulations.dlrm_local import local_plan
 from formulations.linear import CpsatSession, MilpSession, SolverOutcome
 from planner.costmodel.dlrm import Option, links, table_options
 from planner.costmodel.dlrm_eval import DLRMEstimate, Loads, compose, evaluate_dlrm
@@ -21,6 +23,13 @@ from planner.specs.dlrm import DLRMPlan, DLRMSpec, TablePlacement
 MILP_ATTEMPTS = ({"tol": 1e-7, "presolve": "off"}, {"tol": 1e-6, "presolve": "off"})
 #: Plans the exhaustive backend enumerates at most (it is the reference on tiny instances).
 MAX_EXHAUSTIVE = 200_000
+#: Share of CP-SAT's time limit the local search (formulations/dlrm_local.py) may use for
+#: its warm start; on small instances it stops much earlier (no improving move left).
+LOCAL_SHARE = 0.5
+#: ... and runs only on models with at least this many table entries: with few entries
+#: (repeated tables are one entry with ``count``) CP-SAT proves the optimum quickly, and the
+#: search, which handles every copy separately, would only cost time.
+LOCAL_MIN_ENTRIES = 6
 
 
 @dataclass(frozen=True)
@@ -54,38 +63,56 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
         raise InputError(f"backend {backend!r}: expected cpsat, milp or exhaustive")
     t0 = time.perf_counter()
     lm, vm = build(model, cluster, kinds)
+    hint = None
     if backend == "cpsat":
-        hint = greedy_plan(model, cluster, vm)
-        out = _cpsat(lm, vm, hint, t0 + time_limit_s, workers)
+        start = greedy_plan(model, cluster, vm, t0 + LOCAL_SHARE * time_limit_s)
+        hint = complete_hint(lm, start) if start else None
+        reserve = min(0.15 * time_limit_s, 8e-6 * len(lm.vars))  # decoding, checking
+        out = _cpsat(lm, vm, hint, t0 + time_limit_s - reserve, workers)
     else:
         left = max(time_limit_s - (time.perf_counter() - t0), 0.05)
         out = MilpSession(lm, attempts=MILP_ATTEMPTS).solve(left)
-    wall = time.perf_counter() - t0
     if out.status == "infeasible":
         raise _infeasible(model, cluster)
-    if out.values is None:
+    values = _better(model, cluster, vm, out, hint)
+    if values is None:
         raise InfeasibleError(f"no sharding plan found within {time_limit_s:g} s",
                               reasons=["time limit"], hints=["raise --time-limit"],
                               status="time_limit")
-    plan = decode(model, vm, out.values)
+    plan = decode(model, vm, values)
     est = evaluate_dlrm(model, cluster, plan)
-    value = (sum(out.values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
-    status = "optimal" if out.status == "optimal" else "time_limit"
-    bound = work_bound_s(model, cluster)
+    value = (sum(values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
+    status = "optimal" if out.status == "optimal" and values is out.values else "time_limit"
+    bound = max(work_bound_s(model, cluster), lp_bound_s(model, cluster, kinds) or 0.0)
     if backend == "cpsat" and out.objective is not None:
         bound = max(bound, (out.objective + vm.constant_ticks) / vm.ticks.per_s)
-    return DLRMSolution(plan, est, backend, status, wall, value / vm.ticks.per_s,
-                        bound if status == "optimal" or bound is None else bound)
+    return DLRMSolution(plan, est, backend, status, time.perf_counter() - t0,
+                        value / vm.ticks.per_s, bound)
+
+
+def _better(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars, out: SolverOutcome,
+            hint: dict[int, int] | None) -> list[int] | None:
+    """The solver's values, or the warm start's when the solver returned none or a slower
+    plan (CP-SAT may stop before it has re-found its hint)."""
+    if hint is None or out.status == "optimal":
+        return out.values
+    mine = [hint[i] for i in range(len(hint))]
+    if out.values is None:
+        return mine
+    ours = evaluate_dlrm(model, cluster, decode(model, vm, mine)).iteration_time_s
+    theirs = evaluate_dlrm(model, cluster, decode(model, vm, out.values)).iteration_time_s
+    return mine if ours < theirs else out.values
 
 
 def _cpsat(lm, vm: DLRMVars, hint: dict[int, int] | None, deadline: float,
            workers: int) -> SolverOutcome:
-    """CP-SAT on the model, warm-started from ``hint`` (the greedy plan). The outcome's
+    """CP-SAT on the model, warm-started from ``hint`` (every variable's value, from
+    :func:`complete_hint`). The outcome's
     ``objective`` is CP-SAT's best bound (the objective itself when proven optimal)."""
     from ortools.sat.python import cp_model
 
     session = CpsatSession(lm, workers=workers)
-    for i, v in (complete_hint(lm, hint) if hint else {}).items():
+    for i, v in (hint or {}).items():
         session.model.add_hint(session.xs[i], v)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.05)
@@ -120,13 +147,19 @@ def complete_hint(lm, hint: dict[int, int]) -> dict[int, int]:
     return dict(enumerate(vals))
 
 
-def greedy_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars) -> dict[int, int] | None:
+def greedy_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars,
+                deadline: float | None = None) -> dict[int, int] | None:
     """A warm start for CP-SAT: the best (by the evaluator) of TorchRec's table-wise
-    greedy partitioner and two best fits (:func:`best_fit_plan`): over every option, and
-    over the options that place shards on chosen ranks or nodes only."""
+    greedy partitioner, two best fits (:func:`best_fit_plan`: over every option, and over
+    the options that place shards on chosen ranks or nodes only) and, given a
+    ``deadline``, the local search of :mod:`formulations.dlrm_local`."""
     best = None
-    for hint in (table_wise_greedy(model, cluster, vm), best_fit_plan(model, cluster, vm),
-                 best_fit_plan(model, cluster, vm, ("ranks", "node"))):
+    starts = [table_wise_greedy(model, cluster, vm), best_fit_plan(model, cluster, vm),
+              best_fit_plan(model, cluster, vm, ("ranks", "node"))]
+    if deadline is not None and len(model.tables) >= LOCAL_MIN_ENTRIES:
+        found = local_plan(model, cluster, vm, deadline)
+        starts.append(_relabel(vm, links(model, cluster), found) if found else None)
+    for hint in starts:
         if hint is None:
             continue
         est = evaluate_dlrm(model, cluster, decode(model, vm, _values(vm, hint)))
@@ -258,16 +291,19 @@ def _relabel(vm: DLRMVars, ln, hint: dict[int, int]) -> dict[int, int]:
     """Renumber ranks inside each node, then whole nodes, by decreasing forward lookup
     load (in ticks, as the model's symmetry rows compare them), so that the hint
     satisfies those rows."""
-    def load(r: int) -> int:
-        total = 0
-        for (t, o), mi in vm.m.items():
-            opt = vm.options[t][o]
-            k = (hint[mi] if opt.scope == "all" else hint[vm.n[t, o, r]] if opt.scope == "ranks"
-                 else hint[vm.z[t, o, r // ln.node]])
-            total += k * vm.ticks.down(opt.cost.lookup_fwd_s)
-        return total
+    import numpy as np
 
-    loads = [load(r) for r in range(ln.ranks)]
+    loads = np.zeros(ln.ranks, dtype=np.int64)
+    for (t, o), mi in vm.m.items():
+        opt = vm.options[t][o]
+        c = vm.ticks.down(opt.cost.lookup_fwd_s)
+        if opt.scope == "all":
+            loads += hint[mi] * c
+        elif opt.scope == "ranks":
+            loads += c * np.array([hint[vm.n[t, o, r]] for r in range(ln.ranks)], np.int64)
+        else:
+            loads += c * np.repeat([hint[vm.z[t, o, g]] for g in range(ln.nodes)], ln.node)
+    loads = loads.tolist()
     inside = {g: sorted(range(g * ln.node, (g + 1) * ln.node), key=lambda r: -loads[r])
               for g in range(ln.nodes)}
     nodes = sorted(range(ln.nodes), key=lambda g: -loads[inside[g][0]])

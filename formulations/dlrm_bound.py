@@ -1,0 +1,136 @@
+"""A lower bound on every DLRM sharding plan's iteration time: the linear relaxation of
+:mod:`formulations.dlrm` with the ranks aggregated into one class.
+
+Ranks of a node are interchangeable and so are nodes, so a fractional plan may as well
+spread every option evenly; what remains per phase (``x[t,o]``: copies of table entry
+``t`` with option ``o``, fractional) is
+
+    P_p >= (sum of every shard's load in phase p) / ranks  (+ the collectives' latencies)
+    P_p >= load on every rank + one shard of table t        (per table: the rank holding it)
+    P_dist >= received pooled vectors, >= bottom MLP;  P_lookup_bwd >= dense all-reduce
+    sum of all shards' memory <= ranks x usable HBM
+
+and the bound is ``sum_p P_p`` plus the dense middle and the optimizer step. Every row
+holds for every integral plan as the evaluator prices it (the model's rows averaged over
+ranks, and its table cuts), so the LP optimum bounds the optimum from below. It is solved
+in milliseconds by HiGHS on a few thousand columns, where the full model's relaxation has
+hundreds of thousands; a relative 1e-6 is taken off for the LP's tolerances.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.costmodel.dlrm import Option, dense_cost, links, table_options, usable_hbm_bytes
+from planner.specs.cluster import ClusterSpec
+from planner.specs.dlrm import DLRMSpec
+
+MS = 1e3  # the LP works in milliseconds (well scaled for HiGHS)
+PHASES = (("lookup_fwd", "lookup_fwd_s"), ("dist_fwd", "comm_fwd_s"),
+          ("dist_bwd", "comm_bwd_s"), ("lookup_bwd", "lookup_bwd_s"))
+TOLERANCE = 1e-6
+
+
+class _Rows:
+    """Columns and rows of a small LP, gathered before one hand-over to HiGHS."""
+
+    def __init__(self) -> None:
+        self.lb: list[float] = []
+        self.ub: list[float] = []
+        self.rows: list[tuple[dict[int, float], float, float]] = []
+
+    def col(self, lb: float = 0.0, ub: float = np.inf) -> int:
+        self.lb.append(lb)
+        self.ub.append(ub)
+        return len(self.lb) - 1
+
+    def row(self, coefs: dict[int, float], lo: float = -np.inf, hi: float = np.inf) -> None:
+        self.rows.append(({i: c for i, c in coefs.items() if c}, lo, hi))
+
+    def minimize(self, cost: dict[int, float]) -> float | None:
+        import highspy
+
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        n = len(self.lb)
+        h.addVars(n, np.array(self.lb), np.array(self.ub))
+        h.changeColsCost(n, np.arange(n, dtype=np.int32),
+                         np.array([cost.get(i, 0.0) for i in range(n)]))
+        starts, idx, val = [], [], []
+        for coefs, _, _ in self.rows:
+            starts.append(len(idx))
+            idx += list(coefs)
+            val += list(coefs.values())
+        h.addRows(len(self.rows), np.array([r[1] for r in self.rows]),
+                  np.array([r[2] for r in self.rows]), len(idx),
+                  np.array(starts, dtype=np.int32), np.array(idx, dtype=np.int32),
+                  np.array(val, dtype=float))
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        return float(h.getInfo().objective_function_value)
+
+
+def lp_bound_s(model: DLRMSpec, cluster: ClusterSpec,
+               kinds: tuple[str, ...] | None = None) -> float | None:
+    """The bound (seconds), or None when the LP finds no fractional plan that fits."""
+    ln, dn = links(model, cluster), dense_cost(model, cluster)
+    cap = usable_hbm_bytes(cluster) - dn.memory_bytes
+    lp = _Rows()
+    options = [[o for o in table_options(model, cluster, i, kinds) if o.cost.memory_bytes <= cap]
+               for i in range(len(model.tables))]
+    if any(not opts for opts in options):
+        return None
+    x = {(t, o): lp.col() for t, opts in enumerate(options) for o in range(len(opts))}
+    phase = {p: lp.col() for p, _ in PHASES}
+    shared = {p: lp.col() for p, _ in PHASES}
+    u = {c: lp.col(0.0, 1.0) for c in ("a2a", "rs", "twrw", "any")}
+    lp.row({u["any"]: 1, u["a2a"]: -1}, lo=0)
+    lp.row({u["any"]: 1, u["twrw"]: -1}, lo=0)
+    for t, tab in enumerate(model.tables):
+        lp.row({x[t, o]: 1 for o in range(len(options[t]))}, tab.count, tab.count)
+        for o, opt in enumerate(options[t]):
+            if opt.collective:
+                lp.row({u[opt.collective]: 1, x[t, o]: -1 / tab.count}, lo=0)
+    _phase_rows(lp, model, cluster, options, x, phase, shared, u)
+    width = {(t, o): _width(ln, options[t][o]) for t, o in x}
+    lp.row({x[k]: options[k[0]][k[1]].cost.memory_bytes * width[k] / 2**30 for k in x},
+           hi=ln.ranks * cap / 2**30)
+    best = lp.minimize({phase[p]: 1.0 for p, _ in PHASES})
+    if best is None:
+        return None
+    return (best / MS + dn.middle_s + dn.optimizer_s) * (1 - TOLERANCE)
+
+
+def _width(ln, opt: Option) -> int:
+    return ln.ranks if opt.scope == "all" else ln.node if opt.scope == "node" else opt.shards
+
+
+def _phase_rows(lp: _Rows, model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]],
+                x: dict, phase: dict, shared: dict, u: dict) -> None:
+    """Per phase: the mean load, the floors, and the per-table cuts (module docstring)."""
+    ln, dn = links(model, cluster), dense_cost(model, cluster)
+    lat = {"dist_fwd": {u["any"]: ln.a2a[1], u["rs"]: ln.rs[1], u["twrw"]: ln.rs_node[1]},
+           "dist_bwd": {u["any"]: ln.a2a[1], u["rs"]: ln.ag[1], u["twrw"]: ln.ag_node[1]}}
+    recv = {x[k]: ln.a2a[0] * options[k[0]][k[1]].recv_bytes * MS for k in x}
+    for p, attr in PHASES:
+        def load(opt: Option) -> float:
+            return getattr(opt.cost, attr) * MS
+
+        late = {i: -c * MS for i, c in lat.get(p, {}).items()}
+        lp.row({shared[p]: 1, **{x[t, o]: -load(options[t][o]) for t, o in x
+                                  if options[t][o].scope == "all"}}, 0, 0)
+        mean = {x[t, o]: -load(options[t][o]) * _width(ln, options[t][o]) / ln.ranks
+                for t, o in x}
+        lp.row({phase[p]: 1, **mean, **late}, lo=0)
+        if p in lat:
+            lp.row({phase[p]: 1, **{i: -c for i, c in recv.items()}, **late}, lo=0)
+            bottom = dn.bottom_fwd_s if p == "dist_fwd" else dn.bottom_bwd_s
+            lp.row({phase[p]: 1}, lo=bottom * MS)
+        for t, tab in enumerate(model.tables):
+            cut = {x[t, o]: -load(opt) / tab.count for o, opt in enumerate(options[t])
+                   if opt.scope != "all"}
+            if cut:
+                lp.row({phase[p]: 1, shared[p]: -1, **cut, **late}, lo=0)
+    ar = {x[t, o]: -ln.ar[0] * options[t][o].allreduce_bytes * MS for t, o in x}
+    lp.row({phase["lookup_bwd"]: 1, **ar}, lo=(ln.ar[0] * dn.grad_bytes + ln.ar[1]) * MS)
