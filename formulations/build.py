@@ -52,6 +52,7 @@ from formulations.linear import Expr, LinearModel
 from formulations.space import RECOMPUTE
 from planner.errors import InputError
 from planner.costmodel.compose import (
+    SHARDED_MICROBATCH_OVERLAP,
     dp_window_microbatches,
     headroom_bytes,
     Overlap,
@@ -265,8 +266,10 @@ def _stage_row(lm: LinearModel, st: _Setup, A, pt: _Point, g: int, terms: dict,
             window[i] = window.get(i, 0) + c
         row[_exposure(lm, f"pp{q}_{g}", {pt.y: st.down(A.p2p_overlap_s[q])}, window, True,
                       layers, st.kappa_n)] = 1
-    for arr, win, on, tag in ((A.dp_fwd_s[q, g], wf, st.ovl_param, "mbf"),
-                              (A.dp_bwd_s[q, g], wb, st.ovl_grad, "mbb")):
+    for arr, win, on, tag in ((A.dp_fwd_s[q, g], wf, st.ovl_param and SHARDED_MICROBATCH_OVERLAP,
+                               "mbf"),
+                              (A.dp_bwd_s[q, g], wb, st.ovl_grad and SHARDED_MICROBATCH_OVERLAP,
+                               "mbb")):
         if any(arr[z] > 0 for z in pt.zs):
             row[_exposure(lm, f"{tag}{q}_{g}", _on_states(st, pt, arr), win, on, layers,
                           st.kappa_n)] = 1

@@ -255,7 +255,7 @@ def llama70b_8gpu():
 def test_70b_on_one_node_needs_the_tier(llama70b_8gpu):
     """Llama 3 70B, full training (Adam, 18 B/parameter = 1.26 TB of states) on one 8x H100
     node: out of HBM at any sharding; with the DGX's host memory it fits, and the solver
-    offloads. CP-SAT and MILP agree."""
+    offloads the optimizer. CP-SAT and MILP agree."""
     model, cl = llama70b_8gpu
     base = {"global_batch_size": 64}
     with pytest.raises(InfeasibleError, match="no plan fits in memory"):
@@ -263,7 +263,7 @@ def test_70b_on_one_node_needs_the_tier(llama70b_8gpu):
     res = solve(model, cl, base=base)
     best = res.best
     assert res.status == "optimal"
-    assert best.plan.offload_optimizer and best.plan.zero_stage == 3
+    assert best.plan.offload_optimizer
     est = best.estimate
     assert est.feasible and est.memory_per_gpu_bytes <= 80 * GiB
     assert 0 < est.host_memory_per_gpu_bytes <= 256 * GiB

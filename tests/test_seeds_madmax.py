@@ -89,7 +89,7 @@ def speedups(without_optimizer: bool = False) -> dict[str, float]:
 
 def test_order_matters_tp_inside_the_node():
     """MAD-Max Insight 3: (TP,DDP) 1.34x vs (DDP,TP) 0.18x over FSDP, i.e. 7.4x apart; TP
-    across nodes is the worst strategy. Ours (default evaluator): 0.82x vs 0.02x (34x apart; our ring
+    across nodes is the worst strategy. Ours (default evaluator): 1.19x vs 0.03x (34x apart; our ring
     all-reduce over 256 nodes moves 2(n-1)/n of the activations at the per-GPU 25 GB/s,
     MAD-Max's calibrated bandwidth is 60 GB/s and has no (n-1)/n term).
     Tolerance: ordering, and (TP,DDP)/(DDP,TP) > 5."""
@@ -116,16 +116,19 @@ def test_memory_validity_labels():
     assert run("FSDP", recompute="full").feasible
 
 
-def test_default_model_ranks_fsdp_first():
-    """With the product's default evaluator the DDP speed-ups of MAD-Max do not appear:
-    0.69x and 0.82x for DDP and (TP,DDP); 0.93x and 0.85x without the optimizer step.
-    The default overlaps FSDP's all-gathers with compute (prefetch), reduces fp32
-    gradients (twice MAD-Max's bytes) and counts the full-replica Adam step (4.5 s for
-    DDP), all on purpose (docs/seeds.md). Pinned so that a change updates the docs."""
+def test_default_model_follows_madmax_ranking():
+    """With the product's default evaluator, FSDP's per-microbatch gathers and
+    reduce-scatters are charged in full (``compose.SHARDED_MICROBATCH_OVERLAP``), and
+    MAD-Max's ranking appears without its stream model: (TP,DDP) 1.19x over FSDP (MAD-Max
+    1.34x), DDP 1.00x with the full-replica Adam step it does not model and 1.35x without it
+    (MAD-Max 1.68x); FSDP 17.41 s per iteration against MAD-Max's 16.38 s. When FSDP's
+    traffic overlapped like Megatron's buckets, FSDP ranked first (DDP 0.69x)."""
     s = speedups()
     s_no_opt = speedups(without_optimizer=True)
-    assert s["DDP"] < 1.0 and s["(TP,DDP)"] < 1.0
-    assert s_no_opt["DDP"] < 1.68 / 1.5 and s_no_opt["(TP,DDP)"] < 1.34 / 1.3
+    assert s["(TP,DDP)"] == pytest.approx(1.34, rel=0.15)
+    assert s["(TP,DDP)"] > 1.0 and s_no_opt["DDP"] > 1.2
+    assert s_no_opt["DDP"] == pytest.approx(1.68, rel=0.25)
+    assert run("FSDP").iteration_time_s == pytest.approx(16.38, rel=0.10)
 
 
 def test_stream_model_scope():
