@@ -9,7 +9,10 @@ ones. Reported: set-up (building the integer model) and solve time, the proven o
 iteration time and samples/s, and beside it a TorchRec-style greedy partitioner (tables
 sorted by size, largest first, each table-wise onto the least-loaded rank that still has
 memory; torchrec/distributed/planner/partitioners.py, GreedyPerfPartitioner) evaluated by
-the same evaluator. Run on an idle machine.
+the same evaluator. ``optimum_*`` is the plan returned: the proven optimum when
+``status`` is ``optimal``, else the best plan found, with ``lower_bound_ms`` (the best of
+CP-SAT's bound, the work bound and the rank-aggregated LP, formulations/dlrm_bound.py)
+and ``bound_gap`` = (plan - bound) / plan. Run on an idle machine.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ def run(n: int, gpus: int, backend: str, seed: int, time_limit: float) -> dict:
             "optimum_iteration_ms": round(s.estimate.iteration_time_s * 1e3, 3),
             "optimum_sparse_ms": round(sparse_s(s.estimate) * 1e3, 3),
             "optimum_samples_per_s": round(s.estimate.samples_per_s),
+            "lower_bound_ms": round(s.bound_s * 1e3, 3) if s.bound_s else None,
             "bound_gap": s.optimality_gap, "sharding_types": kinds,
             "greedy_iteration_ms": round(g.iteration_time_s * 1e3, 3),
             "greedy_sparse_ms": round(sparse_s(g) * 1e3, 3), "greedy_feasible": g.feasible,
