@@ -25,6 +25,10 @@ from planner.specs.dlrm import DLRMSpec
 #: Extra total work a table may take on for a finer split (column-wise, more shards: each
 #: rank's load then comes in smaller pieces and balances better); one start per value.
 SLACKS = (0.03, 0.06, 0.1, 0.15, 0.25)
+#: Starts also switch this many more tables to data-parallel (those it costs least).
+TO_DATA_PARALLEL = (0, 2, 4, 8, 16)
+#: Placements (of all starts, by their sum of phase maxima) that the search improves.
+KEEP = 3
 EPS = 1e-15  # seconds: loads closer than this are equal
 
 
@@ -112,6 +116,8 @@ def initial_state(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Opti
             else:
                 shards += [(float(vec(opt).sum()), t, o, copy_id)] * opt.shards
                 copy_id += 1
+    if (mem > cap).any():
+        return None
     shards.sort(key=lambda s: -s[0])
     total = load.sum(1) + sum(vec(options[t][o]) * (ln.node if c < 0 else 1)
                               for _, t, o, c in shards)
@@ -273,23 +279,46 @@ def search(st: State, deadline: float, seed: int = 0, stall: int = 30) -> State:
 
 
 def local_plan(model: DLRMSpec, cluster: ClusterSpec, vm, deadline: float) -> dict[int, int] | None:
-    """The model's variables for the best plan the search finds by ``deadline``: one start
-    per slack in :data:`SLACKS`, each improved for a share of half the time, then the
-    best of them searched for the rest."""
-    ln = links(model, cluster)
-    cap = usable_hbm_bytes(cluster) - dense_cost(model, cluster).memory_bytes
-    states = []
-    for slack in SLACKS:
-        st = initial_state(model, cluster, vm.options, choose_options(model, ln, vm.options,
-                                                                      slack, cap))
-        if st is not None:
-            states.append(st)
+    """The model's variables for the best plan the search finds by ``deadline``: starts
+    for every slack in :data:`SLACKS` and top-up in :data:`TO_DATA_PARALLEL`; the
+    :data:`KEEP` best placements improved for a share of half the time each, then the best
+    of them searched for the rest."""
+    states = [st for choice in _choices(model, cluster, vm.options)
+              if (st := initial_state(model, cluster, vm.options, choice)) is not None]
     if not states:
         return None
+    states = sorted(states, key=State.objective)[:KEEP]
     now = time.perf_counter()
     for i, st in enumerate(states):
         improve(st, now + (deadline - now) * (i + 1) / (2 * len(states)))
     return values(vm, search(min(states, key=State.objective), deadline))
+
+
+def _choices(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]]):
+    """Option choices to start from: per slack, the choice of :func:`choose_options`, and
+    the same with the ``k`` tables that data-parallel costs least extra work switched to
+    it (a replicated table carries no all-to-all, so this can bring every rank's share of
+    the pooled-embedding traffic under one more shard's worth)."""
+    ln = links(model, cluster)
+    cap = usable_hbm_bytes(cluster) - dense_cost(model, cluster).memory_bytes
+    seen = set()
+    for slack in SLACKS:
+        base = choose_options(model, ln, options, slack, cap)
+        extra = []
+        for t, o in enumerate(base):
+            dp = [i for i, x in enumerate(options[t]) if x.kind == "data_parallel"]
+            if dp and options[t][o].kind != "data_parallel":
+                w = float(vec(options[t][dp[0]]).sum()) * ln.ranks
+                own = float(vec(options[t][o]).sum()) * width(ln, options[t][o])
+                extra.append(((w - own) * model.tables[t].count, t, dp[0]))
+        extra.sort()
+        for k in TO_DATA_PARALLEL:
+            choice = list(base)
+            for _, t, dp in extra[:k]:
+                choice[t] = dp
+            if tuple(choice) not in seen:
+                seen.add(tuple(choice))
+                yield choice
 
 
 def _copy(st: State) -> State:

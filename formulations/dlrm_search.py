@@ -63,6 +63,7 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
         raise InputError(f"backend {backend!r}: expected cpsat, milp or exhaustive")
     t0 = time.perf_counter()
     lm, vm = build(model, cluster, kinds)
+    bound = max(work_bound_s(model, cluster), lp_bound_s(model, cluster, kinds) or 0.0)
     hint = None
     if backend == "cpsat":
         start = greedy_plan(model, cluster, vm, t0 + LOCAL_SHARE * time_limit_s)
@@ -83,7 +84,6 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
     est = evaluate_dlrm(model, cluster, plan)
     value = (sum(values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
     status = "optimal" if out.status == "optimal" and values is out.values else "time_limit"
-    bound = max(work_bound_s(model, cluster), lp_bound_s(model, cluster, kinds) or 0.0)
     if backend == "cpsat" and out.objective is not None:
         bound = max(bound, (out.objective + vm.constant_ticks) / vm.ticks.per_s)
     return DLRMSolution(plan, est, backend, status, time.perf_counter() - t0,
