@@ -479,7 +479,7 @@ def test_local_search_beats_greedy_at_scale():
     greedy = evaluate_dlrm(m, c, greedy_table_wise(m, c))
     assert s.estimate.feasible and s.bound_s <= s.estimate.iteration_time_s
     assert s.estimate.iteration_time_s < 0.7 * greedy.iteration_time_s  # measured 0.55
-    assert s.status == "optimal" or 0 < s.optimality_gap < 0.25  # measured 10%
+    assert s.status == "optimal" or 0 < s.optimality_gap < 0.25  # measured 9%
 
 
 def test_ramp_dlrm_speedup_over_fat_tree():
