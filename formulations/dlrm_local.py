@@ -282,7 +282,8 @@ def local_plan(model: DLRMSpec, cluster: ClusterSpec, vm, deadline: float) -> di
     """The model's variables for the best plan the search finds by ``deadline``: starts
     for every slack in :data:`SLACKS` and top-up in :data:`TO_DATA_PARALLEL`; the
     :data:`KEEP` best placements improved for a share of half the time each, then the best
-    of them searched for the rest."""
+    of them switched between replicated and sharded tables (:func:`toggle`) and searched
+    for the rest."""
     states = [st for choice in _choices(model, cluster, vm.options)
               if (st := initial_state(model, cluster, vm.options, choice)) is not None]
     if not states:
@@ -291,7 +292,9 @@ def local_plan(model: DLRMSpec, cluster: ClusterSpec, vm, deadline: float) -> di
     now = time.perf_counter()
     for i, st in enumerate(states):
         improve(st, now + (deadline - now) * (i + 1) / (2 * len(states)))
-    return values(vm, search(min(states, key=State.objective), deadline))
+    best = toggle(min(states, key=State.objective), model, cluster, vm.options,
+                  now + 0.75 * (deadline - now))
+    return values(vm, search(best, deadline))
 
 
 def _choices(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]]):
@@ -319,6 +322,107 @@ def _choices(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]])
             if tuple(choice) not in seen:
                 seen.add(tuple(choice))
                 yield choice
+
+
+#: Replicated tables (the heaviest per rank) and sharded copies (on the fullest ranks) that
+#: one round of :func:`toggle` tries to switch between sharded and replicated.
+TOGGLE_CANDIDATES = 12
+
+
+def toggle(st: State, model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]],
+           deadline: float) -> State:
+    """Switch tables between replicated (data-parallel) and sharded while that lowers the
+    sum of phase maxima (a replicated table loads every rank, the fullest included; a
+    sharded one loads one rank but sends its pooled vectors); each accepted switch is
+    followed by :func:`improve`."""
+    while time.perf_counter() < deadline:
+        f0, best = st.objective(), None
+        for cand in _toggles(st, model, cluster, options):
+            if cand.objective() < (best or st).objective() * (1 - 1e-12):
+                best = cand
+            if time.perf_counter() >= deadline:
+                break
+        if best is None or best.objective() >= f0 * (1 - 1e-12):
+            return st
+        st = best
+        improve(st, deadline)
+    return st
+
+
+def _toggles(st: State, model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]]):
+    ln = links(model, cluster)
+    dp = sorted(((float(vec(options[t][o]).sum()), j) for j, (t, o) in enumerate(st.every)
+                 if options[t][o].kind == "data_parallel"), reverse=True)
+    for _, j in dp[:TOGGLE_CANDIDATES]:
+        t, o = st.every[j]
+        for o2, opt in enumerate(options[t]):
+            if opt.scope == "ranks":
+                new = _rebuilt(st, model, cluster, options, drop_every=j, add=(t, o2))
+                if new is not None:
+                    yield new
+    top = st.load.max(1)
+    crit = np.flatnonzero((st.load >= top[:, None] - EPS).any(0))
+    copies = list(dict.fromkeys(st.copy[np.isin(st.rank, crit)].tolist()))
+    for c in copies[:TOGGLE_CANDIDATES]:
+        t = st.key[int(np.flatnonzero(st.copy == c)[0])][0]
+        for o2, opt in enumerate(options[t]):
+            if opt.kind == "data_parallel":
+                new = _rebuilt(st, model, cluster, options, drop_copy=c, add=(t, o2))
+                if new is not None and new.mem.max() <= new.cap:
+                    yield new
+
+
+def _rebuilt(st: State, model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]],
+             add: tuple[int, int], drop_every: int | None = None,
+             drop_copy: int | None = None) -> State | None:
+    """A copy of the state with one replicated copy or one sharded copy taken out and
+    one copy of option ``add`` placed (sharded: each shard on its best rank)."""
+    new = _copy(st)
+    new.every = list(st.every)
+    if drop_every is not None:
+        t, o = new.every.pop(drop_every)
+        new.load -= vec(options[t][o])[:, None]
+        new.mem -= options[t][o].cost.memory_bytes
+    keep = np.ones(len(st.rank), bool) if drop_copy is None else st.copy != drop_copy
+    for i in np.flatnonzero(~keep):
+        new.load[:, st.rank[i]] -= st.v[i]
+        new.mem[st.rank[i]] -= st.m[i]
+    new.key = [k for k, ok in zip(st.key, keep) if ok]
+    new.copy, new.v, new.m, new.rank = st.copy[keep], st.v[keep], st.m[keep], new.rank[keep]
+    t, o = add
+    opt = options[t][o]
+    if opt.scope == "all":
+        new.every.append(add)
+        new.load += vec(opt)[:, None]
+        new.mem += opt.cost.memory_bytes
+    else:
+        c, taken = int(st.copy.max(initial=-1)) + 1, []
+        for _ in range(opt.shards):
+            r = _best_rank(new, vec(opt), opt.cost.memory_bytes, taken)
+            if r is None:
+                return None
+            taken.append(r)
+            new.key.append(add)
+            new.copy, new.rank = np.append(new.copy, c), np.append(new.rank, r)
+            new.v, new.m = np.vstack([new.v, vec(opt)]), np.append(new.m, opt.cost.memory_bytes)
+            new.load[:, r] += vec(opt)
+            new.mem[r] += opt.cost.memory_bytes
+    new.floor = _floor_of(new, model, cluster, options)
+    return new
+
+
+def _floor_of(st: State, model: DLRMSpec, cluster: ClusterSpec,
+              options: list[list[Option]]) -> np.ndarray:
+    """:func:`floors` of the state's own copies."""
+    ln, dn = links(model, cluster), dense_cost(model, cluster)
+    placed = [*st.every, *((t, o) for t, o, _ in st.nodes)]
+    firsts = np.unique(st.copy, return_index=True)[1]
+    placed += [st.key[i] for i in firsts]
+    recv = sum(options[t][o].recv_bytes for t, o in placed)
+    ar = sum(options[t][o].allreduce_bytes for t, o in placed)
+    r = ln.a2a[0] * recv
+    return np.array([0.0, ln.ar[0] * (dn.grad_bytes + ar) + ln.ar[1],
+                     max(r, dn.bottom_fwd_s - ln.a2a[1]), max(r, dn.bottom_bwd_s - ln.a2a[1])])
 
 
 def _copy(st: State) -> State:
