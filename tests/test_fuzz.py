@@ -625,17 +625,37 @@ BASE = {
     "catalog": ["models"],
     "validate": [],
     "procure": ["-m", TINY, "--tokens", "1e9", "--gpus", "h100"],
+    "serve": ["-m", TINY, "-c", "dgx-h100-superpod", "--isl", "512", "--osl", "64",
+              "--rate", "2"],
+    "export": ["-m", "llama3-70b", "-c", str(ROOT / "examples" / "superpod.yaml"), "-f",
+               "megatron", str(ROOT / "examples" / "launch" / "llama3-70b.plan.yaml")],
 }
 #: ... and those that keep an example fast (never dropped; the random options come after
 #: them and may override them with small values)
 SAFE = {"solve": ["--max-microbatch", "2", "--max-virtual-stages", "2", "--time-limit", "10"],
         "procure": ["--max-gpus", "16", "--workers", "1", "--time-limit", "10"]}
 #: How often each command is drawn (validate and catalog have few options, procure is slow).
-COMMANDS = ["evaluate"] * 3 + ["solve"] * 3 + ["collective"] * 2 + ["procure", "catalog",
-                                                                     "validate"]
+COMMANDS = (["evaluate"] * 3 + ["solve"] * 3 + ["collective"] * 2 + ["serve"] * 2
+            + ["procure", "catalog", "validate", "export"])
+#: serve's own knobs (its --fix pins serving fields, not plan fields)
+SERVE_VALUES: dict[str, list[str]] = {
+    "--fix": ["tp=2", "pp=2", "ep=2", "mode=aggregated", "mode=disaggregated", "mode=x",
+              "gpu=h100-sxm", "gpu=nope", "weight_dtype=fp4", "kv_dtype=int8", "concurrency=0",
+              "concurrency=1e400", "prefill_chunk=-1", "tp=", "=", "nonsense=1"],
+    "--percentile": ["99", "50", "0", "100", "101", "nan", "-1", "x"],
+    "--simulate": ["50", "0", "-1", "x", "1e9"],
+    "--objective": ["throughput", "cost", "gpus", "energy", "time", "x"],
+    "--isl": SMALL_NUMBERS + ["4096", "1e9"], "--osl": SMALL_NUMBERS + ["1e9"],
+}
+EXPORT_VALUES: dict[str, list[str]] = {
+    "--format": ["megatron", "megatron-bridge", "torchtitan", "deepspeed", "x", ""],
+}
 
 
 def _value(option: str, command: str) -> st.SearchStrategy[str]:
+    own = {"serve": SERVE_VALUES, "export": EXPORT_VALUES}.get(command, {})
+    if option in own:
+        return st.sampled_from(own[option])
     if command == "procure" and option == "--gpus":
         return st.sampled_from(["h100", "h100,b200", "x", "", "a100-40gb"])
     if command == "catalog" and option == "--json":
