@@ -43,10 +43,12 @@ def main() -> None:
     data = nemo_data()
     ratios, free_ratios = [], []
     print(f"{'run':38s} {'published':>9s} {'recipe*':>8s} {'optimum*':>8s} {'opt/pub':>8s}"
-          f" {'opt/recipe*':>11s}  optimum plan   (* = predicted, tokens/s/GPU)")
+          f" {'opt/recipe*':>11s} {'GiB rec/opt':>11s}  optimum plan   (* = predicted, "
+          "tokens/s/GPU; GiB: the model's memory per GPU, headroom included)")
     for row in data["rows"]:
         model, cluster = recipe_model(data, row["model"]), recipe_cluster(row)
-        recipe = tokens_per_s_per_gpu(row, evaluate(model, cluster, recipe_plan(row)))
+        rec_est = evaluate(model, cluster, recipe_plan(row))
+        recipe = tokens_per_s_per_gpu(row, rec_est)
         base = recipe_base(row)
         t0 = time.perf_counter()
         kw = dict(global_batch_size=base["global_batch_size"], seq_len=base["seq_len"],
@@ -59,8 +61,9 @@ def main() -> None:
         opt, any_fw = (tokens_per_s_per_gpu(row, b.estimate) for b in (same, free))
         ratios.append(opt / row["measured"])
         free_ratios.append(any_fw / row["measured"])
+        gib = f"{rec_est.memory_per_gpu_bytes / 2**30:.0f}/{same.estimate.memory_per_gpu_bytes / 2**30:.0f}"
         print(f"{row['name']:38s} {row['measured']:9,.0f} {recipe:8,.0f} {opt:8,.0f} "
-              f"{opt / row['measured'] - 1:+8.1%} {opt / recipe - 1:+11.1%}  "
+              f"{opt / row['measured'] - 1:+8.1%} {opt / recipe - 1:+11.1%} {gib:>11s}  "
               f"{_plan_text(same.plan)}  | any framework {any_fw / row['measured'] - 1:+.1%}"
               f" {_plan_text(free.plan)}  ({time.perf_counter() - t0:.1f} s)")
     for name, r in (("Megatron features (ZeRO <= 1)", ratios), ("any framework", free_ratios)):
