@@ -133,6 +133,25 @@ def test_evaluate_plot(capsys, tmp_path):
     assert code == 0 and png.stat().st_size > 5000
 
 
+def test_plot_of_an_infeasible_plan_says_so(tmp_path):
+    """A plan that cannot be costed has no breakdown: the figure says so, without a
+    plotting warning (matplotlib warned about an empty legend; found by the fuzzer)."""
+    import warnings
+
+    from planner.costmodel.evaluator import evaluate
+    from planner.report.plots import plot_breakdown
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.plan import Plan
+
+    est = evaluate(load_model("llama3-8b"), load_cluster(SUPERPOD, 64),
+                   Plan(pp=64, global_batch_size=64, seq_len=8192))  # 32 layers: no costing
+    assert not est.feasible and not est.time_breakdown_s
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        png = plot_breakdown([("dp8", est)], tmp_path / "x.png")
+    assert png.stat().st_size > 1000
+
+
 @pytest.mark.parametrize("command", [[], ["solve"], ["evaluate"], ["procure"], ["collective"],
                                      ["catalog"], ["validate"]])
 def test_help_metavars(capsys, command):

@@ -45,8 +45,12 @@ def plot_breakdown(items: Sequence[tuple[str, Estimate]], path: str | Path,
     ax.set_title(title)
     ax.invert_yaxis()
     ax.set_xlim(0, max(left) * 1.3 if left and max(left) > 0 else 1)
-    ax.legend(ncol=5, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, -0.25 - 0.1 / max(1, len(items))),
-              frameon=False)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(ncol=5, fontsize=7, loc="lower center",
+                  bbox_to_anchor=(0.5, -0.25 - 0.1 / max(1, len(items))), frameon=False)
+    else:  # nothing to draw: a plan that cannot be costed has no breakdown; say so
+        ax.text(0.5, 0.5, "no time breakdown: the plan cannot be costed", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9)
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=130, bbox_inches="tight")
