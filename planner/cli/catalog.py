@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from planner import catalog
+import planner.catalog as catalog
 from planner.cli.console import _emit_json, out
 
 

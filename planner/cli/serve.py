@@ -261,7 +261,7 @@ def _short(plan) -> str:
 def _templates(clusters: list[str], gpus: str | None):
     """The cluster templates: those given, else one per GPU type of the catalog; only the
     GPU types in ``gpus`` (comma-separated names or aliases) when given."""
-    from planner import catalog
+    import planner.catalog as catalog
     from planner.specs.loaders import load_cluster
 
     names = [n for c in clusters for n in c.split(",") if n.strip()] or catalog.names("clusters")

@@ -15,7 +15,7 @@ from formulations.exhaustive import run_exhaustive
 from formulations.search import Candidate, SearchResult, run_search
 from formulations.space import DECISIONS, SearchSpace, SpaceOptions
 from planner.costmodel.tables import build_tables
-from planner import catalog
+import planner.catalog as catalog
 from planner.costmodel.constants import GiB
 from planner.costmodel.energy import price_per_gpu_hour
 from planner.costmodel.objective import Objective

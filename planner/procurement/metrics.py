@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from planner import catalog
+import planner.catalog as catalog
 from planner.costmodel.energy import (
     energy_coefficients,
     network_capex_usd_per_gpu,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from planner import catalog
+import planner.catalog as catalog
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.gpu import GPUSpec

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from planner import catalog
+import planner.catalog as catalog
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec, is_dlrm

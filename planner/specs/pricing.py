@@ -72,7 +72,7 @@ def load_pricing(path: str | None = None, mode: PricingMode | None = None,
                  overrides: dict[str, Any] | None = None) -> PricingSpec:
     """The shipped defaults, updated key by key from ``path`` (a pricing YAML), then from
     ``overrides``; ``mode`` last. GPU keys may be catalog names or aliases."""
-    from planner import catalog
+    import planner.catalog as catalog
     from planner.specs.loaders import read_structured, validate
 
     data = read_structured(default_pricing_path())
