@@ -29,6 +29,7 @@ from typing import Callable, Iterable
 
 from planner.costmodel.evaluator import evaluate
 from planner.specs.cluster import ClusterSpec
+from planner.specs.gpu import GPUSpec
 from planner.specs.loaders import load_cluster, load_gpu, load_model
 from planner.validation import MODES, calibration_data, calibration_plan
 from planner.validation.microbench import cap_violations
@@ -104,18 +105,17 @@ GENERATIONS = {
 }
 
 
-def beats_microbenchmark(gpu_name: str, point: dict[str, float]) -> bool:
-    gpu = load_gpu(gpu_name)
+def beats_microbenchmark(gpu: GPUSpec, point: dict[str, float]) -> bool:
     gpu = gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(update=point)})
     return bool(cap_violations(gpu))
 
 
 def fit(gen: str) -> None:
     gpu_name, make_errors, grid = GENERATIONS[gen]
-    errors = make_errors()
+    errors, gpu = make_errors(), load_gpu(gpu_name)
     results, dropped = [], 0
     for point in grid():
-        if beats_microbenchmark(gpu_name, point):
+        if beats_microbenchmark(gpu, point):
             dropped += 1
             continue
         e = errors(**point)

@@ -10,6 +10,7 @@ holds the measurements; :func:`cap_violations` lists the shapes a GPU's curve be
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 
 import yaml
@@ -33,7 +34,9 @@ class CapViolation:
     measured_tflops: float
 
 
+@lru_cache(maxsize=1)
 def gemm_caps() -> dict:
+    """The measurements, read once (callers only read them)."""
     path = resources.files("hardware_catalog") / "calibration" / FILE
     return yaml.safe_load(path.read_text())
 
