@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.costmodel.dlrm import Links, Option, dense_cost, links, usable_hbm_bytes
+from planner.costmodel.dlrm_eval import phase_floors_s
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec
 
@@ -84,14 +85,19 @@ def floors(model: DLRMSpec, cluster: ClusterSpec, ln: Links, options: list[list[
            choice: list[int]) -> np.ndarray:
     """Per phase, what bounds it whatever the placement (received pooled vectors, bottom
     MLP less the collective latency, the dense all-reduce)."""
-    dn = dense_cost(model, cluster)
     recv = sum(t.count * options[i][o].recv_bytes for i, (t, o) in enumerate(zip(model.tables,
                                                                               choice)))
     ar = sum(t.count * options[i][o].allreduce_bytes for i, (t, o) in enumerate(zip(model.tables,
                                                                                 choice)))
-    r = ln.a2a[0] * recv
-    return np.array([0.0, ln.ar[0] * (dn.grad_bytes + ar) + ln.ar[1],
-                     max(r, dn.bottom_fwd_s - ln.a2a[1]), max(r, dn.bottom_bwd_s - ln.a2a[1])])
+    return _floors(model, cluster, ln, recv, ar)
+
+
+def _floors(model: DLRMSpec, cluster: ClusterSpec, ln: Links, recv: float, ar: float
+            ) -> np.ndarray:
+    """The evaluator's phase floors (``dlrm_eval.phase_floors_s``) less the all-to-all
+    latency that every distribution phase pays: the search compares loads without it."""
+    lat = ln.a2a[1]
+    return np.array(phase_floors_s(model, cluster, recv, ar, (lat, lat))) - [0, 0, lat, lat]
 
 
 def initial_state(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]],
@@ -414,15 +420,12 @@ def _rebuilt(st: State, model: DLRMSpec, cluster: ClusterSpec, options: list[lis
 def _floor_of(st: State, model: DLRMSpec, cluster: ClusterSpec,
               options: list[list[Option]]) -> np.ndarray:
     """:func:`floors` of the state's own copies."""
-    ln, dn = links(model, cluster), dense_cost(model, cluster)
     placed = [*st.every, *((t, o) for t, o, _ in st.nodes)]
     firsts = np.unique(st.copy, return_index=True)[1]
     placed += [st.key[i] for i in firsts]
     recv = sum(options[t][o].recv_bytes for t, o in placed)
     ar = sum(options[t][o].allreduce_bytes for t, o in placed)
-    r = ln.a2a[0] * recv
-    return np.array([0.0, ln.ar[0] * (dn.grad_bytes + ar) + ln.ar[1],
-                     max(r, dn.bottom_fwd_s - ln.a2a[1]), max(r, dn.bottom_bwd_s - ln.a2a[1])])
+    return _floors(model, cluster, links(model, cluster), recv, ar)
 
 
 def _copy(st: State) -> State:

@@ -95,19 +95,33 @@ class DLRMEstimate:
                 "feasible": self.feasible, "reasons": self.reasons}
 
 
+def phase_floors_s(model: DLRMSpec, cluster: ClusterSpec, recv_bytes: float,
+                   allreduce_bytes: float, lat_s: tuple[float, float] = (0.0, 0.0)
+                   ) -> tuple[float, float, float, float]:
+    """Per sparse phase (lookup_fwd, lookup_bwd, dist_fwd, dist_bwd), what no rank's load
+    can shorten: the dense all-reduce behind the backward lookups, and the received pooled
+    vectors (plus the collectives' latencies ``lat_s``) or the bottom MLP behind the
+    distribution. :func:`compose` and the local search take them from here."""
+    ln, dn = links(model, cluster), dense_cost(model, cluster)
+    recv_s = ln.a2a[0] * recv_bytes
+    ar_s = ln.ar[0] * (dn.grad_bytes + allreduce_bytes) + ln.ar[1]
+    return (0.0, ar_s, max(recv_s + lat_s[0], dn.bottom_fwd_s),
+            max(recv_s + lat_s[1], dn.bottom_bwd_s))
+
+
 def compose(model: DLRMSpec, cluster: ClusterSpec, loads: Loads) -> DLRMEstimate:
     """The iteration from per-rank loads: sparse phases at their slowest rank, the output
     distribution overlapped with the bottom MLP, the dense all-reduce with the backward
     lookups (module docstring of planner/costmodel/dlrm.py)."""
     ln, dn = links(model, cluster), dense_cost(model, cluster)
     lat_f, lat_b = latencies_s(ln, loads.used)
-    recv_s = ln.a2a[0] * loads.recv_bytes
-    ar_s = ln.ar[0] * (dn.grad_bytes + loads.allreduce_bytes) + ln.ar[1]
+    _, ar_s, dist_f, dist_b = phase_floors_s(model, cluster, loads.recv_bytes,
+                                             loads.allreduce_bytes, (lat_f, lat_b))
     phases = {
         "lookup_fwd": float(loads.lookup_fwd_s.max()),
-        "dist_fwd": max(float(loads.comm_fwd_s.max()) + lat_f, recv_s + lat_f, dn.bottom_fwd_s),
+        "dist_fwd": max(float(loads.comm_fwd_s.max()) + lat_f, dist_f),
         "dense_middle": dn.middle_s,
-        "dist_bwd": max(float(loads.comm_bwd_s.max()) + lat_b, recv_s + lat_b, dn.bottom_bwd_s),
+        "dist_bwd": max(float(loads.comm_bwd_s.max()) + lat_b, dist_b),
         "lookup_bwd": max(float(loads.lookup_bwd_s.max()), ar_s),
         "optimizer": dn.optimizer_s,
     }
