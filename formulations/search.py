@@ -116,7 +116,7 @@ def _fitting(tb: Tables) -> np.ndarray:
     reserve = headroom_bytes(cluster)
     inf = np.inf
     Q, G = A.group_valid.shape
-    ok = A.rc_ok[None, :, :, None] & A.sp_ok[:, None, None, :]  # (Q, T, 3, 2)
+    ok = A.rc_ok[None, :, :, None] & A.sp_ok[:, None, None, :]  # (Q, T, R, 2)
     valid = A.group_valid
     spmask = np.where(A.sp_ok, 0.0, inf)
     head_act = np.min(A.head_act_bytes + spmask, axis=1)
@@ -128,17 +128,17 @@ def _fitting(tb: Tables) -> np.ndarray:
     base = np.where(A.state_ok[:, None, :] & host_ok, base, inf)
     infl_v = A.group_inflight / A.v[:, None]
     act = infl_v[:, :, None, None, None] * A.group_type_layers[:, :, :, None, None] * A.layer_act_bytes[:, None]
-    act = np.where(ok[:, None], act, inf)  # (Q, G, T, 3, 2)
+    act = np.where(ok[:, None], act, inf)  # (Q, G, T, R, 2)
     act_min = np.min(act.reshape(Q, G, act.shape[2], -1), axis=3)
     others = act_min.sum(axis=2, keepdims=True) - act_min
     # option (k, b) of type t fits in every group g next to state option z; one group at a
-    # time keeps the temporaries at (Q, Z, T, 3, 2)
-    need = act + others[..., None, None]  # (Q, G, T, 3, 2)
+    # time keeps the temporaries at (Q, Z, T, R, 2)
+    need = act + others[..., None, None]  # (Q, G, T, R, 2)
     feasible = np.broadcast_to(ok[:, None], (Q, base.shape[2]) + ok.shape[1:]).copy()
     for g in range(G):
         fits = base[:, g, :, None, None, None] + need[:, g, None] <= cap
         feasible &= fits | ~valid[:, g, None, None, None, None]
-    return feasible  # (Q, Z, T, 3, 2)
+    return feasible  # (Q, Z, T, R, 2)
 
 
 def _lower_bounds(tb: Tables) -> np.ndarray:

@@ -163,7 +163,7 @@ def test_round_trip_over_a_whole_space():
             raise
         if not _accepts(p, model, cluster):
             reasons.add(_reason(p, model, cluster))
-    assert len(plans) == 1132 and accepted == 132
+    assert len(plans) == 1509 and accepted == 173
     assert reasons == {"zero_stage", "placement.domain", "overlap_tp_comm"}
 
 
@@ -215,6 +215,32 @@ def test_uneven_splits_first_last_and_layout():
     assert megatron.megatron_chunks({"--pipeline-model-parallel-layout": layout}, 16, 126) == (
         [1] * 49 + [2] * 14 + [1] * 49)
 
+
+
+def test_half_recomputation_is_block_recomputation_of_half_a_chunk():
+    """recompute=half is Megatron's block method over half of each chunk (rounded up: 7
+    layers per stage of Llama 3 405B at pp 16 uneven recompute 4), torchtitan's every second
+    block, and is refused by DeepSpeed; a block count other than half is refused on the way
+    back, naming the value it expected."""
+    m, c = load_model("llama3-405b"), load_cluster("dgx-h100-superpod", 16384)
+    plan = Plan.model_validate(dict(tp=8, pp=16, dp=128, global_batch_size=2048, seq_len=8192,
+                                    sequence_parallel=True, zero_stage=1, uneven_pipeline=True,
+                                    recompute="half"))
+    t = Target(m, c)
+    args = megatron.to_args(plan, t)
+    i = args.index("--recompute-method")
+    assert args[i:i + 4] == ["--recompute-method", "block", "--recompute-num-layers", "4"]
+    back, _ = megatron.parse_args(megatron.render(plan, t), t)
+    assert back.recompute == "half"
+    text = megatron.render(plan, t).replace("--recompute-num-layers 4", "--recompute-num-layers 3")
+    with pytest.raises(InputError, match="block over 4"):
+        megatron.parse_args(text, t)
+    assert torchtitan.config(plan.model_copy(update={"zero_stage": 3}), t)["activation_checkpoint"] == {
+        "mode": "selective", "selective_ac_option": "2"}
+    with pytest.raises(InputError, match="recompute"):
+        deepspeed.render(plan.model_copy(update={"tp": 1, "pp": 1, "dp": 16384,
+                                                 "sequence_parallel": False,
+                                                 "uneven_pipeline": False}), t)
 
 def _yaml(path: Path) -> dict:
     import yaml

@@ -156,7 +156,7 @@ def offload_plans(draw):
     mbs = draw(st.sampled_from([1, 2]))
     return Plan(tp=tp, pp=pp, dp=dp, microbatch_size=mbs, global_batch_size=dp * mbs * 2,
                 seq_len=draw(st.sampled_from([1024, 2048])), zero_stage=zero,
-                recompute=draw(st.sampled_from(["none", "selective", "full"])),
+                recompute=draw(st.sampled_from(["none", "selective", "full", "half"])),
                 sequence_parallel=draw(st.booleans()) and tp > 1,
                 dtype=draw(st.sampled_from(["bf16", "fp8"])),
                 offload_optimizer=draw(st.booleans()),

@@ -29,7 +29,7 @@ def plans(draw, num_gpus=16):
     return Plan(
         tp=tp, pp=pp, dp=dp, cp=cp, microbatch_size=mbs, global_batch_size=gbs,
         seq_len=draw(st.sampled_from([1024, 2048])), virtual_stages=v,
-        sequence_parallel=sp, recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        sequence_parallel=sp, recompute=draw(st.sampled_from(["none", "selective", "full", "half"])),
         zero_stage=draw(st.integers(0, 3)),
         overlap_tp_comm=draw(st.booleans()), overlap_dp_grad_reduce=draw(st.booleans()),
     )
@@ -71,7 +71,7 @@ def test_memory_never_below_the_weights_share(plan):
 
 @settings(max_examples=40, deadline=None)
 @given(tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 4]),
-       zero=st.integers(0, 3), rc=st.sampled_from(["none", "selective", "full"]))
+       zero=st.integers(0, 3), rc=st.sampled_from(["none", "selective", "full", "half"]))
 def test_memory_falls_as_tp_pp_grow(tp, pp, dp, zero, rc):
     """At a fixed data-parallel degree and batch, doubling TP or PP never raises memory
     per GPU. (At a fixed GPU count DP shrinks instead, and under ZeRO the unsplit embedding's

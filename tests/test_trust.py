@@ -202,3 +202,42 @@ def test_cli_memory_headroom_and_calibration_notes(capsys):
     assert "dtype bf16" in default["calibration_notes"][0]  # H100 is fitted in FP8 only
     code, _, err = run(*base, "--memory-headroom", "nan")
     assert code == 2 and "--memory-headroom" in err
+
+
+def test_half_recomputation_is_every_second_layer_in_full():
+    """``recompute="half"`` (Megatron block recomputation of half a chunk, torchtitan's
+    every-second-layer checkpointing): per layer, the mean of none and full in stored
+    activations and half of full's recomputed forward; the stage lies strictly between."""
+    model, c = tiny_model(num_layers=8), small_cluster(8)
+    shape = LayerShape(tp=2, cp=1, mbs=2, seq=2048)
+    net = Net(tuple(c.topology), (2,), (1,))
+    cost = {m: layer_cost(model, c.gpu, net, shape, LayerStrategy(recompute=m))
+            for m in ("none", "full", "half")}
+    assert cost["half"].act_bytes == pytest.approx(
+        (cost["none"].act_bytes + cost["full"].act_bytes) / 2)
+    assert cost["half"].recompute_s == pytest.approx(cost["full"].recompute_s / 2)
+    assert cost["half"].recompute_flops == pytest.approx(cost["full"].recompute_flops / 2)
+    est = {m: evaluate(model, c, Plan(tp=2, dp=4, global_batch_size=16, seq_len=2048,
+                                      microbatch_size=2, recompute=m))
+           for m in ("none", "full", "half")}
+    assert est["none"].iteration_time_s < est["half"].iteration_time_s < est["full"].iteration_time_s
+    mem = {m: e.memory_breakdown_bytes["activations"] for m, e in est.items()}
+    assert mem["full"] < mem["half"] < mem["none"]
+
+
+def test_the_solver_recomputes_half_the_layers_when_none_does_not_fit():
+    """A microbatch whose activations do not fit without recomputation but do with half:
+    the optimum recomputes half the layers instead of all of them (NeMo's Llama 3 70B
+    Megatron-FSDP run on 64 GB200 at 8K tokens per microbatch)."""
+    from planner.orchestration import solve
+
+    model = load_model("llama3-70b")
+    from planner.specs.loaders import load_cluster
+
+    fixed = dict(tp=1, pp=1, cp=1, dp=64, microbatch_size=1, zero_stage=3, fp8_params=True,
+                 grad_reduce_dtype="bf16", global_batch_size=128, seq_len=8192, dtype="fp8")
+    res = solve(model, load_cluster("gb200-nvl72", 64), fixed=fixed, time_limit_s=30)
+    assert res.best.plan.recompute == "half"
+    none = evaluate(model, load_cluster("gb200-nvl72", 64),
+                    res.best.plan.model_copy(update={"recompute": "none"}))
+    assert not none.feasible

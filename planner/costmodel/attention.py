@@ -196,9 +196,13 @@ def recomputed(mode: str, fwd_s: float, attn_fwd_s: float, full_flops: float,
                ) -> tuple[float, tuple[float, ...], float]:
     """What recomputation adds before backward: (time, the forward exchanges it repeats,
     FLOPs). Full: the whole forward; selective: the attention core only, which needs no
-    exchange (Korthikanti et al. 2022, Sec. 5)."""
+    exchange (Korthikanti et al. 2022, Sec. 5); half: every second layer in full, so per
+    layer half of the full cost (Megatron ``--recompute-method block`` with half of a
+    chunk's layers, torchtitan ``selective_ac_option = 2``)."""
     if mode == "full":
         return fwd_s, comms, full_flops
+    if mode == "half":
+        return fwd_s / 2, tuple(c / 2 for c in comms), full_flops / 2
     if mode == "selective":
         return attn_fwd_s, (0.0,) * len(comms), attn_flops
     return 0.0, (0.0,) * len(comms), 0.0

@@ -160,6 +160,9 @@ def activation_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrategy,
     """Activations one dense layer stores for backward, per microbatch (Korthikanti et al.
     2022, Sec. 4.1, generalized to GQA, SwiGLU, FlashAttention and no dropout)."""
     mode = recompute or strat.recompute
+    if mode == "half":  # every second layer keeps only its input: the mean of the two
+        return 0.5 * (activation_bytes(model, shape, strat, "none")
+                      + activation_bytes(model, shape, strat, "full"))
     q_loc, kv_loc, f_loc, heads = local_dims(model, shape.tp)
     t, h, a = shape.tokens, model.hidden_size, C.ACT_BYTES
     sp_div = shape.tp if strat.sequence_parallel else 1
@@ -219,7 +222,8 @@ def layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
         strat.recompute, fwd, attn_f, gemm_flops + attn_flops, attn_flops, (tp_f, cp_f))
 
     act = activation_bytes(model, shape, strat)
-    workspace = activation_bytes(model, shape, strat, "none") if strat.recompute == "full" else 0.0
+    workspace = (activation_bytes(model, shape, strat, "none")
+                 if strat.recompute in ("full", "half") else 0.0)
     workspace += cp_buffer_bytes(model, shape, strat)
     return LayerCost(
         fwd_s=fwd,

@@ -173,6 +173,9 @@ def moe_activation_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrate
     moe = model.moe
     assert moe is not None
     mode = recompute or strat.recompute
+    if mode == "half":  # every second layer keeps only its input: the mean of the two
+        return 0.5 * (moe_activation_bytes(model, shape, strat, "none")
+                      + moe_activation_bytes(model, shape, strat, "full"))
     q_loc, kv_loc, _, heads = local_dims(model, shape.tp)
     r = routing(model, shape)
     t, h, a = r.tokens, model.hidden_size, C.ACT_BYTES
@@ -257,7 +260,7 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     pad_flops = 3 * pad  # forward and backward; a recomputed forward is in rec_flops
     act = moe_activation_bytes(model, shape, strat)
     workspace = (moe_activation_bytes(model, shape, strat, "none")
-                 if strat.recompute == "full" else 0.0)
+                 if strat.recompute in ("full", "half") else 0.0)
     workspace += cp_buffer_bytes(model, shape, strat)
     comm = dict(tp_comm_s=tp_f + tp_b + rec_tp, cp_comm_s=cp_f + cp_b + rec_cp,
                 ep_comm_s=2 * ep_one + rec_ep)  # dispatch and combine, each way

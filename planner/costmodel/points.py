@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "half")
 CP_COMMS = ("ring", "all_to_all", "all_gather")
 #: Plan fields that are decisions of the search; everything else is a base setting.
 DECISIONS = ("tp", "cp", "pp", "dp", "microbatch_size", "virtual_stages", "sequence_parallel",

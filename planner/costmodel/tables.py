@@ -137,7 +137,7 @@ class Terms:
     grad_down_s: np.ndarray  # gradient shard to the tier, behind backward
     fetch_s: np.ndarray  # parameter shard from the tier, per microbatch and pass
     host_bytes: np.ndarray
-    rc_ok: np.ndarray  # (T, 3): recomputation modes allowed per layer type
+    rc_ok: np.ndarray  # (T, R): recomputation modes allowed per layer type
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,7 @@ class _Ctx:
     gb: int
     dtype: str
     base: Plan  # the settings every plan shares (attention kernel, dtype, overlaps)
-    rc_ok: np.ndarray  # (T, 3)
+    rc_ok: np.ndarray  # (T, R)
     num_states: int
 
     def tp_comm(self, sp: bool) -> str:
@@ -251,7 +251,7 @@ def build_tables(space: PointSource, objective: Objective | str = "time") -> Tab
                space.base.get("dtype", "bf16"),
                next((space.plan(o, None, i) for o in outers for i in space.inners(o)), None),
                np.array([[mode in opts for mode in RECOMPUTE] for opts in zip(*rc_opts)])
-               if rc_opts else np.zeros((nt, 3), bool), space.num_states)
+               if rc_opts else np.zeros((nt, len(RECOMPUTE)), bool), space.num_states)
     per_outer = _outer_arrays(ctx)
     points, q_outer, keys, q_keys = _point_keys(ctx)
     A = _assemble(ctx, per_outer, np.array(q_outer, dtype=np.int64), keys, q_keys)
@@ -372,7 +372,7 @@ END_FIELDS = ("emb_total_s", "emb_fwd_s", "emb_bwd_s", "head_total_s", "head_fwd
 
 def _layer_table(ctx: _Ctx, keys: dict) -> np.ndarray:
     """Per unique layer key: :data:`LAYER_FIELDS` x type x recompute x sp."""
-    layer_terms = np.zeros((len(keys), len(LAYER_FIELDS), len(ctx.types), 3, 2))
+    layer_terms = np.zeros((len(keys), len(LAYER_FIELDS), len(ctx.types), len(RECOMPUTE), 2))
     for (tp, cp, mbs, ep, etp, cpc, tp_s, cp_s, ep_s, etp_s), k in keys.items():
         setup = layer_setup(ctx.model, ctx.levels, ctx.cluster.collective_chunks, tp, cp, mbs,
                             ctx.seq, ep, etp, tp_s, cp_s, ep_s, etp_s)

@@ -21,7 +21,7 @@ state as a string override.
 from __future__ import annotations
 
 from planner.costmodel.pipeline import chunk_sizes
-from planner.export.common import Target, header, launch_shape, refuse
+from planner.export.common import Target, half_block_layers, header, launch_shape, refuse
 from planner.export.megatron import CP_COMM, layout_string, normalized
 from planner.specs.plan import Plan
 
@@ -103,6 +103,11 @@ def _recompute(p: Plan, target: Target) -> list[str]:
         return ["model.recompute_granularity=null"]
     if value == "selective":
         return ["model.recompute_granularity=selective"]
+    if value == "half":
+        n = half_block_layers(target.model.num_layers, p.pp * p.virtual_stages,
+                              p.uneven_pipeline)
+        return ["model.recompute_granularity=full", "model.recompute_method=block",
+                f"model.recompute_num_layers={n}"]
     return ["model.recompute_granularity=full", "model.recompute_method=uniform",
             "model.recompute_num_layers=1"]
 

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from planner.costmodel.evaluator import evaluate
 from planner.costmodel.network import PlacementError, domain_factors, fill_level
+from planner.costmodel.pipeline import chunk_sizes
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
@@ -55,6 +56,15 @@ def uniform_recompute(plan: Plan, model: ModelSpec, fmt: str) -> str:
                f"{fmt} applies one recomputation to every layer; fix one value for all "
                "layer types (e.g. --fix recompute=full)")
     return values.pop()
+
+
+def half_block_layers(num_layers: int, n_chunks: int, uneven: bool) -> int:
+    """Layers per chunk that ``recompute="half"`` recomputes in a framework that recomputes
+    the first n layers of every chunk (Megatron ``--recompute-method block``): half of the
+    largest chunk, rounded up (an odd chunk recomputes one layer more than the plan counts:
+    a little slower, never more memory)."""
+    sizes = chunk_sizes(num_layers, n_chunks, uneven) or [num_layers]
+    return -(-max(sizes) // 2)
 
 
 def recompute_field(value: str, model: ModelSpec) -> str | dict[str, str]:

@@ -47,8 +47,8 @@ def refusals(p: Plan, target: Target) -> None:
         refuse(FMT, "overlap_param_gather", p.overlap_param_gather, "DeepSpeed's one "
                "overlap_comm switch covers both the gradient reduction and the parameter "
                f"gathers; set it equal to overlap_dp_grad_reduce={p.overlap_dp_grad_reduce}")
-    if uniform_recompute(p, target.model, FMT) == "selective":
-        refuse(FMT, "recompute", "selective", "models under DeepSpeed checkpoint whole layers "
+    if uniform_recompute(p, target.model, FMT) in ("selective", "half"):
+        refuse(FMT, "recompute", p.recompute, "models under DeepSpeed checkpoint every layer "
                "(gradient checkpointing); fix recompute=full or none")
     if p.attention != "flash":
         refuse(FMT, "attention", p.attention, "set by the model code, not ds_config; the "

@@ -30,6 +30,7 @@ from planner.export.common import (
     as_run,
     canonical_placement,
     check_rank_order,
+    half_block_layers,
     header,
     launch_shape,
     recompute_field,
@@ -214,6 +215,10 @@ def _recompute_args(p: Plan, target: Target) -> list[str]:
     if value == "full":  # every layer's input kept, the layer recomputed: uniform, 1 layer
         return ["--recompute-granularity", "full", "--recompute-method", "uniform",
                 "--recompute-num-layers", "1"]
+    if value == "half":  # block: the first n layers of every chunk, n = half the largest
+        return ["--recompute-granularity", "full", "--recompute-method", "block",
+                "--recompute-num-layers", str(half_block_layers(
+                    target.model.num_layers, p.pp * p.virtual_stages, p.uneven_pipeline))]
     return []
 
 
@@ -397,7 +402,7 @@ def parse_args(text: str, target: Target) -> tuple[Plan, list[str]]:
     data.update(_pipeline_from(got, data["pp"], target))
     data.update(_precision_from(got))
     data.update(_switches_from(got, data, target))
-    data["recompute"] = recompute_field(_recompute_from(got), target.model)
+    data["recompute"] = recompute_field(_recompute_from(got, data, target.model), target.model)
     order = MEGATRON_TP_PP_DP_ORDER if got.get("--use-tp-pp-dp-mapping") else MEGATRON_ORDER
     try:
         plan = Plan.model_validate(data)
@@ -554,7 +559,7 @@ def _switches_from(got: dict[str, Any], d: dict[str, Any], target: Target) -> di
     }
 
 
-def _recompute_from(got: dict[str, Any]) -> str:
+def _recompute_from(got: dict[str, Any], data: dict[str, Any], model: ModelSpec) -> str:
     gran = got.get("--recompute-granularity") or ("selective" if got.get("--recompute-activations") else None)
     if gran is None:
         return "none"
@@ -567,7 +572,12 @@ def _recompute_from(got: dict[str, Any]) -> str:
     if gran != "full":
         raise InputError(f"--from megatron: --recompute-granularity {gran}: expected full or selective")
     method, n = got.get("--recompute-method"), _int(got, "--recompute-num-layers", 1)
-    if method != "uniform" or n != 1:
-        raise InputError(f"--from megatron: --recompute-method {method} --recompute-num-layers "
-                         f"{n}: the planner's full recomputation is uniform over 1 layer")
-    return "full"
+    if method == "uniform" and n == 1:
+        return "full"
+    half = half_block_layers(model.num_layers, data["pp"] * data["virtual_stages"],
+                             data["uneven_pipeline"]) if method == "block" else None
+    if n == half:
+        return "half"
+    raise InputError(f"--from megatron: --recompute-method {method} --recompute-num-layers "
+                     f"{n}: the planner's full recomputation is uniform over 1 layer, its half "
+                     f"recomputation block over {half or 'half of a chunk'}")

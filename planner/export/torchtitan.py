@@ -117,7 +117,10 @@ def config(plan: Plan, target: Target) -> dict[str, dict[str, object]]:
         out.setdefault("model", {})["converters"] = ["quantize.linear.float8"]
     out["training"] = train
     out["parallelism"] = par
-    out["activation_checkpoint"] = {"mode": uniform_recompute(p, target.model, FMT)}
+    mode = uniform_recompute(p, target.model, FMT)
+    # half: torchtitan's layer-level selective checkpointing of every second block
+    out["activation_checkpoint"] = ({"mode": "selective", "selective_ac_option": "2"}
+                                    if mode == "half" else {"mode": mode})
     if p.overlap_tp_comm is True:  # async TP is applied through torch.compile
         out["compile"] = {"enable": True, "components": ["model", "loss"]}
     if p.fp8_params:

@@ -9,7 +9,7 @@ from pydantic import Field, PositiveInt, model_validator
 from planner.specs.base import Spec
 from planner.specs.model import LAYER_TYPES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "full", "half"]
 Dim = Literal["tp", "cp", "ep", "dp", "pp"]
 DIMS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 #: Dimensions that multiply to the GPU count (ep is carved out of dp x cp, as in Megatron-Core).
