@@ -52,7 +52,8 @@ def _floats(text: str, what: str) -> list[float]:
 
 def build_levels(topology: Optional[str], cluster: Optional[str], bandwidths: Optional[str],
                  latencies: Optional[str], bandwidth_unit: str, algorithms: Optional[str],
-                 inr: Optional[str]) -> tuple[list[Any], int, str]:
+                 inr: Optional[str], scheduling: Optional[str] = None
+                 ) -> tuple[list[Any], int, str]:
     """The levels, the chunk count and a name, from a shorthand or a cluster."""
     from planner.specs.cluster import TopologyLevel
     from planner.specs.loaders import load_cluster
@@ -99,6 +100,10 @@ def build_levels(topology: Optional[str], cluster: Optional[str], bandwidths: Op
                 raise InputError(f"--inr: dimension {d} is a {levels[d - 1].kind}; in-network "
                                  "reduction needs a switch")
             levels[d - 1] = levels[d - 1].model_copy(update={"in_network_reduction": True})
+    if scheduling is not None:
+        if scheduling not in ("baseline", "themis"):
+            raise InputError(f"--scheduling {scheduling!r}: expected baseline or themis")
+        levels = [lv.model_copy(update={"scheduler": scheduling}) for lv in levels]
     return levels, chunks, name
 
 
@@ -127,7 +132,7 @@ def collective_result(op: str, size_bytes: float, levels: list[Any], spans: list
         a, lat_s = collective_coeffs(op, tuple(spans), tuple(levels), chunks)  # type: ignore[arg-type]
         bw_s = a * size_bytes
         total_s = bw_s + lat_s if (a or lat_s) else 0.0
-        for i, (row, lv) in enumerate(zip(collective_breakdown(op, size_bytes, spans, levels),  # type: ignore[arg-type]
+        for i, (row, lv) in enumerate(zip(collective_breakdown(op, size_bytes, spans, levels, chunks),  # type: ignore[arg-type]
                                           levels)):
             dims.append(dict(dimension=i + 1, name=lv.name, kind=lv.kind, span=row.span,
                              bytes=row.bytes, steps=row.steps, time_us=row.time_s * 1e6))
@@ -168,6 +173,9 @@ def collective(
         None, "--algorithms", help="Per-dimension algorithm: auto, ring, direct or hd."),
     inr: Optional[str] = typer.Option(None, "--inr", help="Dimensions (1-based) whose switch "
                                       "reduces in the network, e.g. 1 or 1,4."),
+    scheduling: Optional[str] = typer.Option(
+        None, "--scheduling", help="baseline (chunks innermost dimension first) or themis "
+        "(each chunk in the order that balances the dimensions); default: the cluster's."),
     json_: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Time one collective on a multi-dimensional topology, and its traffic per dimension."""
@@ -178,7 +186,7 @@ def collective(
     kind = _op(op)
     size_bytes = parse_size_bytes(size, "--size")
     levels, default_chunks, name = build_levels(topology, cluster, bandwidths, latencies,
-                                                bandwidth_unit, algorithms, inr)
+                                                bandwidth_unit, algorithms, inr, scheduling)
     if chunks is not None and chunks < 1:
         raise InputError(f"--chunks must be at least 1, got {chunks}")
     group = [lv.size for lv in levels]

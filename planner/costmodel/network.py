@@ -177,12 +177,56 @@ def pipelined_time(op: str, level_times: Sequence[float], chunks: int) -> float:
     return best
 
 
+#: Collectives whose per-dimension traffic depends on the order the chunks cross the
+#: dimensions (the data shrinks by each span it passes); all-to-all sends (p-1)/p of the
+#: buffer on every dimension in any order, so Themis has nothing to balance there.
+BALANCEABLE = ("allreduce", "reduce_scatter", "all_gather")
+
+
+def themis_applies(op: str, spans: Sequence[int], levels: Sequence[TopologyLevel]) -> bool:
+    """Themis scheduling balances a collective when every dimension it spans (two or more
+    of them) is scheduled by it, none reduces in the switch and none is a RAMP level."""
+    active = [lv for k, lv in zip(spans, levels) if k > 1]
+    return (op in BALANCEABLE and len(active) > 1
+            and all(lv.scheduler == "themis" and not lv.in_network_reduction
+                    and lv.kind != "ramp" for lv in active))
+
+
+def themis_level_times(op: str, spans: Sequence[int], levels: Sequence[TopologyLevel],
+                       chunks: int) -> list[float]:
+    """Seconds per byte each spanned dimension is busy when Themis (Rashidi et al., ISCA
+    2022; ASTRA-sim 2.0 Sec. IV-A) sends every chunk in the dimension order that keeps the
+    busiest dimension least loaded so far (greedy over the ``chunks`` equal chunks). The
+    bytes a chunk puts on a dimension shrink by the spans it already crossed, so orders
+    that start on a fast dimension move the bulk there."""
+    import itertools
+
+    active = [(k, lv) for k, lv in zip(spans, levels) if k > 1]
+    bw = [level_bandwidth_Bps(lv, k) for k, lv in active]
+    per_chunk = []
+    for order in itertools.permutations(range(len(active))):
+        load = [0.0] * len(active)
+        data = 1.0 / chunks
+        for d in order:
+            k = active[d][0]
+            load[d] = (2.0 if op == "allreduce" else 1.0) * (k - 1) / k * data / bw[d]
+            data /= k
+        per_chunk.append(load)
+    busy = [0.0] * len(active)
+    for _ in range(chunks):
+        best = min(per_chunk, key=lambda add: max(b + a for b, a in zip(busy, add)))
+        busy = [b + a for b, a in zip(busy, best)]
+    return busy
+
+
 @lru_cache(maxsize=65536)
 def collective_coeffs(op: Op, spans: tuple[int, ...], levels: tuple[TopologyLevel, ...],
                       chunks: int = 64) -> tuple[float, float]:
     """``(seconds per byte, fixed seconds)`` of a collective: its time is affine in the
     buffer size, ``T = a x size + b`` for any size > 0 (every level's traffic scales with
-    the size). The formulations use these coefficients directly."""
+    the size). The formulations use these coefficients directly. Under Themis scheduling
+    the chunks' dimension orders are balanced (:func:`themis_level_times`); the latency
+    steps are the same."""
     if math.prod(spans) <= 1:
         return 0.0, 0.0
     per_byte = []
@@ -194,7 +238,14 @@ def collective_coeffs(op: Op, spans: tuple[int, ...], levels: tuple[TopologyLeve
         latency += steps * level.latency_us * 1e-6
     if not per_byte:
         return 0.0, 0.0
-    return pipelined_time(op, per_byte, chunks), latency
+    baseline = pipelined_time(op, per_byte, chunks)
+    if themis_applies(op, spans, levels):
+        busy = themis_level_times(op, spans, levels, chunks)
+        # the chunks stream through the dimensions: the busiest one, plus one chunk's
+        # trip through the others to fill and drain (as pipelined_time's single pass)
+        balanced = max(busy) + (sum(busy) - max(busy)) / chunks
+        return min(baseline, balanced), latency
+    return baseline, latency
 
 
 def collective_time_s(op: Op, size_bytes: float, spans: Sequence[int],
@@ -209,12 +260,17 @@ def collective_time_s(op: Op, size_bytes: float, spans: Sequence[int],
 
 
 def collective_breakdown(op: Op, size_bytes: float, spans: Sequence[int],
-                         levels: Sequence[TopologyLevel]) -> list[LevelTraffic]:
+                         levels: Sequence[TopologyLevel], chunks: int = 64) -> list[LevelTraffic]:
     """Per level: bytes each GPU sends, algorithm steps, and the level's busy time
-    (bandwidth time plus steps x latency)."""
+    (bandwidth time plus steps x latency); under Themis the balanced bytes."""
+    traffic = level_traffic(op, size_bytes, spans, levels)
+    if themis_applies(op, spans, levels):
+        busy = iter(themis_level_times(op, spans, levels, chunks))
+        traffic = [(next(busy) * level_bandwidth_Bps(lv, k) * size_bytes, steps) if k > 1
+                   else (nbytes, steps)
+                   for (nbytes, steps), lv, k in zip(traffic, levels, spans)]
     out = []
-    for (nbytes, steps), level, k in zip(level_traffic(op, size_bytes, spans, levels), levels,
-                                         spans):
+    for (nbytes, steps), level, k in zip(traffic, levels, spans):
         t = (nbytes / level_bandwidth_Bps(level, k) + steps * level.latency_us * 1e-6
              if nbytes else 0.0)
         out.append(LevelTraffic(level.name, nbytes, t, steps, k))

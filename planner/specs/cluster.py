@@ -10,7 +10,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from planner.specs.base import Spec
 from planner.errors import InputError
 from planner.specs.gpu import GPUSpec
-from planner.specs.topology import RampSpec, expand_cluster_topology
+from planner.specs.topology import RampSpec, expand_cluster_topology, with_scheduling
 
 LevelKind = Literal["switch", "ring", "fully_connected", "ramp"]
 #: Per-dimension collective algorithm (ASTRA-sim 2.0 ``*-implementation`` options); ``auto``
@@ -38,6 +38,12 @@ class TopologyLevel(Spec):
     in_network_reduction: bool = Field(False, description="switch reduces (NVLS/SHARP)")
     power_w_per_gpu: float = Field(0.0, ge=0, description="network power attributed per GPU")
     algorithm: Algorithm = "auto"
+    scheduler: Literal["baseline", "themis"] = Field(
+        "baseline", description="how a collective's chunks cross the dimensions: baseline "
+        "(every chunk innermost first, ASTRA-sim 2.0's default) or themis (each chunk in the "
+        "dimension order that least loads the busiest dimension, Rashidi et al. ISCA 2022); "
+        "a collective is balanced only when every dimension it spans says themis. A cluster "
+        "file sets it for all levels with collective_scheduling")
     energy_pj_per_bit: float = Field(
         0.0, ge=0, description="network energy per bit of this level's capacity (RAMP Table 4)")
     cost_usd_per_Gbps: float = Field(
@@ -132,9 +138,10 @@ class ClusterSpec(Spec):
         """``topology: "Ring(2)_FC(8)_Switch(4)"`` with ``bandwidths_GBps``, or a ``ramp``
         block, becomes the level list (planner/specs/topology.py)."""
         try:
-            return expand_cluster_topology(data)
+            data = expand_cluster_topology(data)
         except InputError as e:
             raise ValueError(str(e)) from None
+        return with_scheduling(data)
 
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":

@@ -206,6 +206,27 @@ def expand_cluster_topology(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+SCHEDULERS = ("baseline", "themis")
+
+
+def with_scheduling(data: Any) -> Any:
+    """A cluster mapping's ``collective_scheduling`` (``baseline`` or ``themis``) becomes
+    every level's ``scheduler``; a level that states its own keeps it."""
+    if not isinstance(data, dict) or "collective_scheduling" not in data:
+        return data
+    data = dict(data)
+    value = data.pop("collective_scheduling")
+    if value not in SCHEDULERS:
+        raise ValueError(f"collective_scheduling={value!r}: expected one of {list(SCHEDULERS)}")
+    topo = data.get("topology")
+    if isinstance(topo, list):
+        data["topology"] = [
+            {"scheduler": value, **lv} if isinstance(lv, dict)
+            else lv.model_copy(update={"scheduler": value}) if hasattr(lv, "model_copy") else lv
+            for lv in topo]
+    return data
+
+
 def _size(level: Any) -> Any:
     return level.get("size") if isinstance(level, dict) else getattr(level, "size", None)
 
