@@ -1,0 +1,52 @@
+"""Held-out check on a third framework: torchtitan's published FSDP2 runs of Llama 2 and
+Llama 3 on 64 A100 80GB (bf16, FlashAttention through SDPA). Nothing here is fitted.
+
+Measurements: pytorch/torchtitan ``docs/performance.md`` at commit
+041336434916bdc0f88c1f89fda176fd3c2092e4, tables "Llama 3 performance numbers" and
+"Llama 2 performance numbers": FSDP2 (ZeRO-3) over all 64 GPUs, local batch 1 (Llama 3,
+8,192 tokens) or 2 (Llama 2, 4,096), tokens/s per GPU ("WPS"). torchtitan's activation
+checkpointing maps onto the plan's ``recompute``: "no" is ``none``, "full" is ``full``,
+"selective layer" (every second block, ``selective_ac_option = 2``) is ``half``. Its
+"selective op" rows (per-operator saving policy) have no counterpart and are left out.
+
+    python benchmarks/bench_heldout_torchtitan.py        # about 1 s
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from planner.costmodel.evaluator import evaluate
+from planner.specs.loaders import load_cluster, load_model
+from planner.specs.plan import Plan
+
+#: model, sequence, local batch, recompute, published tokens/s/GPU, published MFU %
+ROWS = [
+    ("llama3-8b", 8192, 1, "half", 2904, 56.8),
+    ("llama3-70b", 8192, 1, "full", 331, 51.7),
+    ("llama2-13b", 4096, 2, "none", 2162, 61.1),
+    ("llama2-13b", 4096, 2, "half", 1914, 54.1),
+    ("llama2-70b", 4096, 2, "full", 353, 50.5),
+]
+GPUS = 64
+
+
+def main() -> None:
+    cluster = load_cluster("dgx-a100-superpod", GPUS)
+    print(f"{'run':28s} {'published':>9s} {'predicted':>9s} {'error':>7s}  MFU pub/pred")
+    errors = []
+    for name, seq, mbs, recompute, measured, mfu in ROWS:
+        plan = Plan(dp=GPUS, microbatch_size=mbs, global_batch_size=GPUS * mbs, seq_len=seq,
+                    zero_stage=3, recompute=recompute, attention="flash", dtype="bf16")
+        est = evaluate(load_model(name), cluster, plan)
+        predicted = GPUS * mbs * seq / est.iteration_time_s / GPUS
+        err = predicted / measured - 1
+        errors.append(err)
+        print(f"{name + ' ' + recompute:28s} {measured:9,.0f} {predicted:9,.0f} {err:+7.1%}  "
+              f"{mfu:.1f} / {est.mfu:.1%}")
+    print(f"A100 FSDP2, {len(errors)} runs: MAPE {statistics.mean(abs(e) for e in errors):.1%}, "
+          f"mean {statistics.mean(errors):+.1%}, max {max(errors, key=abs):+.1%}")
+
+
+if __name__ == "__main__":
+    main()
