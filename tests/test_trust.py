@@ -241,3 +241,45 @@ def test_the_solver_recomputes_half_the_layers_when_none_does_not_fit():
     none = evaluate(model, load_cluster("gb200-nvl72", 64),
                     res.best.plan.model_copy(update={"recompute": "none"}))
     assert not none.feasible
+
+
+def test_eager_elementwise_counts_each_operator_pass():
+    """PyTorch eager (``fused_elementwise: false``) moves, per element, 36 B for an RMSNorm
+    (fp32 cast, square, mean, scale, cast back, weight), 10 B for SwiGLU and 20 B for a
+    complex RoPE, against 4, 6 and 4 fused; LayerNorm and GELU are single native kernels,
+    so a LayerNorm/GELU model without RoPE costs the same either way."""
+    from planner.costmodel.layer import _elementwise_bytes
+
+    llama = tiny_model(norm_type="rmsnorm", position_embedding="rope")
+    shape = LayerShape(tp=1, cp=1, mbs=1, seq=2048)
+    fused = _elementwise_bytes(llama, shape, LayerStrategy())
+    eager = _elementwise_bytes(llama, shape, LayerStrategy(fused_elementwise=False))
+    t, h, f = 2048, 1024, 4096
+    qkv = 1024 + 512  # 16 query heads and 8 KV heads of 64
+    assert eager - fused == pytest.approx(t * (2 * h * (36 - 4) + f * (10 - 6) + qkv * (20 - 4)))
+    mpt = tiny_model(norm_type="layernorm", ffn_type="gelu", position_embedding="learned")
+    assert _elementwise_bytes(mpt, shape, LayerStrategy(fused_elementwise=False)) == \
+        pytest.approx(_elementwise_bytes(mpt, shape, LayerStrategy()))
+
+
+def test_eager_plans_are_slower_through_the_solver_and_export_as_such():
+    """The setting reaches the search (the formulation's bound is the evaluator's time),
+    torchtitan runs an eager plan without torch.compile and a fused one with it, and
+    Megatron-LM, whose kernels are fused, refuses an eager plan naming the field."""
+    from planner.errors import InputError
+    from planner.export import Target, megatron, torchtitan
+    from planner.orchestration import solve
+
+    model, c = tiny_model(norm_type="rmsnorm", position_embedding="rope"), small_cluster(8)
+    fixed = dict(dp=8, zero_stage=3, global_batch_size=64, seq_len=2048)
+    fused = solve(model, c, fixed=fixed, time_limit_s=20).best
+    eager = solve(model, c, fixed=dict(fixed, fused_elementwise=False), time_limit_s=20).best
+    assert eager.plan.fused_elementwise is False
+    assert eager.estimate.iteration_time_s > fused.estimate.iteration_time_s
+    assert eager.estimate.iteration_time_s == pytest.approx(
+        evaluate(model, c, eager.plan).iteration_time_s)
+    t = Target(model, c)
+    assert "compile" in torchtitan.config(fused.plan, t)
+    assert "compile" not in torchtitan.config(eager.plan, t)
+    with pytest.raises(InputError, match="fused_elementwise=false"):
+        megatron.render(eager.plan.model_copy(update={"zero_stage": 1}), t)

@@ -7,6 +7,7 @@ import numpy as np
 from planner.costmodel import constants as C
 from planner.costmodel.constants import FLASH_BWD_FLOP_RATIO
 from planner.specs.gpu import GPUSpec
+from planner.specs.model import ModelSpec
 
 
 def gemm_efficiency(gpu: GPUSpec, dtype: str, m: float, n: float, k: float) -> float:
@@ -42,6 +43,17 @@ def fp8_cast_bytes(dtype: str, inputs: float) -> float:
     a bandwidth-bound cost FP8 adds per GEMM, largest relative to the GEMM's FLOPs when
     the hidden size is small."""
     return C.FP8_CAST_BYTES * inputs if dtype == "fp8" else 0.0
+
+
+def op_bytes(model: ModelSpec, fused: bool) -> tuple[float, float, float]:
+    """Bytes per element of (a norm, the FFN activation, RoPE): fused kernels, or PyTorch
+    eager (RMSNorm, SwiGLU and RoPE as several operators; LayerNorm and GELU are one native
+    kernel either way)."""
+    swiglu = model.ffn_type == "swiglu"
+    if fused:
+        return C.NORM_BYTES, C.SWIGLU_BYTES if swiglu else C.GELU_BYTES, C.ROPE_BYTES
+    norm = C.EAGER_RMSNORM_BYTES if model.norm_type == "rmsnorm" else C.NORM_BYTES
+    return norm, C.EAGER_SWIGLU_BYTES if swiglu else C.GELU_BYTES, C.EAGER_ROPE_BYTES
 
 
 def elementwise_time_s(gpu: GPUSpec, nbytes: float) -> float:

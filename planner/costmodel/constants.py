@@ -52,6 +52,19 @@ GELU_BYTES = 4.0  # read x, write gelu(x)
 SWIGLU_BYTES = 6.0  # read gate and up, write silu(gate) * up
 ROPE_BYTES = 4.0  # read and write q/k
 SOFTMAX_BYTES = 4.0  # fused scale-mask-softmax: read scores, write probabilities
+#: The same operations in PyTorch eager mode, one kernel per operator (a plan with
+#: ``fused_elementwise: false``; torchtitan without torch.compile, pytorch/torchtitan
+#: ``torchtitan/models/llama/model.py`` @0413364). LayerNorm and GELU are single native
+#: kernels either way; these three are not:
+#: RMSNorm ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * w``: cast
+#: (read 2, write 4), pow (4 + 4), mean (read 4), scale (4 + 4), cast back (4 + 2), weight
+#: (2 + 2) bytes per element.
+EAGER_RMSNORM_BYTES = 36.0
+#: ``silu(w1 x) * w3 x``: silu (read 2, write 2), product (read 4, write 2).
+EAGER_SWIGLU_BYTES = 10.0
+#: complex RoPE: ``x.float()`` as complex (read 2, write 4), times the frequencies (read
+#: 4, write 4), ``type_as`` (read 4, write 2).
+EAGER_ROPE_BYTES = 20.0
 #: Backward elementwise traffic relative to forward (read output grad and saved input,
 #: write input grad).
 ELEMENTWISE_BWD_RATIO = 2.0

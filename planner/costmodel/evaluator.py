@@ -254,6 +254,7 @@ def strategy_from(plan: Plan, recompute: str, sequence_parallel: bool, tp_comm: 
         overlap_tp_comm=plan.overlap_tp_comm,
         dtype=plan.dtype,
         layer_type=layer_type,
+        fused_elementwise=plan.fused_elementwise,
     )
 
 

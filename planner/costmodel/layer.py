@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.costmodel import constants as C
-from planner.costmodel.compute import elementwise_time_s, fp8_cast_bytes, gemm_time_s
+from planner.costmodel.compute import elementwise_time_s, fp8_cast_bytes, gemm_time_s, op_bytes
 from planner.costmodel.attention import (
     attention_core,
     attention_gemms,
@@ -145,13 +145,13 @@ def _elementwise_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrategy
     q_loc, kv_loc, f_loc, _ = local_dims(model, shape.tp)
     sp_div = shape.tp if strat.sequence_parallel else 1
     rows = shape.tokens * model.hidden_size / sp_div
-    nbytes = 2 * C.NORM_BYTES * rows + 2 * C.RESIDUAL_BYTES * rows
+    norm, act, rope = op_bytes(model, strat.fused_elementwise)
+    nbytes = 2 * norm * rows + 2 * C.RESIDUAL_BYTES * rows
     if model.dropout:
         nbytes += 2 * C.DROPOUT_BYTES * rows
-    act = C.SWIGLU_BYTES if model.ffn_type == "swiglu" else C.GELU_BYTES
     nbytes += act * shape.tokens * f_loc
     if model.position_embedding == "rope":
-        nbytes += C.ROPE_BYTES * shape.tokens * (q_loc + kv_loc)
+        nbytes += rope * shape.tokens * (q_loc + kv_loc)
     return nbytes
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.costmodel import constants as C
-from planner.costmodel.compute import elementwise_time_s, fp8_cast_bytes, gemm_time_s
+from planner.costmodel.compute import elementwise_time_s, fp8_cast_bytes, gemm_time_s, op_bytes
 from planner.costmodel.attention import attention_core, attention_gemms, attention_params
 from planner.costmodel.attention import cp_buffer_bytes, cp_comm, recomputed, tp_comm_pairs
 from planner.costmodel.network import collective_time_s
@@ -145,12 +145,12 @@ def _elementwise_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrategy
     r = routing(model, shape)
     sp_div = shape.tp if strat.sequence_parallel else 1
     rows = r.tokens * model.hidden_size / sp_div
-    nbytes = 2 * C.NORM_BYTES * rows + 2 * C.RESIDUAL_BYTES * rows
+    norm, act, rope = op_bytes(model, strat.fused_elementwise)
+    nbytes = 2 * norm * rows + 2 * C.RESIDUAL_BYTES * rows
     if model.dropout:
         nbytes += 2 * C.DROPOUT_BYTES * rows
     if model.position_embedding == "rope":
-        nbytes += C.ROPE_BYTES * r.tokens * (q_loc + kv_loc)
-    act = C.SWIGLU_BYTES if model.ffn_type == "swiglu" else C.GELU_BYTES
+        nbytes += rope * r.tokens * (q_loc + kv_loc)
     nbytes += act * (r.tokens * shared_ffn(model) / shape.tp
                      + r.received * moe.expert_ffn_hidden_size)
     nbytes += C.ROUTER_SOFTMAX_BYTES * r.dispatched * moe.num_experts

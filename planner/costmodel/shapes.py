@@ -36,6 +36,7 @@ class LayerStrategy:
     overlap_tp_comm: bool | str = False  # True, False or "auto" (the faster, per layer)
     dtype: str = "bf16"
     layer_type: str = "dense"
+    fused_elementwise: bool = True
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from planner.costmodel import constants as C
 from planner.costmodel.numerics import Numerics
-from planner.costmodel.compute import elementwise_time_s, gemm_time_s
+from planner.costmodel.compute import elementwise_time_s, gemm_time_s, op_bytes
 from planner.costmodel.layer import LayerShape, LayerStrategy, Net, embedding_params, head_params
 from planner.costmodel.network import collective_time_s, p2p_time_s
 from planner.specs.cluster import TopologyLevel
@@ -51,7 +51,7 @@ def head_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     t, h = shape.tokens, model.hidden_size
     v_loc = model.vocab_size / shape.tp
     sp_div = shape.tp if strat.sequence_parallel else 1
-    norm = elementwise_time_s(gpu, C.NORM_BYTES * t * h / sp_div)
+    norm = elementwise_time_s(gpu, op_bytes(model, strat.fused_elementwise)[0] * t * h / sp_div)
     loss = elementwise_time_s(gpu, C.LOSS_BYTES_PER_LOGIT * t * v_loc)
     fwd = norm + gemm_time_s(gpu, dt, t, v_loc, h) + loss / 2
     bwd = (C.ELEMENTWISE_BWD_RATIO * norm + gemm_time_s(gpu, dt, t, h, v_loc)

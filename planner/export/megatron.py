@@ -61,6 +61,9 @@ def refusals(plan: Plan, target: Target) -> None:
                "TP activations")
     if plan.dtype == "fp16" and plan.grad_reduce_dtype == "bf16":
         refuse(FMT, "grad_reduce_dtype", "bf16", "--grad-reduce-in-bf16 applies to --bf16 runs")
+    if not plan.fused_elementwise:
+        refuse(FMT, "fused_elementwise", False, "Megatron-LM runs its norms, activations and "
+               "RoPE as fused kernels (Transformer Engine); fix fused_elementwise=true")
     if plan.fp8_params and plan.zero_stage == 0:
         refuse(FMT, "fp8_params", True, "--fp8-param-gather needs --use-distributed-optimizer "
                "(zero_stage=1)")

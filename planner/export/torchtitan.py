@@ -50,6 +50,10 @@ def refusals(p: Plan) -> None:
         refuse(FMT, "zero_stage", 0, "without FSDP torchtitan applies bf16 mixed precision "
                "only to pure DDP (job_config.py, mixed_precision_param), and it shards over "
                "cp whenever cp > 1; fix zero_stage=3")
+    if not p.fused_elementwise and p.overlap_tp_comm is True:
+        refuse(FMT, "fused_elementwise", False, "torchtitan's async TP runs through "
+               "torch.compile, which fuses the elementwise operators too; fix "
+               "fused_elementwise=true or overlap_tp_comm=false")
     if p.offload_optimizer != p.offload_params:
         refuse(FMT, "offload_optimizer" if p.offload_optimizer else "offload_params", True,
                "torchtitan's training.enable_cpu_offload moves parameters, gradients and "
@@ -121,7 +125,9 @@ def config(plan: Plan, target: Target) -> dict[str, dict[str, object]]:
     # half: torchtitan's layer-level selective checkpointing of every second block
     out["activation_checkpoint"] = ({"mode": "selective", "selective_ac_option": "2"}
                                     if mode == "half" else {"mode": mode})
-    if p.overlap_tp_comm is True:  # async TP is applied through torch.compile
+    # torch.compile fuses the norms, activations and RoPE (the plan's fused_elementwise)
+    # and applies async TP
+    if p.fused_elementwise or p.overlap_tp_comm is True:
         out["compile"] = {"enable": True, "components": ["model", "loss"]}
     if p.fp8_params:
         out["quantize.linear.float8"] = {"enable_fsdp_float8_all_gather": True,

@@ -61,6 +61,11 @@ class Plan(Spec):
     uneven_pipeline: bool = Field(
         False, description="layers need not divide pp x virtual_stages; end chunks get fewer"
     )
+    fused_elementwise: bool = Field(
+        True, description="norms, activations and RoPE run as fused kernels (Megatron-LM and "
+        "Transformer Engine, or torch.compile); false: PyTorch eager, one kernel per operator, "
+        "several times the memory traffic for RMSNorm, SwiGLU and RoPE (torchtitan without "
+        "compile)")
     sequence_parallel: bool = False
     tp_comm: Literal["allreduce", "rs_ag"] | None = Field(
         None, description="default: rs_ag with sequence parallelism, else allreduce"
