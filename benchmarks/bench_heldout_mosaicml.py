@@ -52,7 +52,8 @@ def main() -> None:
         model = ModelSpec(name=name, num_layers=layers, hidden_size=d, num_attention_heads=heads,
                           num_kv_heads=heads, ffn_hidden_size=4 * d, ffn_type="gelu",
                           vocab_size=50368, seq_len=seq, global_batch_size=gbs,
-                          tied_embeddings=True, norm_type="layernorm", bias=False)
+                          tied_embeddings=True, norm_type="layernorm", bias=False,
+                          position_embedding="none")  # MPT: ALiBi, no RoPE
         plan = Plan(dp=gpus, microbatch_size=mb, global_batch_size=gbs, seq_len=seq,
                     zero_stage=3, recompute="full" if ac else "none", attention="flash")
         est = evaluate(model, load_cluster(cluster, gpus), plan)

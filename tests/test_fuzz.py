@@ -582,7 +582,8 @@ OVERRIDES = ["tp=2", "tp=", "=", "tp", "pp=2", "recompute=full", "placement.doma
              "zero_stage=9", "dtype=fp4", "virtual_stages=1000000", "global_batch_size=2",
              "seq_len=-1", "tp=[1]", "placement.order=x", "microbatch_size=1e400",
              "nonsense=1", "placement.domain=1", "sequence_parallel=maybe", "tp=2.0",
-             "cp=2", "ep=4", "offload_optimizer=true", "recompute={dense: full}"]
+             "cp=2", "ep=4", "offload_optimizer=true", "recompute={dense: full}",
+             "recompute=half", "fused_elementwise=false", "fused_elementwise=maybe"]
 VALUES: dict[str, list[str]] = {
     "--model": MODELS, "--cluster": CLUSTERS, "--fix": OVERRIDES, "--set": OVERRIDES,
     "--plan": [str(DATA / "plan-tp8.yaml"), str(DATA / "bad-syntax.yaml"), "/nonexistent",
@@ -601,6 +602,7 @@ VALUES: dict[str, list[str]] = {
     "--spans": ["2,8", "1,1", "0", "-1,2", "x", "2,8,1,1,1", "8"],
     "--algorithms": ["auto", "ring,direct", "hd", "x", ""],
     "--inr": ["1", "1,4", "0", "9", "x"],
+    "--scheduling": ["baseline", "themis", "x", ""],
     "--pricing": ["rent", "own", "x"],
     "--prices": [str(ROOT / "examples" / "prices-ramp-high.yaml"), str(DATA / "bad-syntax.yaml"),
                  "/nonexistent"],

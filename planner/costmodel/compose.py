@@ -31,8 +31,8 @@ from planner.costmodel.pipeline import bubble_factor
 #: Whether the per-microbatch traffic of ZeRO-2/3 (FSDP's parameter gathers and gradient
 #: reduce-scatters, every microbatch) hides behind compute like the once-per-iteration
 #: buckets of Megatron's distributed optimizer do. It does not, measured: MosaicML's FSDP
-#: runs (llm-foundry benchmarking tables, 16 runs on A100 and H100) come out 13-23 % faster
-#: in the model than measured when it overlaps and within 4.7 % MAPE when it is charged in
+#: runs (llm-foundry benchmarking tables, 16 runs on A100 and H100) come out 13-24 % faster
+#: in the model than measured when it overlaps and within 4.9 % MAPE when it is charged in
 #: full; MAD-Max (Hsia et al. 2024, Sec. VI) measures DDP 1.68x faster than FSDP on 2048
 #: A100 for the same reason. The plan's overlap switches act on the once-per-iteration part.
 SHARDED_MICROBATCH_OVERLAP = False
