@@ -41,6 +41,8 @@ def plan_line(plan: Plan) -> str:
                            ("params", plan.offload_params)) if on]
     if off:
         parts.append(f"offload {' + '.join(off)}")
+    if not plan.fused_elementwise:
+        parts.append("eager elementwise")
     return " | ".join(parts)
 
 
