@@ -28,12 +28,11 @@ this project has not read, is left out rather than guessed.
 
 from __future__ import annotations
 
-import statistics
-
 from planner.api import solve
 from planner.costmodel.evaluator import evaluate
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.model import ModelSpec
+from planner.validation.errors import summary
 from planner.validation.nemo import (
     nemo_data,
     recipe_base,
@@ -138,9 +137,7 @@ def main() -> None:
         print(f"{name:34s} {measured:9,.0f} {predicted:9,.0f} {err:+7.1%}  "
               f"{est.memory_per_gpu_bytes / 2**30:5.0f} GiB  {', '.join(note)}")
     for gen, errs in errors.items():
-        print(f"{gen}: MAPE {statistics.mean(abs(e) for e in errs):.1%}, mean "
-              f"{statistics.mean(errs):+.1%}, max |error| {max(abs(e) for e in errs):.1%}, "
-              f"{len(errs)} runs")
+        print(f"{gen}: {summary(errs)}")
 
 
 if __name__ == "__main__":

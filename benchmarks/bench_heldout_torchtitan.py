@@ -17,11 +17,10 @@ would say with fused kernels.
 
 from __future__ import annotations
 
-import statistics
-
 from planner.costmodel.evaluator import evaluate
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
+from planner.validation.errors import summary
 
 #: model, sequence, local batch, recompute, published tokens/s/GPU, published MFU %
 ROWS = [
@@ -53,9 +52,7 @@ def main() -> None:
               f"{errors[False][-1]:+7.1%}  {mfu:.1f} / {out[False][1]:.1%}    "
               f"{errors[True][-1]:+.1%}")
     for fused, errs in errors.items():
-        print(f"A100 FSDP2, {len(errs)} runs, {'fused' if fused else 'eager'} elementwise: "
-              f"MAPE {statistics.mean(abs(e) for e in errs):.1%}, mean "
-              f"{statistics.mean(errs):+.1%}, max {max(errs, key=abs):+.1%}")
+        print(f"A100 FSDP2, {'fused' if fused else 'eager'} elementwise: {summary(errs)}")
 
 
 if __name__ == "__main__":

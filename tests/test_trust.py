@@ -283,3 +283,10 @@ def test_eager_plans_are_slower_through_the_solver_and_export_as_such():
     assert "compile" not in torchtitan.config(eager.plan, t)
     with pytest.raises(InputError, match="fused_elementwise=false"):
         megatron.render(eager.plan.model_copy(update={"zero_stage": 1}), t)
+
+
+def test_error_summary_of_the_held_out_benchmarks():
+    from planner.validation.errors import summary
+
+    assert summary([0.1, -0.2]) == "MAPE 15.0%, mean -5.0%, max -20.0%, 2 runs"
+    assert summary([]) == "no runs"
