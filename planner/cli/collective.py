@@ -13,6 +13,7 @@ import typer
 
 from planner.cli.console import _emit_json, out
 from planner.errors import InputError
+from planner.specs.topology import SCHEDULERS
 
 OPS = {
     "allreduce": "allreduce", "reducescatter": "reduce_scatter", "allgather": "all_gather",
@@ -101,8 +102,9 @@ def build_levels(topology: Optional[str], cluster: Optional[str], bandwidths: Op
                                  "reduction needs a switch")
             levels[d - 1] = levels[d - 1].model_copy(update={"in_network_reduction": True})
     if scheduling is not None:
-        if scheduling not in ("baseline", "themis"):
-            raise InputError(f"--scheduling {scheduling!r}: expected baseline or themis")
+        if scheduling not in SCHEDULERS:
+            raise InputError(f"--scheduling {scheduling!r}: expected one of "
+                             f"{', '.join(SCHEDULERS)}")
         levels = [lv.model_copy(update={"scheduler": scheduling}) for lv in levels]
     return levels, chunks, name
 

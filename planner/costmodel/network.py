@@ -14,6 +14,7 @@ and ``C`` the chunk count; plus steps x latency.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -199,18 +200,17 @@ def themis_level_times(op: str, spans: Sequence[int], levels: Sequence[TopologyL
     busiest dimension least loaded so far (greedy over the ``chunks`` equal chunks). The
     bytes a chunk puts on a dimension shrink by the spans it already crossed, so orders
     that start on a fast dimension move the bulk there."""
-    import itertools
-
     active = [(k, lv) for k, lv in zip(spans, levels) if k > 1]
     bw = [level_bandwidth_Bps(lv, k) for k, lv in active]
     per_chunk = []
     for order in itertools.permutations(range(len(active))):
+        # the same per-dimension traffic as any collective, with the dimensions
+        # taken in this chunk's order; mapped back to the dimensions' own places
+        traffic = level_traffic(op, 1.0 / chunks, [active[d][0] for d in order],
+                                [active[d][1] for d in order])
         load = [0.0] * len(active)
-        data = 1.0 / chunks
-        for d in order:
-            k = active[d][0]
-            load[d] = (2.0 if op == "allreduce" else 1.0) * (k - 1) / k * data / bw[d]
-            data /= k
+        for (nbytes, _steps), d in zip(traffic, order):
+            load[d] = nbytes / bw[d]
         per_chunk.append(load)
     busy = [0.0] * len(active)
     for _ in range(chunks):
