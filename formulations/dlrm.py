@@ -5,7 +5,7 @@ Per table entry ``t`` (``count`` identical copies) and sharding option ``o``
 per-rank options ``n[t,o,r]`` shards sit on rank ``r`` (at most one per copy, so
 ``n <= m`` and ``sum_r n = shards x m``); for table-row-wise ``z[t,o,g]`` copies sit on
 node ``g``. Each phase variable is at least every rank's load in that phase
-(min-max makespan); per-rank HBM is a hard row. The objective is the evaluator's
+(min-max makespan); per-rank HBM and host memory (UVM-cached tables) are hard rows. The objective is the evaluator's
 iteration time, :func:`planner.costmodel.dlrm_eval.compose`, term by term:
 
     T = P_lookup_fwd + P_dist_fwd + dense_middle + P_dist_bwd + P_lookup_bwd + optimizer
@@ -83,6 +83,7 @@ def build(model: DLRMSpec, cluster: ClusterSpec,
     _assignment_vars(lm, vm, model, ln)
     loads = _rank_loads(lm, vm, ln)
     _phase_rows(lm, vm, model, cluster, ln, loads)
+    _host_rows(lm, vm, ln)
     _symmetry_rows(lm, ln, loads["lookup_fwd"])
     _table_cuts(lm, vm, model)
     lm.objective = {vm.phase[p]: 1 for p in ("lookup_fwd", "dist_fwd", "dist_bwd", "lookup_bwd")}
@@ -192,6 +193,16 @@ def _phase_rows(lm: LinearModel, vm: DLRMVars, model: DLRMSpec, cluster: Cluster
           for (t, o) in vm.m for opt in [vm.options[t][o]] if opt.allreduce_bytes}
     lm.add(_minus(vm.phase["lookup_bwd"], ar), lb=d(ln.ar[0] * dn.grad_bytes + ln.ar[1]),
            dim="time")
+
+
+def _host_rows(lm: LinearModel, vm: DLRMVars, ln: Links) -> None:
+    """Per-rank host memory (UVM-cached tables, the only options that use it, are
+    table-wise: per-rank shards) within the cluster's host tier per GPU."""
+    held = [(t, o) for (t, o) in vm.m if vm.options[t][o].cost.host_bytes]
+    for r in range(ln.ranks):
+        row = {vm.n[t, o, r]: vm.options[t][o].cost.host_bytes for t, o in held}
+        if row:
+            lm.add(row, ub=int(ln.host_bytes), dim="memory")
 
 
 def _dist_latency(vm: DLRMVars, ln: Links, fwd: bool) -> Expr:

@@ -321,6 +321,8 @@ def mutated_dlrm(draw):
     data["tables"] = data["tables"][:3]
     for t in data["tables"]:
         t["count"] = min(t.get("count", 1), 4)
+        t.setdefault("cache_load_factor", 0.2)  # UVM caching's fields, to be mutated too
+        t.setdefault("cache_hit_rate", 0.5)
     for _ in range(draw(st.integers(1, 3))):
         tables = [t for t in data["tables"] if isinstance(t, dict)] if isinstance(
             data["tables"], list) else []

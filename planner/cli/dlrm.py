@@ -74,11 +74,13 @@ def _print(res: Any) -> None:
     out.print(f"[bold]best sharding: {res.model.name} on {c.name} ({c.num_gpus}x "
               f"{c.gpu.name})[/]")
     t = Table(title="sharding plan", header_style="bold")
-    for col in ("table", "copies", "type", "shards", "ranks"):
+    for col in ("table", "copies", "type", "shards", "kernel", "ranks"):
         t.add_column(col)
     node = c.topology[0].size
     for p in s.plan.tables:
-        t.add_row(p.table, str(p.copies), p.sharding_type, str(p.shards), _ranks_text(p, node))
+        kernel = "dense" if p.sharding_type == "data_parallel" else p.compute_kernel
+        t.add_row(p.table, str(p.copies), p.sharding_type, str(p.shards), kernel,
+                  _ranks_text(p, node))
     out.print(t)
     _print_ranks(est)
     ph = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in est.phases_s.items())
@@ -102,12 +104,15 @@ def _print_ranks(est: Any) -> None:
         max(range(n), key=lambda r: pr["memory_gib"][r])})
     t = Table(title="per rank" + ("" if n <= 16 else f" (slowest, fullest; of {n})"),
               header_style="bold")
-    for col in ("rank", "lookup fwd ms", "lookup bwd ms", "dist fwd ms", "dist bwd ms", "GiB"):
+    host = any(pr["host_memory_gib"])
+    for col in ("rank", "lookup fwd ms", "lookup bwd ms", "dist fwd ms", "dist bwd ms", "GiB",
+                *(("host GiB",) if host else ())):
         t.add_column(col, justify="right")
     for r in shown:
         t.add_row(str(r), *(f"{pr[k][r] * 1e3:.2f}" for k in
                             ("lookup_fwd_s", "lookup_bwd_s", "comm_fwd_s", "comm_bwd_s")),
-                  f"{pr['memory_gib'][r]:.2f}")
+                  f"{pr['memory_gib'][r]:.2f}",
+                  *((f"{pr['host_memory_gib'][r]:.2f}",) if host else ()))
     out.print(t)
 
 

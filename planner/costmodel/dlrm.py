@@ -15,6 +15,10 @@ in phases; each sparse phase lasts as long as its slowest rank:
    gradients (MLPs and data-parallel tables) runs meanwhile on the network;
 6. the dense optimizer step.
 
+A cluster with a host memory tier (``offload:``) also offers table-wise tables kept in
+host memory behind an HBM cache (TorchRec's UVM caching, :func:`_uvm_cached`): less HBM,
+the cache misses over the host link before the forward lookups.
+
 Collective times come from :mod:`planner.costmodel.network` (affine in the bytes; the
 formulation uses the same coefficients); GEMM times from :mod:`planner.costmodel.compute`.
 """
@@ -45,6 +49,9 @@ DENSE_STEP_BYTES = 20
 CW_SPLITS = (2, 4)
 
 PER_RANK = ("table_wise", "column_wise")
+#: HBM per cache slot beside the row: FBGEMM's ``lxu_cache_state`` (the row's index,
+#: int64) and ``lxu_state`` (LRU time stamp, int64), split_table_batched_embeddings_ops_training.py.
+CACHE_SLOT_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,8 @@ class Links:
     rs_node: tuple[float, float]
     ag_node: tuple[float, float]
     ar: tuple[float, float]
+    host_Bps: float = 0.0  # GPU <-> host memory link per GPU (0: no host tier, no UVM)
+    host_bytes: float = 0.0  # host memory per GPU for UVM-cached tables
 
     @property
     def nodes(self) -> int:
@@ -88,7 +97,9 @@ def links(model: DLRMSpec, cluster: ClusterSpec) -> Links:
                  lookup_Bps=gpu.hbm_Bps * frac, a2a=co("all_to_all", world),
                  rs=co("reduce_scatter", world), ag=co("all_gather", world),
                  rs_node=co("reduce_scatter", node), ag_node=co("all_gather", node),
-                 ar=co("allreduce", world))
+                 ar=co("allreduce", world),
+                 host_Bps=cluster.offload.effective_Bps if cluster.offload else 0.0,
+                 host_bytes=cluster.offload.capacity_bytes if cluster.offload else 0.0)
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,7 @@ class ShardCost:
     comm_fwd_s: float
     comm_bwd_s: float
     memory_bytes: int
+    host_bytes: int = 0  # in the cluster's host memory tier (UVM caching)
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,7 @@ class Option:
     recv_bytes: float = 0.0
     allreduce_bytes: int = 0
     collective: str = ""
+    kernel: str = "fused"  # TorchRec EmbeddingComputeKernel (specs.dlrm.ComputeKernel)
 
 
 def _lookup_s(ln: Links, samples: float, lookups: float, dim: int, eb: int) -> tuple[float, float]:
@@ -147,6 +160,27 @@ def _sharded(ln: Links, t: EmbeddingTable, eb: int, kind: str, k: int) -> Option
     cost = ShardCost(f, b, comm, comm, _shard_memory(t.rows, ds, eb, B))
     return Option(kind, k, "ranks", cost, recv_bytes=ln.local_batch * t.dim * eb,
                   collective="a2a")
+
+
+def _uvm_cached(ln: Links, t: EmbeddingTable, eb: int) -> Option:
+    """Table-wise with the table in host memory and ``cache_load_factor`` of its rows in
+    an HBM cache (FBGEMM ``EmbeddingLocation.MANAGED_CACHING``, TorchRec
+    ``fused_uvm_caching``). Before the forward lookups the missed rows come over the host
+    link (the evicted rows go back the other way at the same time); lookups and the fused
+    update then run on the cache as in HBM. Row-wise optimizer state stays in HBM for
+    every row (FBGEMM ``construct_split_state``: a managed table's row-wise state is
+    placed on the device)."""
+    B = ln.batch
+    lookups = B * t.pooling
+    f, b = _lookup_s(ln, B, lookups, t.dim, eb)
+    miss_s = (1.0 - t.hit_rate) * lookups * t.dim * eb / ln.host_Bps
+    cached = math.ceil(t.cache_load_factor * t.rows)
+    hbm = (t.rows * ROWWISE_STATE_BYTES + cached * (t.dim * eb + CACHE_SLOT_BYTES)
+           + 2 * B * t.dim * eb)
+    comm = ln.a2a[0] * B * t.dim * eb
+    cost = ShardCost(f + miss_s, b, comm, comm, hbm, t.rows * t.dim * eb)
+    return Option("table_wise", 1, "ranks", cost, recv_bytes=ln.local_batch * t.dim * eb,
+                  collective="a2a", kernel="fused_uvm_caching")
 
 
 def _row_wise(ln: Links, t: EmbeddingTable, eb: int) -> Option:
@@ -194,6 +228,8 @@ def table_options(model: DLRMSpec, cluster: ClusterSpec, index: int,
             if t.dim % k == 0 and k <= ln.ranks]
     if ln.node > 1:
         out.append(_table_row_wise(ln, t, eb))
+    if ln.host_Bps > 0:  # a host memory tier: the table may live there behind a cache
+        out.append(_uvm_cached(ln, t, eb))
     return [o for o in out if kinds is None or o.kind in kinds]
 
 

@@ -34,13 +34,14 @@ class Loads:
     comm_fwd_s: np.ndarray
     comm_bwd_s: np.ndarray
     memory_bytes: list[int]
+    host_bytes: list[int] = field(default_factory=list)
     recv_bytes: float = 0.0
     allreduce_bytes: int = 0
     used: set[str] = field(default_factory=set)
 
     @classmethod
     def zeros(cls, ranks: int) -> "Loads":
-        return cls(*(np.zeros(ranks) for _ in range(4)), [0] * ranks)
+        return cls(*(np.zeros(ranks) for _ in range(4)), [0] * ranks, [0] * ranks)
 
     def add(self, opt: Option, ranks: dict[int, int] | range, copies: int) -> None:
         """``copies`` copies of ``opt``; ``ranks`` maps a rank to its shard count."""
@@ -52,6 +53,7 @@ class Loads:
             self.comm_fwd_s[r] += n * c.comm_fwd_s
             self.comm_bwd_s[r] += n * c.comm_bwd_s
             self.memory_bytes[r] += n * c.memory_bytes
+            self.host_bytes[r] += n * c.host_bytes
         self.recv_bytes += copies * opt.recv_bytes
         self.allreduce_bytes += copies * opt.allreduce_bytes
         if opt.collective:
@@ -132,10 +134,16 @@ def compose(model: DLRMSpec, cluster: ClusterSpec, loads: Loads) -> DLRMEstimate
     reasons = [] if mem[worst] <= cap else [
         f"rank {worst} needs {mem[worst] / GiB:.2f} GiB; {cap / GiB:.2f} GiB usable of "
         f"{cluster.gpu.hbm_gib:g} GiB HBM"]
+    host = max(loads.host_bytes)
+    if host > ln.host_bytes:
+        r = loads.host_bytes.index(host)
+        reasons.append(f"rank {r} keeps {host / GiB:.2f} GiB of UVM-cached tables in host "
+                       f"memory; {ln.host_bytes / GiB:.2f} GiB per GPU")
     per_rank = {"lookup_fwd_s": loads.lookup_fwd_s.tolist(),
                 "lookup_bwd_s": loads.lookup_bwd_s.tolist(),
                 "comm_fwd_s": loads.comm_fwd_s.tolist(), "comm_bwd_s": loads.comm_bwd_s.tolist(),
-                "memory_gib": [m / GiB for m in mem]}
+                "memory_gib": [m / GiB for m in mem],
+                "host_memory_gib": [m / GiB for m in loads.host_bytes]}
     return DLRMEstimate(t, model.global_batch_size / t, max(mem), cap, phases, per_rank,
                         not reasons, reasons)
 
@@ -166,15 +174,18 @@ def plan_loads(model: DLRMSpec, cluster: ClusterSpec, plan: DLRMPlan) -> Loads:
 
 
 def _option(model: DLRMSpec, cluster: ClusterSpec, i: int, p: TablePlacement) -> Option:
-    opts = [o for o in table_options(model, cluster, i) if o.kind == p.sharding_type]
+    opts = [o for o in table_options(model, cluster, i)
+            if o.kind == p.sharding_type and o.kernel == p.compute_kernel]
     if p.sharding_type == "column_wise":
         opts = [o for o in opts if o.shards == p.shards]
     elif p.shards != 1 and p.sharding_type == "table_wise":
         opts = []
     if not opts:
+        why = ("; fused_uvm_caching is table_wise only and needs the cluster's host memory "
+               "tier (offload:)" if p.compute_kernel != "fused" else "")
         raise InputError(f"plan.tables: {p.table}: sharding_type {p.sharding_type!r} with "
-                         f"shards={p.shards} is not available for this table on "
-                         f"{cluster.num_gpus} GPUs")
+                         f"shards={p.shards} and compute_kernel {p.compute_kernel!r} is not "
+                         f"available for this table on {cluster.num_gpus} GPUs{why}")
     return opts[0]
 
 

@@ -9,7 +9,9 @@ compute_kernel, ranks, sharding_spec); ``torchrec/distributed/planner/types.py``
 ``ParameterConstraints`` (sharding_types, compute_kernels, min_partition,
 pooling_factors); ``torchrec/distributed/embedding_types.py`` ``EmbeddingComputeKernel``
 ("fused": FBGEMM's TBE with the optimizer fused into backward, the kernel the cost model
-assumes; "dense" for data-parallel tables). Shards are ``ShardMetadata`` (shard_offsets,
+assumes; "fused_uvm_caching": the table in host memory behind an HBM cache, with
+``ParameterConstraints.cache_params`` a ``CacheParams`` whose ``load_factor`` sizes the
+cache (torchrec/distributed/types.py); "dense" for data-parallel tables). Shards are ``ShardMetadata`` (shard_offsets,
 shard_sizes, placement ``rank:R/cuda:L``). A table entry with ``count`` > 1 becomes
 tables ``NAME_0 .. NAME_{count-1}``.
 """
@@ -43,11 +45,13 @@ def _constraint(t: EmbeddingTable, p: TablePlacement) -> dict[str, Any]:
                            "compute_kernels": [_kernel(p)], "pooling_factors": [t.pooling]}
     if p.sharding_type == "column_wise":
         out["min_partition"] = t.dim // p.shards
+    if p.compute_kernel == "fused_uvm_caching":
+        out["cache_params"] = {"load_factor": t.cache_load_factor}
     return out
 
 
 def _kernel(p: TablePlacement) -> str:
-    return "dense" if p.sharding_type == "data_parallel" else "fused"
+    return "dense" if p.sharding_type == "data_parallel" else p.compute_kernel
 
 
 def _copies(cluster: ClusterSpec, p: TablePlacement) -> list[list[int]]:

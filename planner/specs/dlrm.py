@@ -27,6 +27,10 @@ MAX_MLP_LAYERS = 1_000
 #: Samples per iteration: 16M, 64x MAD-Max's largest (256K, DLRM-B).
 MAX_GLOBAL_BATCH = 1 << 24
 
+#: TorchRec's default share of a UVM-cached table's rows kept in HBM
+#: (torchrec/distributed/planner/constants.py ``UVM_CACHING_RATIO = 0.2``).
+DEFAULT_CACHE_LOAD_FACTOR = 0.2
+
 EmbDtype = Literal["fp32", "fp16", "bf16", "int8"]
 DenseDtype = Literal["fp32", "tf32", "bf16", "fp16"]
 #: Bytes per element; fp32 dense layers run on TF32 tensor cores (MAD-Max Sec. III-B).
@@ -46,6 +50,17 @@ class EmbeddingTable(Spec):
     skew: float = Field(0.0, ge=0, le=1, description=(
         "access skew for row sharding: the hottest of k row shards serves "
         "(1 + skew (k-1)) / k of the lookups (0 uniform, 1 all on one shard)"))
+    cache_load_factor: float = Field(DEFAULT_CACHE_LOAD_FACTOR, gt=0, le=1, description=(
+        "UVM caching (table kept in host memory): share of the rows the HBM cache holds"))
+    cache_hit_rate: float | None = Field(None, ge=0, le=1, description=(
+        "UVM caching: share of lookups served from the HBM cache; default the load factor "
+        "(uniform access)"))
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of lookups the HBM cache serves under UVM caching: given, or, with every
+        row equally likely, the share of rows it holds."""
+        return self.cache_load_factor if self.cache_hit_rate is None else self.cache_hit_rate
 
 
 class Interaction(Spec):
@@ -172,6 +187,10 @@ def is_dlrm(data: object) -> bool:
 # ---- plans -----------------------------------------------------------------------------
 ShardingType = Literal["data_parallel", "table_wise", "row_wise", "column_wise",
                        "table_row_wise"]
+#: TorchRec's ``EmbeddingComputeKernel`` values the plans use
+#: (torchrec/distributed/embedding_types.py): FBGEMM's table-batched embedding with the
+#: optimizer fused into backward, the table in HBM or in host memory behind an HBM cache.
+ComputeKernel = Literal["fused", "fused_uvm_caching"]
 #: TorchRec's ``ShardingType`` values (torchrec/distributed/types.py), in our order.
 SHARDING_TYPES: tuple[str, ...] = ("data_parallel", "table_wise", "row_wise", "column_wise",
                                    "table_row_wise")
@@ -191,6 +210,9 @@ class TablePlacement(Spec):
     shards: int = Field(1, ge=1, le=MAX_DIM, description="column shards per copy")
     ranks: dict[int, int] = Field(default_factory=dict)
     nodes: dict[int, int] = Field(default_factory=dict)
+    compute_kernel: ComputeKernel = Field("fused", description=(
+        "fused_uvm_caching (table_wise only): the table in the cluster's host memory, "
+        "cache_load_factor of its rows cached in HBM"))
 
 
 class DLRMPlan(Spec):
