@@ -156,23 +156,31 @@ def _solve(fn):
         return None
 
 
+def backends_agree(m: DLRMSpec, c, seed: int):
+    """Brute force's answer (None when nothing fits), after checking that CP-SAT and the
+    MILP reach the same iteration time or also find nothing."""
+    ref = _solve(lambda: exhaustive(m, c))
+    cp = _solve(lambda: solve_sharding(m, c, "cpsat", 20, workers=1))
+    mi = _solve(lambda: solve_sharding(m, c, "milp", 20))
+    if ref is None:
+        assert cp is None and mi is None, seed
+        return None
+    # the model rounds each coefficient down to a tick (1 ps): a few ticks of slack
+    t = ref.estimate.iteration_time_s
+    tol = 1e-9 * t + 1e-10
+    assert cp.estimate.iteration_time_s == pytest.approx(t, abs=tol), seed
+    assert mi.estimate.iteration_time_s == pytest.approx(t, abs=tol), seed
+    return ref
+
+
 def test_cpsat_milp_exhaustive_agree_on_110_instances():
     infeasible, used = 0, set()
     for seed in range(110):
-        m, c = random_instance(seed)
-        ref = _solve(lambda: exhaustive(m, c))
-        cp = _solve(lambda: solve_sharding(m, c, "cpsat", 20, workers=1))
-        mi = _solve(lambda: solve_sharding(m, c, "milp", 20))
+        ref = backends_agree(*random_instance(seed), seed)
         if ref is None:
-            assert cp is None and mi is None, seed
             infeasible += 1
             continue
-        # the model rounds each coefficient down to a tick (1 ps): a few ticks of slack
-        t = ref.estimate.iteration_time_s
-        tol = 1e-9 * t + 1e-10
-        assert cp.estimate.iteration_time_s == pytest.approx(t, abs=tol), seed
-        assert mi.estimate.iteration_time_s == pytest.approx(t, abs=tol), seed
-        used |= {p.sharding_type for p in cp.plan.tables}
+        used |= {p.sharding_type for p in ref.plan.tables}
     # memory-bound instances with no plan occur, and the optima use every sharding type
     assert 5 <= infeasible <= 60 and used == set(SHARDING_TYPES)
 

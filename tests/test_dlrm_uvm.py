@@ -21,7 +21,7 @@ from planner.specs.dlrm import DLRMPlan, DLRMSpec
 from planner.specs.loaders import load_model
 
 from test_cli import run
-from test_dlrm import _solve, small_cluster, tiny_model
+from test_dlrm import _solve, backends_agree, small_cluster, tiny_model
 
 
 def with_host(c, gib: float = 64, GBps: float = 25):
@@ -134,18 +134,10 @@ def uvm_instance(seed: int):
 def test_cpsat_milp_exhaustive_agree_with_uvm_on_100_instances():
     uvm = infeasible = 0
     for seed in range(100):
-        m, c = uvm_instance(seed)
-        ref = _solve(lambda: exhaustive(m, c))
-        cp = _solve(lambda: solve_sharding(m, c, "cpsat", 20, workers=1))
-        mi = _solve(lambda: solve_sharding(m, c, "milp", 20))
+        ref = backends_agree(*uvm_instance(seed), seed)
         if ref is None:
-            assert cp is None and mi is None, seed
             infeasible += 1
             continue
-        t = ref.estimate.iteration_time_s
-        tol = 1e-9 * t + 1e-10  # the model's ticks (1 ps), as in test_dlrm.py
-        assert cp.estimate.iteration_time_s == pytest.approx(t, abs=tol), seed
-        assert mi.estimate.iteration_time_s == pytest.approx(t, abs=tol), seed
         uvm += any(p.compute_kernel == "fused_uvm_caching" for p in ref.plan.tables)
     # the optimum keeps some tables in host memory, and some instances fit nowhere
     assert uvm >= 10 and 10 <= infeasible <= 50
