@@ -199,10 +199,13 @@ def _host_rows(lm: LinearModel, vm: DLRMVars, ln: Links) -> None:
     """Per-rank host memory (UVM-cached tables, the only options that use it, are
     table-wise: per-rank shards) within the cluster's host tier per GPU."""
     held = [(t, o) for (t, o) in vm.m if vm.options[t][o].cost.host_bytes]
+    most = sum(vm.options[t][o].cost.host_bytes * vm.options[t][o].shards * lm.vars[vm.m[t, o]].ub
+               for t, o in held)
+    if most <= ln.host_bytes:  # every table in one rank's host memory fits: no row binds
+        return
     for r in range(ln.ranks):
         row = {vm.n[t, o, r]: vm.options[t][o].cost.host_bytes for t, o in held}
-        if row:
-            lm.add(row, ub=int(ln.host_bytes), dim="memory")
+        lm.add(row, ub=int(ln.host_bytes), dim="memory")
 
 
 def _dist_latency(vm: DLRMVars, ln: Links, fwd: bool) -> Expr:

@@ -179,3 +179,19 @@ def test_torchrec_export_and_cli(capsys, tmp_path):
     assert data["estimate"]["per_rank"]["host_memory_gib"][0] == pytest.approx(128e6 / 2**30)
     code, out, _ = run(capsys, "solve", "-m", str(mp), "-c", str(cp))
     assert code == 0 and "fused_uvm_caching" in out and "host GiB" in out
+
+
+@pytest.mark.parametrize("gib, GBps", [(1e300, 25), (0.5, 1e300), (0.5, 1e-300), (1e-300, 25)])
+def test_extreme_host_tiers_give_an_answer_or_a_clear_error(gib, GBps):
+    """No overflow or traceback at the ends of a host tier's range (a 1e300 GiB tier once
+    overflowed the host-memory row's bound)."""
+    import math
+
+    m, c = big_table_model(), with_host(small_cluster(2, 2, hbm_mib=60), gib=gib, GBps=GBps)
+    for backend in ("cpsat", "milp"):
+        try:
+            s = solve_sharding(m, c, backend, 10)
+        except (InputError, InfeasibleError) as e:
+            assert str(e).strip() and (gib < 1 or GBps < 1)
+            continue
+        assert math.isfinite(s.estimate.iteration_time_s) and s.estimate.feasible
