@@ -203,7 +203,8 @@ def table_wise_greedy(model: DLRMSpec, cluster: ClusterSpec,
     cap = usable_hbm_bytes(cluster) - dense_cost(model, cluster).memory_bytes
     load, mem = [0.0] * ln.ranks, [0] * ln.ranks
     hint = {i: 0 for i in (*vm.m.values(), *vm.n.values(), *vm.z.values())}
-    tw = {t: o for (t, o) in vm.m if vm.options[t][o].kind == "table_wise"}
+    tw = {t: o for (t, o) in vm.m  # the HBM kernel, as TorchRec's default
+          if vm.options[t][o].kind == "table_wise" and vm.options[t][o].kernel == "fused"}
     if len(tw) < len(model.tables):
         return None
     for t in sorted(tw, key=lambda t: -vm.options[t][tw[t]].cost.memory_bytes):
