@@ -195,3 +195,16 @@ def test_extreme_host_tiers_give_an_answer_or_a_clear_error(gib, GBps):
             assert str(e).strip() and (gib < 1 or GBps < 1)
             continue
         assert math.isfinite(s.estimate.iteration_time_s) and s.estimate.feasible
+
+
+def test_the_greedy_warm_start_keeps_tables_in_hbm():
+    """TorchRec's greedy partitioner (the baseline and one warm start) uses the HBM kernel;
+    with a host tier it once picked the UVM option, the last table-wise one."""
+    from formulations.dlrm import build
+    from formulations.dlrm_search import decode, table_wise_greedy
+
+    m, c = load_model("criteo-dlrm"), with_host(small_cluster(4, 2))
+    lm, vm = build(m, c)
+    hint = table_wise_greedy(m, c, vm)
+    plan = decode(m, vm, [hint.get(i, 0) for i in range(len(lm.vars))])
+    assert {(p.sharding_type, p.compute_kernel) for p in plan.tables} == {("table_wise", "fused")}
