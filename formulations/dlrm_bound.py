@@ -54,11 +54,13 @@ class _Rows:
     def row(self, coefs: dict[int, float], lo: float = -np.inf, hi: float = np.inf) -> None:
         self.rows.append(({i: c for i, c in coefs.items() if c}, lo, hi))
 
-    def minimize(self, cost: dict[int, float]) -> float | None:
+    def minimize(self, cost: dict[int, float], time_limit_s: float | None = None) -> float | None:
         import highspy
 
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
+        if time_limit_s is not None:  # an LP cut short proves nothing: None below
+            h.setOptionValue("time_limit", float(time_limit_s))
         n = len(self.lb)
         h.addVars(n, np.array(self.lb), np.array(self.ub))
         h.changeColsCost(n, np.arange(n, dtype=np.int32),
@@ -77,7 +79,7 @@ class _Rows:
             h.changeColsIntegrality(k, np.array(self.integer, dtype=np.int32),
                                     np.array([highspy.HighsVarType.kInteger] * k))
             h.setOptionValue("mip_rel_gap", 0.0)
-            h.setOptionValue("time_limit", MIP_TIME_LIMIT_S)
+            h.setOptionValue("time_limit", min(MIP_TIME_LIMIT_S, time_limit_s or math.inf))
         h.run()
         status, info = h.getModelStatus(), h.getInfo()
         if self.integer and status in (highspy.HighsModelStatus.kOptimal,
@@ -90,8 +92,10 @@ class _Rows:
 
 
 def lp_bound_s(model: DLRMSpec, cluster: ClusterSpec,
-               kinds: tuple[str, ...] | None = None) -> float | None:
-    """The bound (seconds), or None when the LP finds no fractional plan that fits."""
+               kinds: tuple[str, ...] | None = None,
+               time_limit_s: float | None = None) -> float | None:
+    """The bound (seconds), or None when the LP finds no fractional plan that fits (or,
+    given ``time_limit_s``, does not finish in time)."""
     ln, dn = links(model, cluster), dense_cost(model, cluster)
     cap = usable_hbm_bytes(cluster) - dn.memory_bytes
     lp = _Rows()
@@ -115,7 +119,7 @@ def lp_bound_s(model: DLRMSpec, cluster: ClusterSpec,
     width = {(t, o): _width(ln, options[t][o]) for t, o in x}
     lp.row({x[k]: options[k[0]][k[1]].cost.memory_bytes * width[k] / 2**30 for k in x},
            hi=ln.ranks * cap / 2**30)
-    best = lp.minimize({phase[p]: 1.0 for p, _ in PHASES})
+    best = lp.minimize({phase[p]: 1.0 for p, _ in PHASES}, time_limit_s)
     if best is None:
         return None
     return (best / MS + dn.middle_s + dn.optimizer_s) * (1 - TOLERANCE)

@@ -21,7 +21,7 @@ import numpy as np
 from planner.costmodel.dlrm import Links, Option, dense_cost, links, usable_hbm_bytes
 from planner.costmodel.dlrm_eval import phase_floors_s
 from planner.specs.cluster import ClusterSpec
-from planner.specs.dlrm import DLRMSpec
+from planner.specs.dlrm import DLRMPlan, DLRMSpec, TablePlacement
 
 #: Extra total work a table may take on for a finer split (column-wise, more shards: each
 #: rank's load then comes in smaller pieces and balances better); one start per value.
@@ -30,6 +30,8 @@ SLACKS = (0.03, 0.06, 0.1, 0.15, 0.25)
 TO_DATA_PARALLEL = (0, 2, 4, 8, 16)
 #: Placements (of all starts, by their sum of phase maxima) that the search improves.
 KEEP = 3
+#: Share of the time the starts may take before the search begins (at least one start).
+STARTS_SHARE = 0.25
 EPS = 1e-15  # seconds: loads closer than this are equal
 
 
@@ -129,20 +131,24 @@ def initial_state(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Opti
                               for _, t, o, c in shards)
     st.target = np.maximum(np.maximum(total / ln.ranks, st.floor), 1e-12)
     rank = [] if _place_nodes(st, ln, options, shards) else None
+    taken: dict[int, list[int]] = {}  # copy -> ranks holding one of its shards
+    rows = []
     for _, t, o, c in shards:
         if c < 0 or rank is None:
             continue
         r = _best_rank(st, vec(options[t][o]), options[t][o].cost.memory_bytes,
-                       [rk for rk, (k, cc) in zip(rank, st.key) if cc == c])
+                       taken.get(c, []))
         if r is None:
             return None
         rank.append(r)
+        taken.setdefault(c, []).append(r)
         st.key.append((t, c))
         st.load[:, r] += vec(options[t][o])
         st.mem[r] += options[t][o].cost.memory_bytes
-        st.v = np.vstack([st.v, vec(options[t][o])]) if len(st.v) else vec(options[t][o])[None]
+        rows.append(vec(options[t][o]))
     if rank is None:
         return None
+    st.v = np.array(rows).reshape(-1, 4)
     st.rank = np.array(rank, int)
     st.copy = np.array([c for _, c in st.key], int)
     st.key = [(t, choice[t]) for t, _ in st.key]
@@ -254,7 +260,7 @@ def improve(st: State, deadline: float) -> None:
                                & (top >= st.floor)[:, None]).any(0))
         items = np.flatnonzero(np.isin(st.rank, crit))
         rng.shuffle(items)
-        best = _first_better(st, items, f0)
+        best = _first_better(st, items, f0, deadline)
         if best is None:
             return
         _apply(st, *best)
@@ -285,22 +291,36 @@ def search(st: State, deadline: float, seed: int = 0, stall: int = 30) -> State:
 
 
 def local_plan(model: DLRMSpec, cluster: ClusterSpec, vm, deadline: float) -> dict[int, int] | None:
-    """The model's variables for the best plan the search finds by ``deadline``: starts
-    for every slack in :data:`SLACKS` and top-up in :data:`TO_DATA_PARALLEL`; the
-    :data:`KEEP` best placements improved for a share of half the time each, then the best
-    of them switched between replicated and sharded tables (:func:`toggle`) and searched
-    for the rest."""
-    states = [st for choice in _choices(model, cluster, vm.options)
-              if (st := initial_state(model, cluster, vm.options, choice)) is not None]
+    """The model's variables for the best plan :func:`local_state` finds by ``deadline``."""
+    st = local_state(model, cluster, vm.options, deadline)
+    return None if st is None else values(vm, st)
+
+
+def local_state(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]],
+                deadline: float) -> State | None:
+    """The best placement the search finds by ``deadline``: starts for every slack in
+    :data:`SLACKS` and top-up in :data:`TO_DATA_PARALLEL`; the :data:`KEEP` best
+    placements improved for a share of half the time each, then the best of them switched
+    between replicated and sharded tables (:func:`toggle`) and searched for the rest.
+    Needs only the options (no integer model), so it also serves models too large to
+    build."""
+    t0 = time.perf_counter()
+    starts_until = t0 + STARTS_SHARE * (deadline - t0)
+    states = []
+    for choice in _choices(model, cluster, options):
+        if states and time.perf_counter() > starts_until:
+            break  # large models: fewer starts, more search
+        if (st := initial_state(model, cluster, options, choice)) is not None:
+            states.append(st)
     if not states:
         return None
     states = sorted(states, key=State.objective)[:KEEP]
     now = time.perf_counter()
     for i, st in enumerate(states):
         improve(st, now + (deadline - now) * (i + 1) / (2 * len(states)))
-    best = toggle(min(states, key=State.objective), model, cluster, vm.options,
+    best = toggle(min(states, key=State.objective), model, cluster, options,
                   now + 0.75 * (deadline - now))
-    return values(vm, search(best, deadline))
+    return search(best, deadline)
 
 
 def _choices(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]]):
@@ -432,9 +452,12 @@ def _copy(st: State) -> State:
     return replace(st, load=st.load.copy(), mem=st.mem.copy(), rank=st.rank.copy())
 
 
-def _first_better(st: State, items: np.ndarray, f0: float) -> tuple[str, int, int] | None:
+def _first_better(st: State, items: np.ndarray, f0: float,
+                  deadline: float = float("inf")) -> tuple[str, int, int] | None:
     best, tol = None, 1e-12 * f0
     for i in items:
+        if time.perf_counter() > deadline:  # large models: one scan can outlast the limit
+            break
         for kind, scorer in (("move", _move_scores), ("swap", _swap_scores)):
             f, ds = scorer(st, i)
             lowest = f.min()
@@ -465,6 +488,34 @@ def _apply(st: State, kind: str, i: int, j: int) -> None:
     st.mem[a] += st.m[j] - st.m[i]
     st.mem[b] += st.m[i] - st.m[j]
     st.rank[i], st.rank[j] = b, a
+
+
+def state_plan(model: DLRMSpec, options: list[list[Option]], st: State) -> DLRMPlan:
+    """The sharding plan a state describes (as ``dlrm_search.decode`` reads the model's
+    variables)."""
+    copies: dict[tuple[int, int], int] = {}
+    ranks: dict[tuple[int, int], dict[int, int]] = {}
+    nodes: dict[tuple[int, int], dict[int, int]] = {}
+    for t, o in st.every:
+        copies[t, o] = copies.get((t, o), 0) + 1
+    for t, o, g in st.nodes:
+        copies[t, o] = copies.get((t, o), 0) + 1
+        nodes.setdefault((t, o), {})[g] = nodes.get((t, o), {}).get(g, 0) + 1
+    seen = set()
+    for (t, o), c, r in zip(st.key, st.copy.tolist(), st.rank.tolist()):
+        if c not in seen:
+            seen.add(c)
+            copies[t, o] = copies.get((t, o), 0) + 1
+        held = ranks.setdefault((t, o), {})
+        held[r] = held.get(r, 0) + 1
+    out = []
+    for (t, o), k in copies.items():
+        opt = options[t][o]
+        out.append(TablePlacement(
+            table=model.tables[t].name, sharding_type=opt.kind, copies=k,
+            shards=opt.shards if opt.kind == "column_wise" else 1,
+            ranks=ranks.get((t, o), {}), nodes=nodes.get((t, o), {}), compute_kernel=opt.kernel))
+    return DLRMPlan(tables=out)
 
 
 def values(vm, st: State) -> dict[int, int]:

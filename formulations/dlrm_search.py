@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from formulations.dlrm import DLRMVars, build
 from formulations.dlrm_bound import lp_bound_s
-from formulations.dlrm_local import local_plan
+from formulations.dlrm_local import local_plan, local_state, state_plan
 from formulations.linear import CpsatSession, MilpSession, SolverOutcome
 from planner.costmodel.dlrm import Option, links, table_options
 from planner.costmodel.dlrm_eval import DLRMEstimate, Loads, compose, evaluate_dlrm
@@ -30,6 +30,14 @@ MAX_EXHAUSTIVE = 200_000
 #: Share of CP-SAT's time limit the local search (formulations/dlrm_local.py) may use for
 #: its warm start; on small instances it stops much earlier (no improving move left).
 LOCAL_SHARE = 0.5
+#: Variables (one per option, and per rank or node for placed options) beyond which the
+#: exact model is not built: building takes about 1.2 KB per variable (measured: 4.2M
+#: variables, 2,000 distinct tables on 512 GPUs, 4.9 GB and 33 s) and CP-SAT needs
+#: several times that. Above it the local search answers alone, with the gap to the LP
+#: bound (status ``heuristic``).
+MAX_MODEL_VARS = 2_000_000
+#: ... and then the search may use this share of the time limit, the LP bound the rest.
+HEURISTIC_SEARCH_SHARE = 0.6
 #: ... and runs only on models with at least this many table entries: with few entries
 #: (repeated tables are one entry with ``count``) CP-SAT proves the optimum quickly, and the
 #: search, which handles every copy separately, would only cost time.
@@ -41,7 +49,7 @@ class DLRMSolution:
     plan: DLRMPlan
     estimate: DLRMEstimate
     backend: str
-    status: str  # "optimal" or "time_limit"
+    status: str  # "optimal", "time_limit" or "heuristic" (no exact model: MAX_MODEL_VARS)
     solve_time_s: float
     model_objective_s: float | None  # the integer model's value of the plan
     bound_s: float | None = None  # a lower bound on every plan's time (CP-SAT's best bound)
@@ -66,6 +74,9 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
     if backend not in ("cpsat", "milp"):
         raise InputError(f"backend {backend!r}: expected cpsat, milp or exhaustive")
     t0 = time.perf_counter()
+    size = model_vars(model, cluster, kinds)
+    if size > MAX_MODEL_VARS:
+        return _heuristic(model, cluster, backend, time_limit_s, kinds, size, t0)
     lm, vm = build(model, cluster, kinds)
     bound = max(work_bound_s(model, cluster), lp_bound_s(model, cluster, kinds) or 0.0)
     hint = None
@@ -91,6 +102,38 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
         bound = max(bound, (out.objective + vm.constant_ticks) / vm.ticks.per_s)
     return DLRMSolution(plan, est, backend, status, time.perf_counter() - t0,
                         value / vm.ticks.per_s, bound)
+
+
+def model_vars(model: DLRMSpec, cluster: ClusterSpec,
+               kinds: tuple[str, ...] | None = None) -> int:
+    """Variables of the exact model :func:`formulations.dlrm.build` would make (its
+    assignment variables; the phase and indicator variables are a handful more)."""
+    ln = links(model, cluster)
+    per = {"ranks": ln.ranks, "node": ln.nodes, "all": 0}
+    return sum(1 + per[o.scope] for i in range(len(model.tables))
+               for o in table_options(model, cluster, i, kinds))
+
+
+def _heuristic(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s: float,
+               kinds: tuple[str, ...] | None, size: int, t0: float) -> DLRMSolution:
+    """Too large to build (:data:`MAX_MODEL_VARS`): the local search's plan, checked by
+    the evaluator, with the best of the work and LP bounds beside it."""
+    options = [table_options(model, cluster, i, kinds) for i in range(len(model.tables))]
+    st = local_state(model, cluster, options, t0 + HEURISTIC_SEARCH_SHARE * time_limit_s)
+    plan = state_plan(model, options, st) if st is not None else None
+    est = evaluate_dlrm(model, cluster, plan) if plan is not None else None
+    if est is None or not est.feasible:
+        err = _infeasible(model, cluster)
+        err.reasons.append(f"the exact model would have {size:,} variables (more than "
+                           f"{MAX_MODEL_VARS:,}), and the local search found no plan within "
+                           "memory" + (f": {est.reasons[0]}" if est else ""))
+        err.hints.append("repeat identical tables with 'count' (one entry per shape keeps "
+                         "the exact model small)")
+        err.status = "time_limit"  # a plan may exist: the search is not a proof
+        raise err
+    left = max(t0 + time_limit_s - time.perf_counter(), 0.5)
+    bound = max(work_bound_s(model, cluster), lp_bound_s(model, cluster, kinds, left) or 0.0)
+    return DLRMSolution(plan, est, backend, "heuristic", time.perf_counter() - t0, None, bound)
 
 
 def _better(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars, out: SolverOutcome,

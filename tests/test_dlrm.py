@@ -481,6 +481,47 @@ def test_local_search_start_is_exact_where_proven(seed):
     assert lp_bound_s(m, c) <= t * (1 + 1e-12)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_models_too_large_to_build_get_the_local_search_and_its_gap(seed, monkeypatch, capsys,
+                                                                     tmp_path):
+    """Above MAX_MODEL_VARS the exact model is not built (memory grows ~1.2 KB per
+    variable): the local search's plan comes back as status ``heuristic``, valid, no
+    faster than the proven optimum, with the bound below the optimum."""
+    import formulations.dlrm_search as ds
+
+    m, c = many_tables(seed, 8, 4, 2)
+    exact = solve_sharding(m, c, "milp", 60)
+    assert exact.status == "optimal"
+    t = exact.estimate.iteration_time_s
+    monkeypatch.setattr(ds, "MAX_MODEL_VARS", 10)
+    monkeypatch.setattr(ds, "build", lambda *a, **k: pytest.fail("the exact model was built"))
+    for backend in ("cpsat", "milp"):
+        h = solve_sharding(m, c, backend, 3)
+        assert h.status == "heuristic" and h.estimate.feasible and h.model_objective_s is None
+        assert h.estimate.iteration_time_s >= t * (1 - 1e-9)
+        assert h.bound_s <= t * (1 + 1e-12) and 0 <= h.optimality_gap < 1
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump(m.to_dict()))
+    cp = tmp_path / "c.yaml"
+    cp.write_text(yaml.safe_dump(c.to_dict()))
+    code, out, _ = run(capsys, "solve", "-m", str(p), "-c", str(cp), "--time-limit", "3", "--json")
+    assert code == 0
+    solver = json.loads(out)["solver"]
+    assert solver["status"] == "heuristic" and "local search" in solver["status_text"]
+    code, out, _ = run(capsys, "solve", "-m", str(p), "-c", str(cp), "--time-limit", "3")
+    assert code == 0 and "best found by local search" in out and "gap to bound" in out
+
+
+def test_model_size_counts_the_exact_models_variables():
+    from formulations.dlrm import build
+    from formulations.dlrm_search import model_vars
+
+    for seed in range(5):
+        m, c = random_instance(seed)
+        lm, vm = build(m, c)
+        assert model_vars(m, c) == len(vm.m) + len(vm.n) + len(vm.z)
+
+
 def test_local_search_beats_greedy_at_scale():
     """60 random tables on 32 ranks: the search's plan is within its reported bound gap and
     far better than TorchRec's table-wise greedy."""

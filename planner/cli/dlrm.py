@@ -9,6 +9,7 @@ from rich.table import Table
 
 from planner.cli.console import _emit_json, out
 from planner.errors import InfeasibleError
+from planner.orchestration.dlrm import STATUS_TEXT
 
 
 def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
@@ -85,12 +86,12 @@ def _print(res: Any) -> None:
     _print_ranks(est)
     ph = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in est.phases_s.items())
     out.print(f"phases (ms): {ph}")
-    status = "proven optimal" if s.status == "optimal" else "best found (time limit)"
+    status = STATUS_TEXT[s.status] + ("" if s.status == "heuristic" else f" by {s.backend}")
     gap = s.optimality_gap
     out.print(f"iteration {est.iteration_time_s * 1e3:.2f} ms, "
               f"[bold]{est.samples_per_s:,.0f} samples/s[/], memory "
               f"{est.memory_per_gpu_gib:.2f} GiB per GPU (max; {est.usable_memory_bytes / 2**30:.2f}"
-              f" usable); {status} by {s.backend} in {s.solve_time_s:.2f} s"
+              f" usable); {status} in {s.solve_time_s:.2f} s"
               + (f", gap to bound {gap:.1e}" if gap is not None else ""))
 
 

@@ -14,6 +14,11 @@ from planner.specs.dlrm import MAX_GLOBAL_BATCH, DLRMSpec
 from planner.specs.validate import _short
 
 
+#: What each solver status means, for ``--json`` and the text output.
+STATUS_TEXT = {"optimal": "proven optimal", "time_limit": "best found (time limit)",
+               "heuristic": "best found by local search (too large for the exact model)"}
+
+
 @dataclass(frozen=True)
 class DLRMSolveResult:
     model: DLRMSpec
@@ -38,8 +43,7 @@ class DLRMSolveResult:
             "estimate": {**est.to_json(), "global_batch_size": self.model.global_batch_size},
             "feasible": est.feasible,
             "solver": {"backend": s.backend, "status": s.status,
-                       "status_text": "proven optimal" if s.status == "optimal"
-                       else "best found (time limit)",
+                       "status_text": STATUS_TEXT[s.status],
                        "solve_time_s": s.solve_time_s,
                        "model_objective_s": s.model_objective_s,
                        "evaluator_objective_s": est.iteration_time_s,
