@@ -2,6 +2,7 @@
 
     python benchmarks/bench_dlrm.py                 # 500 tables, 128 GPUs, CP-SAT
     python benchmarks/bench_dlrm.py --tables 200 --backend milp --json
+    python benchmarks/bench_dlrm.py --tables 5000 --gpus 1024 --time-limit 60   # no exact model
 
 The tables are drawn with a fixed seed (rows log-uniform from 1e3 to 5e7, dim 32/64/128,
 pooling 1 to 60, some skew), as production models mix a few huge tables with many small
@@ -10,7 +11,8 @@ iteration time and samples/s, and beside it a TorchRec-style greedy partitioner 
 sorted by size, largest first, each table-wise onto the least-loaded rank that still has
 memory; torchrec/distributed/planner/partitioners.py, GreedyPerfPartitioner) evaluated by
 the same evaluator. ``optimum_*`` is the plan returned: the proven optimum when
-``status`` is ``optimal``, else the best plan found, with ``lower_bound_ms`` (the best of
+``status`` is ``optimal``, else the best plan found (``heuristic``: the model was too
+large to build and the local search answered alone), with ``lower_bound_ms`` (the best of
 CP-SAT's bound, the work bound and the rank-aggregated LP, formulations/dlrm_bound.py)
 and ``bound_gap`` = (plan - bound) / plan. Run on an idle machine.
 """
