@@ -29,7 +29,7 @@ from planner.costmodel.dlrm import Links, Option, dense_cost, links, table_optio
 from planner.costmodel.dlrm import usable_hbm_bytes
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
-from planner.specs.dlrm import DLRMSpec
+from planner.specs.dlrm import DLRMSpec, TablePlacement
 
 PHASES = ("lookup_fwd", "lookup_bwd", "comm_fwd", "comm_bwd")
 COLLECTIVES = ("a2a", "rs", "twrw")
@@ -48,6 +48,16 @@ class DLRMVars:
     shared: dict[str, Expr] = field(default_factory=dict)  # phase -> {aux var: 1}
     ticks: Ticks = Ticks(1e12)
     constant_ticks: int = 0
+
+
+def placement(model: DLRMSpec, t: int, opt: Option, copies: int,
+              ranks: dict[int, int] | None = None,
+              nodes: dict[int, int] | None = None) -> TablePlacement:
+    """``copies`` of table entry ``t`` with option ``opt``, as a plan states it (the one
+    place the solvers, the search and the exhaustive reference turn options into plans)."""
+    return TablePlacement(table=model.tables[t].name, sharding_type=opt.kind, copies=copies,
+                          shards=opt.shards if opt.kind == "column_wise" else 1,
+                          ranks=ranks or {}, nodes=nodes or {}, compute_kernel=opt.kernel)
 
 
 def _int_var(lm: LinearModel, name: str, ub: int) -> int:

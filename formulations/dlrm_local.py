@@ -21,7 +21,8 @@ import numpy as np
 from planner.costmodel.dlrm import Links, Option, dense_cost, links, usable_hbm_bytes
 from planner.costmodel.dlrm_eval import phase_floors_s
 from planner.specs.cluster import ClusterSpec
-from planner.specs.dlrm import DLRMPlan, DLRMSpec, TablePlacement
+from formulations.dlrm import placement
+from planner.specs.dlrm import DLRMPlan, DLRMSpec
 
 #: Extra total work a table may take on for a finer split (column-wise, more shards: each
 #: rank's load then comes in smaller pieces and balances better); one start per value.
@@ -508,13 +509,8 @@ def state_plan(model: DLRMSpec, options: list[list[Option]], st: State) -> DLRMP
             copies[t, o] = copies.get((t, o), 0) + 1
         held = ranks.setdefault((t, o), {})
         held[r] = held.get(r, 0) + 1
-    out = []
-    for (t, o), k in copies.items():
-        opt = options[t][o]
-        out.append(TablePlacement(
-            table=model.tables[t].name, sharding_type=opt.kind, copies=k,
-            shards=opt.shards if opt.kind == "column_wise" else 1,
-            ranks=ranks.get((t, o), {}), nodes=nodes.get((t, o), {}), compute_kernel=opt.kernel))
+    out = [placement(model, t, options[t][o], k, ranks.get((t, o)), nodes.get((t, o)))
+           for (t, o), k in copies.items()]
     return DLRMPlan(tables=out)
 
 

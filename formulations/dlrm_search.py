@@ -8,7 +8,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from formulations.dlrm import DLRMVars, build
+from formulations.dlrm import DLRMVars, build, placement
 from formulations.dlrm_bound import lp_bound_s
 from formulations.dlrm_local import local_plan, local_state, state_plan
 from formulations.linear import CpsatSession, MilpSession, SolverOutcome
@@ -16,7 +16,7 @@ from planner.costmodel.dlrm import Option, links, table_options
 from planner.costmodel.dlrm_eval import DLRMEstimate, Loads, compose, evaluate_dlrm
 from planner.errors import InfeasibleError, InputError
 from planner.specs.cluster import ClusterSpec
-from planner.specs.dlrm import DLRMPlan, DLRMSpec, TablePlacement
+from planner.specs.dlrm import DLRMPlan, DLRMSpec
 
 #: HiGHS 1.12 claims optimality for a slower plan now and then, with either presolve
 #: setting: with it, a plan 6 % slower than the optimum on a 55-variable instance
@@ -415,16 +415,9 @@ def decode(model: DLRMSpec, vm: DLRMVars, values: list[int]) -> DLRMPlan:
         copies = values[mi]
         if copies <= 0:
             continue
-        opt = vm.options[t][o]
-        ranks, nodes = ranks_of.get((t, o), {}), nodes_of.get((t, o), {})
-        out.append(TablePlacement(table=model.tables[t].name, sharding_type=opt.kind,
-                                  copies=copies, shards=_shards(opt), ranks=ranks, nodes=nodes,
-                                  compute_kernel=opt.kernel))
+        out.append(placement(model, t, vm.options[t][o], copies, ranks_of.get((t, o)),
+                             nodes_of.get((t, o))))
     return DLRMPlan(tables=out)
-
-
-def _shards(opt: Option) -> int:
-    return opt.shards if opt.kind == "column_wise" else 1
 
 
 def _infeasible(model: DLRMSpec, cluster: ClusterSpec) -> InfeasibleError:
@@ -520,19 +513,16 @@ def _where(ln, opt: Option, where: tuple[int, ...]) -> dict[int, int] | range:
 
 def _plan_of(model: DLRMSpec, combo: tuple) -> DLRMPlan:
     out = []
-    for t, group in zip(model.tables, combo):
-        merged: dict[tuple[str, int], TablePlacement] = {}
+    for t, group in enumerate(combo):
+        # copies of one option merge: their count, and shards per rank (or copies per node)
+        merged: dict[tuple[str, int, str], tuple[Option, int, dict[int, int]]] = {}
         for opt, where in group:
             key = (opt.kind, opt.shards, opt.kernel)
-            p = merged.get(key) or TablePlacement(table=t.name, sharding_type=opt.kind,
-                                                  copies=1, shards=_shards(opt),
-                                                  compute_kernel=opt.kernel)
-            copies = p.copies + 1 if key in merged else 1
-            ranks, nodes = dict(p.ranks), dict(p.nodes)
-            target = nodes if opt.scope == "node" else ranks if opt.scope == "ranks" else None
-            if target is not None:
-                for w in where:
-                    target[w] = target.get(w, 0) + 1
-            merged[key] = p.model_copy(update={"copies": copies, "ranks": ranks, "nodes": nodes})
-        out += list(merged.values())
+            _, copies, held = merged.get(key, (opt, 0, {}))
+            for w in where:
+                held[w] = held.get(w, 0) + 1
+            merged[key] = (opt, copies + 1, held)
+        out += [placement(model, t, opt, copies, *((None, held) if opt.scope == "node"
+                                                   else (held, None)))
+                for opt, copies, held in merged.values()]
     return DLRMPlan(tables=out)

@@ -79,8 +79,7 @@ def _print(res: Any) -> None:
         t.add_column(col)
     node = c.topology[0].size
     for p in s.plan.tables:
-        kernel = "dense" if p.sharding_type == "data_parallel" else p.compute_kernel
-        t.add_row(p.table, str(p.copies), p.sharding_type, str(p.shards), kernel,
+        t.add_row(p.table, str(p.copies), p.sharding_type, str(p.shards), p.torchrec_kernel,
                   _ranks_text(p, node))
     out.print(t)
     _print_ranks(est)

@@ -26,7 +26,7 @@ formulation uses the same coefficients); GEMM times from :mod:`planner.costmodel
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from planner.costmodel.compose import headroom_bytes
@@ -170,17 +170,15 @@ def _uvm_cached(ln: Links, t: EmbeddingTable, eb: int) -> Option:
     update then run on the cache as in HBM. Row-wise optimizer state stays in HBM for
     every row (FBGEMM ``construct_split_state``: a managed table's row-wise state is
     placed on the device)."""
-    B = ln.batch
-    lookups = B * t.pooling
-    f, b = _lookup_s(ln, B, lookups, t.dim, eb)
-    miss_s = (1.0 - t.hit_rate) * lookups * t.dim * eb / ln.host_Bps
-    cached = math.ceil(t.cache_load_factor * t.rows)
-    hbm = (t.rows * ROWWISE_STATE_BYTES + cached * (t.dim * eb + CACHE_SLOT_BYTES)
-           + 2 * B * t.dim * eb)
-    comm = ln.a2a[0] * B * t.dim * eb
-    cost = ShardCost(f + miss_s, b, comm, comm, hbm, t.rows * t.dim * eb)
-    return Option("table_wise", 1, "ranks", cost, recv_bytes=ln.local_batch * t.dim * eb,
-                  collective="a2a", kernel="fused_uvm_caching")
+    base = _sharded(ln, t, eb, "table_wise", 1)
+    row_bytes = t.dim * eb
+    miss_s = (1.0 - t.hit_rate) * ln.batch * t.pooling * row_bytes / ln.host_Bps
+    # the fused shard's HBM less its rows (now in host memory), plus the cache
+    hbm = (base.cost.memory_bytes - t.rows * row_bytes
+           + math.ceil(t.cache_load_factor * t.rows) * (row_bytes + CACHE_SLOT_BYTES))
+    cost = replace(base.cost, lookup_fwd_s=base.cost.lookup_fwd_s + miss_s, memory_bytes=hbm,
+                   host_bytes=t.rows * row_bytes)
+    return replace(base, cost=cost, kernel="fused_uvm_caching")
 
 
 def _row_wise(ln: Links, t: EmbeddingTable, eb: int) -> Option:

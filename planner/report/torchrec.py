@@ -42,16 +42,12 @@ def torchrec_plan(model: DLRMSpec, cluster: ClusterSpec, plan: DLRMPlan) -> dict
 
 def _constraint(t: EmbeddingTable, p: TablePlacement) -> dict[str, Any]:
     out: dict[str, Any] = {"sharding_types": [p.sharding_type],
-                           "compute_kernels": [_kernel(p)], "pooling_factors": [t.pooling]}
+                           "compute_kernels": [p.torchrec_kernel], "pooling_factors": [t.pooling]}
     if p.sharding_type == "column_wise":
         out["min_partition"] = t.dim // p.shards
     if p.compute_kernel == "fused_uvm_caching":
         out["cache_params"] = {"load_factor": t.cache_load_factor}
     return out
-
-
-def _kernel(p: TablePlacement) -> str:
-    return "dense" if p.sharding_type == "data_parallel" else p.compute_kernel
 
 
 def _copies(cluster: ClusterSpec, p: TablePlacement) -> list[list[int]]:
@@ -90,7 +86,7 @@ def _sharding(t: EmbeddingTable, p: TablePlacement, ranks: list[int],
         shards = [([0, 0], [t.rows, t.dim])]
     else:
         shards = []
-    return {"sharding_type": p.sharding_type, "compute_kernel": _kernel(p), "ranks": ranks,
+    return {"sharding_type": p.sharding_type, "compute_kernel": p.torchrec_kernel, "ranks": ranks,
             "sharding_spec": [{"shard_offsets": off, "shard_sizes": size,
                                "placement": f"rank:{r}/cuda:{r % node}"}
                               for (off, size), r in zip(shards, ranks)]}

@@ -214,6 +214,11 @@ class TablePlacement(Spec):
         "fused_uvm_caching (table_wise only): the table in the cluster's host memory, "
         "cache_load_factor of its rows cached in HBM"))
 
+    @property
+    def torchrec_kernel(self) -> str:
+        """TorchRec's ``compute_kernel`` name: data-parallel tables train as ``dense``."""
+        return "dense" if self.sharding_type == "data_parallel" else self.compute_kernel
+
 
 class DLRMPlan(Spec):
     """A sharding plan: every table entry's copies, each placed one way."""
