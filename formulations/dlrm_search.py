@@ -425,9 +425,10 @@ def _infeasible(model: DLRMSpec, cluster: ClusterSpec) -> InfeasibleError:
     from planner.costmodel.dlrm import dense_cost, usable_hbm_bytes
 
     ln = links(model, cluster)
+    options = [table_options(model, cluster, i) for i in range(len(model.tables))]
     least = sum(t.count * min(o.cost.memory_bytes * (o.shards if o.scope != "node" else ln.node)
-                              for o in table_options(model, cluster, i))
-                for i, t in enumerate(model.tables)) / ln.ranks
+                              for o in opts)
+                for t, opts in zip(model.tables, options)) / ln.ranks
     need = (least + dense_cost(model, cluster).memory_bytes) / 2**30
     cap = usable_hbm_bytes(cluster) / 2**30
     more = math.ceil(cluster.num_gpus * need / cap) if cap > 0 else None
@@ -435,8 +436,8 @@ def _infeasible(model: DLRMSpec, cluster: ClusterSpec) -> InfeasibleError:
                f"even spread perfectly; {cap:.1f} GiB usable per GPU"]
     hints = [f"about {more} GPUs or more" if more else "a GPU with more memory",
              "a smaller global batch (pooled-embedding buffers grow with it)"]
-    uvm = [(o.cost.host_bytes, model.tables[i].name) for i in range(len(model.tables))
-           for o in table_options(model, cluster, i) if o.cost.host_bytes]
+    uvm = [(o.cost.host_bytes, t.name) for t, opts in zip(model.tables, options)
+           for o in opts if o.cost.host_bytes]
     if not cluster.offload:
         hints.append("a host memory tier (the cluster's offload:) to keep tables in host "
                      "memory behind an HBM cache (UVM caching)")
