@@ -1,0 +1,115 @@
+"""Kernel speeds read from a GPU's measured kernel table (``planner.specs.kernels``), by
+interpolation over shape.
+
+- GEMM throughput: trilinear in (log2 m, log2 n, log2 k) over the measured grid. Above the
+  grid the largest shape's throughput holds (large GEMMs saturate); below it the time of the
+  smallest measured dimension holds (a GEMM that small is bound by its tile and launch floor,
+  not its FLOPs), so throughput falls in proportion.
+- Fused attention throughput: linear in log2(sequence length) for the measured case nearest
+  in head dimension, mask and grouping; held constant outside the measured lengths.
+- Copy bandwidth: linear in log2(bytes), held constant outside the measured sizes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from planner.specs.kernels import KernelTable
+
+
+def _bracket(grid: tuple[float, ...], x: float) -> tuple[int, int, float]:
+    """Indices of the grid points around ``x`` (log2 scale) and the weight of the upper one;
+    ``x`` is inside ``[grid[0], grid[-1]]``."""
+    j = bisect.bisect_left(grid, x)
+    if j == len(grid):
+        return j - 1, j - 1, 0.0
+    if j == 0 or grid[j] == x:
+        return j, j, 0.0
+    lo, hi = grid[j - 1], grid[j]
+    return j - 1, j, (math.log2(x) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+
+
+@lru_cache(maxsize=None)
+def _gemm_grid(table: KernelTable, dtype: str) -> tuple[tuple[float, ...], ...] | None:
+    """(m values, n values, k values, flat TFLOP/s) of the full grid of ``dtype``; None
+    where the table has no complete grid."""
+    rows = {(r.m, r.n, r.k): r.tflops for r in table.gemm if r.dtype == dtype}
+    if not rows:
+        return None
+    # the grid's values recur across the other two axes; a model shape measured on its own
+    # (an extra row) adds values that occur once or twice
+    axes = []
+    for i in range(3):
+        counts: dict[int, int] = {}
+        for key in rows:
+            counts[key[i]] = counts.get(key[i], 0) + 1
+        top = max(counts.values())
+        axes.append(sorted(v for v, c in counts.items() if 2 * c >= top))
+    ms, ns, ks = axes
+    if not all((m, n, k) in rows for m in ms for n in ns for k in ks):
+        return None
+    vals = tuple(rows[(m, n, k)] for m in ms for n in ns for k in ks)
+    return tuple(float(x) for x in ms), tuple(float(x) for x in ns), \
+        tuple(float(x) for x in ks), vals
+
+
+def gemm_tflops(table: KernelTable, dtype: str, m: float, n: float, k: float) -> float | None:
+    """Measured throughput of an (m x k) @ (k x n) GEMM in ``dtype`` (TFLOP/s), interpolated;
+    None where the table has no grid for ``dtype``."""
+    grid = _gemm_grid(table, dtype)
+    if grid is None or min(m, n, k) <= 0:
+        return None
+    axes, vals = grid[:3], np.asarray(grid[3]).reshape(len(grid[0]), len(grid[1]), len(grid[2]))
+    floor = 1.0
+    idx = []
+    for axis, x in zip(axes, (m, n, k)):
+        if x < axis[0]:
+            floor *= x / axis[0]  # same time as the smallest measured dimension
+        idx.append(_bracket(axis, min(max(x, axis[0]), axis[-1])))
+    out = 0.0
+    for a in (0, 1):
+        for b in (0, 1):
+            for c in (0, 1):
+                w = ((idx[0][2] if a else 1 - idx[0][2]) * (idx[1][2] if b else 1 - idx[1][2])
+                     * (idx[2][2] if c else 1 - idx[2][2]))
+                if w:
+                    out += w * vals[idx[0][a], idx[1][b], idx[2][c]]
+    return out * floor
+
+
+def attention_tflops(table: KernelTable, backend: str, seq: float, head_dim: int,
+                     causal: bool = True, grouped: bool = False) -> tuple[float, float] | None:
+    """Measured (forward, backward) throughput of fused attention (TFLOP/s, the backward
+    counted as 2.5x the forward's FLOPs) at sequence length ``seq``, from the measured case
+    nearest in head dimension, then mask, then grouping; None where ``backend`` was not
+    measured."""
+    rows = [r for r in table.attention if r.backend == backend]
+    if not rows or seq <= 0:
+        return None
+
+    def distance(r) -> tuple[float, bool, bool]:
+        return (abs(math.log2(r.head_dim / head_dim)), r.causal != causal,
+                (r.kv_heads < r.heads) != grouped)
+
+    best = min(distance(r) for r in rows)
+    case = sorted((r for r in rows if distance(r) == best), key=lambda r: r.seq)
+    seqs = tuple(float(r.seq) for r in case)
+    lo, hi, w = _bracket(seqs, min(max(seq, seqs[0]), seqs[-1]))
+    fwd = (1 - w) * case[lo].fwd_tflops + w * case[hi].fwd_tflops
+    bwd = (1 - w) * case[lo].bwd_tflops + w * case[hi].bwd_tflops
+    return fwd, bwd
+
+
+def copy_GBps(table: KernelTable, nbytes: float) -> float | None:
+    """Measured device-copy bandwidth (bytes read plus written per second, GB/s) for a copy
+    of ``nbytes``; None where the table has no copies."""
+    rows = sorted((r for r in table.memory if r.op == "copy"), key=lambda r: r.bytes)
+    if not rows or nbytes <= 0:
+        return None
+    sizes = tuple(float(r.bytes) for r in rows)
+    lo, hi, w = _bracket(sizes, min(max(nbytes, sizes[0]), sizes[-1]))
+    return (1 - w) * rows[lo].GBps + w * rows[hi].GBps
