@@ -17,7 +17,7 @@ run() {
 }
 
 # 1. Rent: the cheapest option within 90 days, and the fronts of days against cost and energy.
-run --model llama3-405b --tokens 15e12 --days 90 --pareto --plot docs/pareto-405b.png
+run --model llama3-405b --tokens 15e12 --days 90 --pareto --plot docs/pareto-405b.png --force
 # 2. Own: capital over a 5-year depreciation plus electricity (hardware_catalog/pricing/).
 run --model llama3-405b --tokens 15e12 --days 90 --pricing own
 # 3. The inverse question: the fastest option within a $65M budget.

@@ -24,7 +24,7 @@ run() {
 
 # 1. Both networks, 30 days: the cheapest cluster, and the fronts of days against cost and energy.
 run --model llama3-70b --tokens 15e12 --days 30 --pricing own --cluster "$BOTH" --pareto \
-    --plot docs/pareto-ramp.png
+    --plot docs/pareto-ramp.png --force
 # 2. The fat tree alone, 30 days: what the electrical network would cost.
 run --model llama3-70b --tokens 15e12 --days 30 --pricing own \
     --cluster examples/ramp-baseline-fat-tree.yaml

@@ -113,21 +113,17 @@ def print_error(e: PlannerError) -> None:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
 
 
-def check_writable(path: str | None, option: str) -> None:
-    """Raise InputError now, before any work, if ``path`` cannot be written."""
-    import os
-    from pathlib import Path
+FORCE_HELP = "Replace output files that exist (never an input, a link or a device)."
 
-    if not path:
-        return
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise InputError(f"{option} {path}: is a directory; expected a file path")
-    if not parent.is_dir():
-        raise InputError(f"{option} {path}: the folder {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise InputError(f"{option} {path}: not writable")
+
+def check_files(outputs: list[tuple[str, str | None]], inputs: list[tuple[str, str | None]],
+                force: bool, keep: tuple[str, ...] = ()) -> None:
+    """Every command's output check, before any work: each output (option, path) is
+    writable, exists only with --force, and is no input (what, path) nor another output
+    (planner/fileio.py)."""
+    from planner.fileio import check_outputs
+
+    check_outputs(outputs, inputs, force=force, keep=keep)
 
 
 def warn_context_length(model: Any, seq_len: int | None, plan_sets_seq: bool = False) -> None:

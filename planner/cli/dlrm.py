@@ -14,7 +14,7 @@ from planner.orchestration.dlrm import STATUS_TEXT
 
 def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
                    global_batch: int | None, json_: bool, transformer_only: dict,
-                   out_path: str | None = None) -> None:
+                   out_path: str | None = None, force: bool = False) -> None:
     from planner.api import solve as run_solve
 
     try:
@@ -27,7 +27,7 @@ def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
                         "message": str(e), "reasons": e.reasons, "hints": e.hints})
         raise
     if out_path:
-        _write(res, out_path)
+        _write(res, out_path, force)
     if json_:
         _emit_json(res.to_json())
         return
@@ -36,7 +36,7 @@ def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
         out.print(f"wrote {out_path} (plan and TorchRec ParameterConstraints / sharding plan)")
 
 
-def _write(res: Any, path: str) -> None:
+def _write(res: Any, path: str, force: bool) -> None:
     """``--out``: the plan and its TorchRec form (planner/report/torchrec.py); JSON when
     the path ends in .json, else YAML."""
     import json
@@ -48,11 +48,11 @@ def _write(res: Any, path: str) -> None:
     data = {"model": res.model.name, "cluster": res.cluster.name,
             "plan": res.solution.plan.to_dict(),
             "torchrec": torchrec_plan(res.model, res.cluster, res.solution.plan)}
-    with open(path, "w") as fh:
-        if path.endswith(".json"):
-            json.dump(data, fh, indent=1)
-        else:
-            yaml.safe_dump(data, fh, sort_keys=False)
+    from planner.fileio import write_output_atomic
+
+    text = (json.dumps(data, indent=1) if path.endswith(".json")
+            else yaml.safe_dump(data, sort_keys=False))
+    write_output_atomic(path, text, "--out", force=force)
 
 
 def _ranks_text(p: Any, node: int) -> str:

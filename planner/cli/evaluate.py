@@ -13,7 +13,8 @@ from planner.cli.console import (
     HEADROOM_HELP,
     MODEL_HELP,
     _emit_json,
-    check_writable,
+    FORCE_HELP,
+    check_files,
     err,
     out,
     warn_calibration,
@@ -45,11 +46,9 @@ def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: 
         raise InputError("--from megatron needs the argument string (ARGS or @FILE) and no --plan")
     text = args
     if args.startswith("@"):
-        try:
-            with open(args[1:]) as fh:
-                text = fh.read()
-        except OSError as e:
-            raise InputError(f"--from megatron {args}: cannot read {args[1:]}: {e.strerror}") from None
+        from planner.fileio import read_user_file
+
+        text = read_user_file(args[1:], "--from megatron @FILE")
     p, ignored = plan_from_megatron(text, m, c)
     if ignored:
         warnings.append("ignored (no effect on the plan's cost): " + " ".join(ignored))
@@ -78,6 +77,7 @@ def evaluate(
                                         "Megatron-LM argument string, or @FILE)."),
     args: Optional[str] = typer.Argument(None, metavar="[ARGS]", help="With --from: the "
                                          "framework's arguments (or @FILE)."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Predict what one training plan costs: iteration time, memory, MFU and breakdowns."""
     from planner.api import evaluate as run_evaluate
@@ -87,7 +87,9 @@ def evaluate(
     from planner.specs.plan_base import build_plan
     from planner.errors import InputError
 
-    check_writable(plot, "--plot")
+    argfile = args[1:] if args and args.startswith("@") else None
+    check_files([("--plot", plot)], [("the model", model), ("the cluster", cluster),
+                                     ("the plan", plan), ("the argument file", argfile)], force)
     m = load_model(model)
     if getattr(m, "kind", None) == "dlrm":
         from planner.errors import InputError
@@ -112,7 +114,7 @@ def evaluate(
     if plot:
         from planner.report.plots import plot_breakdown
 
-        plot_breakdown([(f"{m.name} on {c.num_gpus}x {c.gpu.name}", est)], plot)
+        plot_breakdown([(f"{m.name} on {c.num_gpus}x {c.gpu.name}", est)], plot, force=force)
     if json_:
         _emit_json({"plan": p.to_dict(), **est.to_json(), "calibration_notes": notes})
     else:

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from planner.cli.console import CLUSTER_HELP, GPUS_HELP, MODEL_HELP, check_writable, err
+from planner.cli.console import CLUSTER_HELP, FORCE_HELP, GPUS_HELP, MODEL_HELP, check_files, err
 
 
 class ExportFormat(str, Enum):
@@ -31,12 +31,14 @@ def export(
     out_path: Optional[str] = typer.Option(None, "--out", "-o", help="Write to this file "
                                            "instead of standard output."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help=GPUS_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Write a plan as a launch file for a training framework; refuse what it cannot run."""
     from planner.specs.loaders import load_cluster, load_model
     from planner.specs.plan_base import build_plan
 
-    check_writable(out_path, "--out")
+    check_files([("--out", out_path)],
+                [("the plan", plan), ("the model", model), ("the cluster", cluster)], force)
     from planner.errors import InputError
     from planner.specs.model import ModelSpec
 
@@ -49,18 +51,19 @@ def export(
     p = build_plan(m, c, plan, [], warnings)
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
-    write_export(fmt.value, p, m, c, out_path)
+    write_export(fmt.value, p, m, c, out_path, force, "--out")
 
 
-def write_export(fmt: str, plan, model, cluster, out_path: Optional[str]) -> None:  # type: ignore[no-untyped-def]
+def write_export(fmt: str, plan, model, cluster, out_path: Optional[str],  # type: ignore[no-untyped-def]
+                 force: bool = False, option: str = "--out") -> None:
     """Render ``plan`` for ``fmt`` and print it or write it to ``out_path`` (shared with
-    ``planner solve --export``)."""
+    ``planner solve --export``; ``option`` names the path in errors)."""
     from planner.export import export_plan
+    from planner.fileio import write_output_atomic
 
     text = export_plan(fmt, plan, model, cluster)
     if out_path:
-        with open(out_path, "w") as fh:
-            fh.write(text)
+        write_output_atomic(out_path, text, option, force=force)
         err.print(escape(f"wrote {out_path} ({fmt})"), highlight=False)
     else:
         typer.echo(text, nl=False)  # verbatim: no console wrapping or markup

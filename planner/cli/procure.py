@@ -15,7 +15,8 @@ from planner.cli.console import (
     SEQ_LEN_HELP,
     LazyStatus,
     _emit_json,
-    check_writable,
+    FORCE_HELP,
+    check_files,
     err,
     out,
     warn_calibration,
@@ -93,6 +94,7 @@ def procure(
     osl: Optional[int] = typer.Option(None, "--osl", help="--serve: output tokens per request."),
     ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help="--serve: P99 TTFT SLO."),
     tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="--serve: P99 TPOT SLO."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Choose what to buy or rent: the cheapest cluster and plan that train a model on a
     token budget within a deadline (or the fastest within a budget)."""
@@ -106,7 +108,10 @@ def procure(
         raise InputError("--json and --csv: choose one")
     if workers is not None and workers < 1:
         raise InputError(f"--workers {workers}: expected a positive integer")
-    check_writable(plot, "--plot")
+    check_files([("--plot", plot)],
+                [("the model", model), ("the prices", prices),
+                 *(("a cluster", c.strip()) for arg in cluster for c in arg.split(","))],
+                force)
     fronts = pareto or bool(plot) or json_ or csv_
     status = LazyStatus(err, not (json_ or csv_))
     result = None
@@ -124,13 +129,13 @@ def procure(
     finally:
         status.stop()
     if result is not None:
-        _show(result, failure, plot=plot, json_=json_, csv_=csv_, fronts=fronts)
+        _show(result, failure, plot=plot, json_=json_, csv_=csv_, fronts=fronts, force=force)
     if failure is not None:
         raise failure
 
 
 def _show(result: Any, failure: InfeasibleError | None, *, plot: Optional[str], json_: bool,
-          csv_: bool, fronts: bool) -> None:
+          csv_: bool, fronts: bool, force: bool = False) -> None:
     """The procurement as a plot, one JSON object, CSV or tables (with the failure, if any,
     in the JSON object)."""
     if getattr(getattr(result, "model", None), "kind", "") == "dlrm":
@@ -142,7 +147,7 @@ def _show(result: Any, failure: InfeasibleError | None, *, plot: Optional[str], 
     if plot:
         from planner.report.plots import plot_pareto
 
-        plot_pareto(result, plot)
+        plot_pareto(result, plot, force=force)
     choice = getattr(result, "choice", None)
     notes = warn_calibration(choice.gpu, choice.plan) if choice is not None else []
     if json_:

@@ -12,7 +12,8 @@ import typer
 import yaml
 from rich.table import Table
 
-from planner.cli.console import CLUSTER_HELP, MODEL_HELP, _emit_json, check_writable, err, out
+from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_json, check_files,
+                                 err, out)
 from planner.errors import InputError
 
 
@@ -102,13 +103,15 @@ def serve(
     launch: bool = typer.Option(False, "--launch", help="Print vLLM, SGLang and TensorRT-LLM "
                                 "launch commands for the plan's pools."),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Find the best serving plan: layout, concurrency, precision, pools and replica counts
     within the TTFT/TPOT SLOs, exactly (CP-SAT, MILP or brute force over the same tables)."""
     from planner.orchestration.serve import plan_serve
     from planner.specs.loaders import load_model
 
-    check_writable(plot, "--plot")
+    check_files([("--plot", plot)],
+                [("the model", model), *(("a cluster", c) for c in cluster)], force)
     w = _workload(isl, osl, rate, ttft_ms, tpot_ms, percentile)
     if gpus is not None and gpus < 1:
         raise InputError(f"--gpus: expected a positive number of GPUs, got {gpus}")
@@ -119,7 +122,7 @@ def serve(
     if plot:
         from planner.report.serve import plot_serve_pareto
 
-        plot_serve_pareto(res.pareto, plot, f"{model}: ISL {isl}, OSL {osl}")
+        plot_serve_pareto(res.pareto, plot, f"{model}: ISL {isl}, OSL {osl}", force=force)
     if json_:
         _emit_json({"plan": res.plan.to_dict(), "estimate": res.estimate.to_json(),
                     "solver": res.solver, **({"pareto": res.pareto} if pareto else {}),

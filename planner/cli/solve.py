@@ -8,7 +8,8 @@ import typer
 from rich.markup import escape
 
 from planner.cli.console import (
-    check_writable,
+    FORCE_HELP,
+    check_files,
     warn_calibration,
     warn_context_length,
     with_headroom,
@@ -59,13 +60,15 @@ def solve(
     max_microbatch: int = typer.Option(16, "--max-microbatch", help="Largest microbatch to consider."),
     max_virtual_stages: int = typer.Option(8, "--max-virtual-stages", help="Most interleaved chunks per GPU."),
     memory_headroom: Optional[float] = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Find the best parallelization plan, proven optimal over the search space."""
     from planner.api import solve as run_solve
     from planner.specs.loaders import load_cluster, load_model
 
-    check_writable(out_path, "--out")
     _check_export(export, export_out, json_)
+    check_files([("--out", out_path), ("--export-out", export_out)],
+                [("the model", model), ("the cluster", cluster), ("the plan", plan)], force)
     m = load_model(model)
     c = with_headroom(load_cluster(cluster, gpus), memory_headroom)
     if getattr(m, "kind", None) == "dlrm":  # a recommendation model: planner/cli/dlrm.py
@@ -73,6 +76,7 @@ def solve(
 
         return solve_dlrm_cli(m, c, backend=backend.value, time_limit=time_limit,
                               global_batch=global_batch, json_=json_, out_path=out_path,
+                              force=force,
                               transformer_only=dict(plan=plan, fix=fix, seq_len=seq_len,
                                                     dtype=dtype, top_k=top,
                                                     objective=objective.value))
@@ -94,7 +98,7 @@ def solve(
     finally:
         status.stop()
     if out_path:
-        _write_plan(res.best.plan, out_path)
+        _write_plan(res.best.plan, out_path, force)
     notes = warn_calibration(c, res.best.plan)
     if json_:
         _emit_json({**res.to_json(), "calibration_notes": notes})
@@ -103,7 +107,7 @@ def solve(
     if export:
         from planner.cli.export import write_export
 
-        write_export(export, res.best.plan, m, c, export_out)
+        write_export(export, res.best.plan, m, c, export_out, force, "--export-out")
 
 
 def _check_export(fmt: Optional[str], path: Optional[str], json_: bool) -> None:
@@ -120,7 +124,6 @@ def _check_export(fmt: Optional[str], path: Optional[str], json_: bool) -> None:
     if json_ and not path:
         raise InputError("--export with --json needs --export-out FILE (standard output "
                          "carries the JSON)")
-    check_writable(path, "--export-out")
 
 
 def _emit_infeasible(e: InfeasibleError, backend: str, objective: str) -> None:
@@ -129,11 +132,13 @@ def _emit_infeasible(e: InfeasibleError, backend: str, objective: str) -> None:
                 "alternatives": [], "message": str(e), "reasons": e.reasons, "hints": e.hints})
 
 
-def _write_plan(plan: Any, path: str) -> None:
+def _write_plan(plan: Any, path: str, force: bool) -> None:
     import yaml
 
-    with open(path, "w") as fh:
-        yaml.safe_dump(plan.to_dict(), fh, sort_keys=False)
+    from planner.fileio import write_output_atomic
+
+    write_output_atomic(path, yaml.safe_dump(plan.to_dict(), sort_keys=False), "--out",
+                        force=force)
 
 
 def _print_result(res: Any, m: Any, c: Any, out_path: Optional[str]) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from enum import Enum
 from typing import Any, Optional
 
 import typer
 
-from planner.cli.console import check_writable, err
+from rich.markup import escape
+
+from planner.cli.console import check_files, err
 from planner.errors import InputError
 
 
@@ -34,17 +37,20 @@ def _progress(total: int, done: int):
 
 
 def _plot(rows: list[dict[str, Any]], axes: list[str], path: str, kind: PlotKind | None,
-          x: str | None, y: str | None, value: str | None, group: str | None) -> None:
+          x: str | None, y: str | None, value: str | None, group: str | None,
+          force: bool = False) -> None:
     from planner.report.sweep import plot_bottlenecks, plot_heatmap
 
     kind = kind or (PlotKind.heatmap if len(axes) >= 2 else PlotKind.bottleneck)
     if kind == PlotKind.heatmap:
         if len(axes) < 2 and (x is None or y is None):
             raise InputError("--plot heatmap: needs two axes (--x and --y)")
-        plot_heatmap(rows, x or axes[0], y or axes[1], path, value or "iteration_time_s")
+        plot_heatmap(rows, x or axes[0], y or axes[1], path, value or "iteration_time_s",
+                     force=force)
     else:
         plot_bottlenecks(rows, x or axes[-1], path,
-                         group=group or (axes[0] if len(axes) >= 2 and x is None else None))
+                         group=group or (axes[0] if len(axes) >= 2 and x is None else None),
+                         force=force)
     err.print(f"plot written to {path}", soft_wrap=True)
 
 
@@ -71,30 +77,53 @@ def sweep(
                                         "..."),
     group: Optional[str] = typer.Option(None, "--group", help="Bottleneck bars: one panel "
                                         "per value of this axis."),
+    force: bool = typer.Option(False, "--force", help="Replace a --plot file that exists "
+                               "(--out is resumed, never replaced)."),
 ) -> None:
     """Run a what-if sweep: every point of the grid is a solve or a procure."""
     from planner.sweep import expand, load_sweep, run_sweep
     from planner.sweep.runners import check_run_options
-    from planner.sweep.table import done_results, output_format
+    from planner.sweep.table import done_results, output_format, output_lock
 
     check_run_options(backend.value, address, workers)
     if out_path:
         output_format(out_path)
-        check_writable(out_path, "--out")
-    check_writable(plot, "--plot")
-    points = expand(load_sweep(sweep_file), sweep_file)
-    done = len(done_results(out_path, points)) if out_path else 0
-    unique = len({p.key for p in points})  # points with the same settings run once
-    err.print(f"{len(points)} points ({unique} distinct)"
-              + (f", {done} already in {out_path}" if done else ""), soft_wrap=True)
-    bar, tick = _progress(unique, done)
-    with bar:
-        rows = run_sweep(points, out=out_path, backend=backend.value, address=address,
-                         workers=workers, on_result=tick)
+    spec = load_sweep(sweep_file)
+    # --out is the resumable table: updated in place, under its lock (planner/sweep/table.py)
+    check_files([("--out", out_path), ("--plot", plot)],
+                [("the sweep file", sweep_file), *_spec_inputs(spec)], force, keep=("--out",))
+    with output_lock(out_path) if out_path else contextlib.nullcontext():
+        points = expand(spec, sweep_file)
+        done = len(done_results(out_path, points, warn=_warn)) if out_path else 0
+        unique = len({p.key for p in points})  # points with the same settings run once
+        err.print(f"{len(points)} points ({unique} distinct)"
+                  + (f", {done} already in {out_path}" if done else ""), soft_wrap=True)
+        bar, tick = _progress(unique, done)
+        with bar:
+            rows = run_sweep(points, out=out_path, backend=backend.value, address=address,
+                             workers=workers, on_result=tick)
     axes = list(points[0].axes)
     _summary(rows, axes, out_path)
     if plot:
-        _plot(rows, axes, plot, plot_kind, x, y, value, group)
+        _plot(rows, axes, plot, plot_kind, x, y, value, group, force)
+
+
+def _warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _spec_inputs(spec: Any) -> list[tuple[str, str]]:
+    """The files a sweep reads (models, clusters and cluster templates given as paths):
+    no output may replace one."""
+    out: list[tuple[str, str]] = []
+    for name in ("model", "cluster", "clusters"):
+        axis = spec.axes.get(name)
+        values = [spec.base.get(name), *(axis if isinstance(axis, list) else [])]
+        values += [sets.get(name) for axis in spec.axes.values() if isinstance(axis, dict)
+                   for sets in axis.values() if isinstance(sets, dict)]
+        out += [(f"a sweep's {name}", v.strip()) for value in values if isinstance(value, str)
+                for v in value.split(",") if v.strip()]
+    return out
 
 
 def _summary(rows: list[dict[str, Any]], axes: list[str], out_path: str | None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from planner.costmodel.evaluator import OFFLOAD_KEY, TIME_KEYS, Estimate
 
@@ -24,8 +24,28 @@ def _pyplot():
     return plt
 
 
+def save_figure(fig: Any, plt: Any, path: str | Path, *, force: bool = True,
+                **kwargs: Any) -> Path:
+    """Save ``fig`` to ``path`` through a temporary file renamed over it (never through a
+    link, never half a PNG; ``force`` False: not over a file that appeared meanwhile), in
+    the format of the path's suffix (PNG without one), then close it."""
+    from planner.errors import InputError
+    from planner.fileio import atomic_output
+
+    out = Path(path)
+    try:
+        with atomic_output(out, "--plot", force=force) as tmp:
+            try:
+                fig.savefig(tmp, format=out.suffix[1:].lower() or "png", **kwargs)
+            except ValueError as err:  # "Format 'xyz' is not supported"
+                raise InputError(f"--plot {out}: {err}") from None
+    finally:
+        plt.close(fig)
+    return out
+
+
 def plot_breakdown(items: Sequence[tuple[str, Estimate]], path: str | Path,
-                   title: str = "Iteration time breakdown") -> Path:
+                   title: str = "Iteration time breakdown", *, force: bool = True) -> Path:
     """Stacked horizontal bars of the iteration-time components, one bar per plan."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * len(items)))
@@ -52,13 +72,11 @@ def plot_breakdown(items: Sequence[tuple[str, Estimate]], path: str | Path,
         ax.text(0.5, 0.5, "no time breakdown: the plan cannot be costed", transform=ax.transAxes,
                 ha="center", va="center", fontsize=9)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save_figure(fig, plt, path, force=force, dpi=130, bbox_inches="tight")
 
 
-def plot_pareto(result, path: str | Path, title: str | None = None) -> Path:
+def plot_pareto(result: Any, path: str | Path, title: str | None = None, *,
+                force: bool = True) -> Path:
     """Time to train against cost and against energy, one point per option solved (its best
     plan by the objective), the Pareto fronts as steps, the limits dashed, the choice
     starred. ``result`` is a :class:`planner.procurement.ProcureResult`."""
@@ -114,7 +132,4 @@ def plot_pareto(result, path: str | Path, title: str | None = None) -> Path:
         f"{q['pricing']} pricing: one point per {'cluster' if by_template else 'GPU type'} "
         "and count (its best plan)") if x))
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save_figure(fig, plt, path, force=force, dpi=130, bbox_inches="tight")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.report.plots import _pyplot
+from planner.report.plots import _pyplot, save_figure
 
 
-def plot_serve_pareto(front: list[dict], path: str | Path, title: str = "Serving") -> Path:
+def plot_serve_pareto(front: list[dict], path: str | Path, title: str = "Serving", *,
+                      force: bool = True) -> Path:
     """One marker per layout on the front, coloured by GPU type, joined in order of
     per-user speed."""
     plt = _pyplot()
@@ -31,7 +32,4 @@ def plot_serve_pareto(front: list[dict], path: str | Path, title: str = "Serving
     if front:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
-    return out
+    return save_figure(fig, plt, path, force=force, dpi=130)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from planner.errors import InputError
-from planner.report.plots import _pyplot
+from planner.report.plots import _pyplot, save_figure
 
 #: the limiting terms of a row (planner/sweep/point.py) and their colours
 TERM_COLORS = {"compute": "#4C72B0", "memory": "#55A868", "network": "#C44E52",
@@ -55,7 +55,8 @@ def best_by(rows: Sequence[dict[str, Any]], keys: Sequence[str], value: str
 
 
 def plot_heatmap(rows: Sequence[dict[str, Any]], x: str, y: str, path: str | Path,
-                 value: str = "iteration_time_s", title: str | None = None) -> Path:
+                 value: str = "iteration_time_s", title: str | None = None, *,
+                 force: bool = True) -> Path:
     """The best ``value`` for each (x, y) over the other axes; cells with no feasible
     point are grey and marked."""
     for name, opt in ((x, "--x"), (y, "--y"), (value, "--value")):
@@ -86,11 +87,12 @@ def plot_heatmap(rows: Sequence[dict[str, Any]], x: str, y: str, path: str | Pat
     fig.colorbar(im, ax=ax, label=LABELS.get(value, value))
     ax.set_title(title or f"{LABELS.get(value, value)} over {x} x {y} (n/f: nothing fits)",
                  fontsize=9)
-    return _save(fig, plt, path)
+    return _save(fig, plt, path, force)
 
 
 def plot_bottlenecks(rows: Sequence[dict[str, Any]], x: str, path: str | Path,
-                     group: str | None = None, title: str | None = None) -> Path:
+                     group: str | None = None, title: str | None = None, *,
+                     force: bool = True) -> Path:
     """Stacked bars of the best plan's limiting terms (compute, memory, network, pipeline
     bubble) per value of ``x``, one panel per value of ``group``; each bar is labelled
     with its speed-up over the panel's first bar and its bottleneck."""
@@ -112,7 +114,7 @@ def plot_bottlenecks(rows: Sequence[dict[str, Any]], x: str, path: str | Path,
     fig.legend(handles, labels, fontsize=7, frameon=False, ncol=4, loc="lower center",
                bbox_to_anchor=(0.5, -0.06))
     fig.suptitle(title or f"What limits the optimum along {x}", fontsize=10)
-    return _save(fig, plt, path)
+    return _save(fig, plt, path, force)
 
 
 def _bottleneck_panel(ax: Any, picked: list[dict[str, Any] | None], xs: list[Any]) -> None:
@@ -129,9 +131,6 @@ def _bottleneck_panel(ax: Any, picked: list[dict[str, Any] | None], xs: list[Any
     ax.set_ylim(0, max(bottom + [1e-9]) * 1.3)
 
 
-def _save(fig: Any, plt: Any, path: str | Path) -> Path:
+def _save(fig: Any, plt: Any, path: str | Path, force: bool) -> Path:
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save_figure(fig, plt, path, force=force, dpi=130, bbox_inches="tight")

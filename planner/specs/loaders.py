@@ -16,6 +16,7 @@ import yaml
 
 import planner.catalog as catalog
 from planner.errors import InputError
+from planner.fileio import MAX_SPEC_BYTES, read_user_file
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec, is_dlrm
 from planner.specs.gpu import GPUSpec
@@ -24,7 +25,7 @@ from planner.specs.plan import Plan
 from planner.specs.validate import _short, validate
 
 #: Limits on spec files: no model, cluster, plan or pricing file comes near them.
-MAX_FILE_BYTES = 1 << 20
+MAX_FILE_BYTES = MAX_SPEC_BYTES
 MAX_DEPTH = 64
 MAX_ALIASES = 64
 
@@ -47,27 +48,52 @@ def _check_yaml_shape(path: Path, text: str) -> None:
                                  "need none")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the
+    last silently: a spec's second ``tp:`` would override the first unseen)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            # merge keys (<<) are expanded by the base class; explicit keys override them
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key]})",
+                    key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"duplicate key {key!r} in one object")
+        out[key] = value
+    return out
+
+
 def read_structured(path: Path) -> dict[str, Any]:
     """Read a YAML or JSON file into a mapping, with clear errors."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, expected a YAML or JSON file")
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise InputError(f"{path}: {size:,} bytes; spec files are at most {MAX_FILE_BYTES:,}")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 text (byte {err.start}); expected a YAML or JSON "
-                         "file") from None
+    text = read_user_file(path, "", MAX_FILE_BYTES)
     try:
         if path.suffix != ".json":
             _check_yaml_shape(path, text)
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = (json.loads(text, object_pairs_hook=_unique_json_keys) if path.suffix == ".json"
+                else yaml.load(text, Loader=_UniqueKeyLoader))  # noqa: S506 (a SafeLoader)
     except RecursionError:
         raise InputError(f"{path}: nested too deeply (at most {MAX_DEPTH} levels)") from None
     except ValueError as err:  # e.g. an integer of more than 4,300 digits
+        if isinstance(err, _DuplicateKey):
+            raise InputError(f"{path}: malformed JSON: {err}") from None
         if isinstance(err, json.JSONDecodeError):
             raise InputError(f"{path}: malformed JSON at line {err.lineno}: {err.msg}") from None
         raise InputError(f"{path}: unreadable value: {str(err)[:200]}") from None

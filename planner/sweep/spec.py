@@ -141,7 +141,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     from planner.specs.loaders import read_structured
 
     p = Path(path)
-    if not p.is_file():
+    if not (p.exists() or p.is_symlink()):  # read_structured names a FIFO, a link loop ...
         raise InputError(f"sweep file {str(path)!r}: no such file")
     return sweep_from_dict(read_structured(p), str(path))
 
