@@ -311,3 +311,50 @@ def test_fuzzed_sweep_files_give_input_errors(base, axes, top):
         run_sweep(pts, workers=1, runner=lambda s: {"status": "optimal"})
     except InputError as err:
         assert str(err).strip()
+
+
+def test_a_million_point_grid_is_refused_before_any_point_is_built(capsys, tmp_path,
+                                                                     monkeypatch):
+    """Six axes of ten values: 0.5 KB of YAML, 10^6 points (it used to take GBs)."""
+    import yaml
+
+    import planner.sweep.spec as spec_mod
+
+    def no_point(*_a, **_k):
+        raise AssertionError("a point was built")
+
+    monkeypatch.setattr(spec_mod, "Point", no_point)
+    axes = {name: [1 + i for i in range(10)] for name in
+            ("peak_flops", "hbm_capacity", "hbm_bandwidth", "network_bandwidth", "price",
+             "network_latency")}
+    f = tmp_path / "big.yaml"
+    f.write_text(yaml.safe_dump({"base": BASE, "axes": axes}))
+    assert f.stat().st_size < 1024
+    code, _, err = run(capsys, "sweep", str(f))
+    err = " ".join(err.split())
+    assert code == 2
+    assert f"sweep file '{f}'" in err and "1,000,000 points" in err and "100,000" in err
+    assert "split it into several sweep files" in err
+    # the limit itself is allowed
+    spec_mod.check_grid_size(sweep_from_dict(
+        {"base": BASE, "axes": {"peak_flops": list(range(1, 1001)),
+                                "hbm_capacity": list(range(1, 101))}}, "max.yaml"), "max.yaml")
+
+
+def test_each_point_key_is_computed_once(tmp_path, monkeypatch):
+    """The output is rewritten after every row here; the table is rebuilt from the keys at
+    each rewrite, which hashed every point's settings again (quadratic in the grid)."""
+    import planner.sweep.runners as runners
+
+    calls = []
+    key = PointSpec.key
+    monkeypatch.setattr(PointSpec, "key", lambda self: calls.append(1) or key(self))
+    monkeypatch.setattr(runners, "FLUSH_ROWS", 1)
+    monkeypatch.setattr(runners, "FLUSH_S", 0.0)
+    pts = expand(sweep_from_dict({"base": BASE, "axes": {"peak_flops": [1, 2, 3, 4, 5, 6],
+                                                         "hbm_bandwidth": list(range(1, 11))}},
+                                 "keys"))
+    out = tmp_path / "k.csv"
+    rows = run_sweep(pts, out=str(out), workers=1, runner=lambda s: {"status": "optimal"})
+    assert len(rows) == len(read_rows(out)) == 60
+    assert len(calls) == 60

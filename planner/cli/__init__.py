@@ -4,11 +4,13 @@ Each command lives in its own module (``evaluate``, ``catalog``, ``validate``, `
 ``collective``, ``procure``); what they share is in ``console``. The modules import from
 ``console`` and the layers below, never from this package's ``__init__``.
 
-Exit codes: 0 ok, 1 infeasible (reasons printed), 2 bad input.
+Exit codes: 0 ok, 1 infeasible (reasons printed), 2 bad input, 130 Ctrl-C (143 SIGTERM
+in sweep and procure: their workers are stopped first).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -26,6 +28,7 @@ from planner.cli.solve import solve as _solve
 from planner.cli.sweep import sweep as _sweep
 from planner.cli.validate import validate as _validate
 from planner.errors import PlannerError
+from planner.workers import Interrupted, signals_raise
 
 def _plain_metavars(params: list) -> list:
     """Help shows a boolean flag as a plain flag (typer would print ``<bool>``) and a
@@ -90,11 +93,18 @@ app.command("sweep", cls=_Command)(_sweep)
 
 
 def main() -> None:
-    try:
-        app()
-    except PlannerError as e:
-        print_error(e)
-        sys.exit(e.exit_code)
+    # Ctrl-C raises Interrupted: a KeyboardInterrupt would become click's "Aborted!", exit 1
+    with signals_raise(signal.SIGINT):
+        try:
+            app()
+        except PlannerError as e:
+            print_error(e)
+            sys.exit(e.exit_code)
+        except Interrupted as e:
+            for s in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C: still one line
+                signal.signal(s, signal.SIG_IGN)
+            print(e.message, file=sys.stderr)
+            sys.exit(e.exit_code)
 
 
 __all__ = ["app", "main"]

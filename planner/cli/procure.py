@@ -5,6 +5,7 @@ The search is planner/procurement/'s; docs/procure.md states the semantics.
 
 from __future__ import annotations
 
+import signal
 from enum import Enum
 from typing import Any, Optional
 
@@ -24,6 +25,7 @@ from planner.cli.console import (
 from planner.cli.serve import procure_serve_cmd
 from planner.errors import InfeasibleError, InputError
 from planner.procurement import DEFAULT_MAX_GPUS
+from planner.workers import signals_raise
 
 
 class ProcureObjective(str, Enum):
@@ -117,13 +119,15 @@ def procure(
     result = None
     failure: InfeasibleError | None = None
     try:
-        result = run_procure(
-            model, tokens, days=days, budget_usd=budget,
-            objective=objective.value.replace("-", "_") if objective else None,
-            gpus=gpus, clusters=list(cluster) or None, max_gpus=max_gpus,
-            counts=_counts(counts), pricing=pricing.value if pricing else None, prices=prices,
-            pareto=fronts, global_batch_size=global_batch, seq_len=seq_len, dtype=dtype,
-            time_limit_s=time_limit, workers=workers, progress=status)
+        with signals_raise(signal.SIGTERM):  # stops the workers, as Ctrl-C does
+            result = run_procure(
+                model, tokens, days=days, budget_usd=budget,
+                objective=objective.value.replace("-", "_") if objective else None,
+                gpus=gpus, clusters=list(cluster) or None, max_gpus=max_gpus,
+                counts=_counts(counts), pricing=pricing.value if pricing else None,
+                prices=prices, pareto=fronts, global_batch_size=global_batch,
+                seq_len=seq_len, dtype=dtype, time_limit_s=time_limit, workers=workers,
+                progress=status)
     except InfeasibleError as e:
         failure, result = e, getattr(e, "result", None)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 from enum import Enum
 from typing import Any, Optional
 
@@ -12,6 +13,7 @@ from rich.markup import escape
 
 from planner.cli.console import check_files, err
 from planner.errors import InputError
+from planner.workers import signals_raise
 
 
 class Backend(str, Enum):
@@ -99,7 +101,7 @@ def sweep(
         err.print(f"{len(points)} points ({unique} distinct)"
                   + (f", {done} already in {out_path}" if done else ""), soft_wrap=True)
         bar, tick = _progress(unique, done)
-        with bar:
+        with bar, signals_raise(signal.SIGTERM):  # stop the workers and save, as on Ctrl-C
             rows = run_sweep(points, out=out_path, backend=backend.value, address=address,
                              workers=workers, on_result=tick)
     axes = list(points[0].axes)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Callable, Sequence
 
 from formulations.space import SpaceOptions
@@ -40,6 +40,7 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan_base import model_defaults, require_batch
 from planner.specs.pricing import PricingSpec, load_pricing
+from planner.workers import WorkerPool
 
 
 def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
@@ -224,7 +225,7 @@ def _pool(workers: int | None, jobs: int) -> Any:
     ctx = mp.get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(["planner.procurement.search"])
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+    pool = WorkerPool(max_workers=n, mp_context=ctx)
     pool.width = n  # type: ignore[attr-defined]
     return pool
 

@@ -6,8 +6,11 @@ where it stopped (points whose key is already in the output are not run again)."
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from planner.errors import InputError, PlannerError
@@ -15,9 +18,11 @@ from planner.sweep.point import check_points, run_point
 from planner.sweep.spec import Point
 from planner.sweep.table import (RESULT_COLUMNS, check_axis_names, done_results, full_row,
                                   write_table)
+from planner.workers import INTERRUPTS, WorkerPool, with_message
 
 BACKENDS = ("local", "ray")
 Runner = Callable[[dict[str, Any]], dict[str, Any]]
+Rows = Generator[tuple[Point, dict], None, None]
 #: how often the output is rewritten while points run: every this many results or seconds
 FLUSH_ROWS, FLUSH_S = 25, 10.0
 RAY_HINT = "pip install 'planner[ray]'"
@@ -31,7 +36,7 @@ def _at(point: Point, err: InputError) -> InputError:
     return InputError(f"point {point.axes}: {err}")
 
 
-def _serial(pending: Sequence[Point], runner: Runner) -> Iterator[tuple[Point, dict]]:
+def _serial(pending: Sequence[Point], runner: Runner) -> Rows:
     for p in pending:
         try:
             row = runner(_settings(p))
@@ -40,29 +45,41 @@ def _serial(pending: Sequence[Point], runner: Runner) -> Iterator[tuple[Point, d
         yield p, row
 
 
-def _pool(pending: Sequence[Point], runner: Runner, workers: int | None
-          ) -> Iterator[tuple[Point, dict]]:
+def _pool(pending: Sequence[Point], runner: Runner, workers: int | None) -> Rows:
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, Future, wait
 
     # spawn: a fresh interpreter per worker, never a fork of a process with solver threads
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(runner, _settings(p)): p for p in pending}
-        try:
-            for fut in as_completed(futures):
+    width = workers or _cpus()
+    todo = iter(pending)
+    with WorkerPool(max_workers=width, mp_context=ctx) as pool:
+        running: dict[Future, Point] = {}
+        while True:
+            # a few points queued per worker, not the whole grid's settings at once
+            for p in itertools.islice(todo, max(2 * width - len(running), 0)):
+                running[pool.submit(runner, _settings(p))] = p
+            if not running:
+                return
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                p = running.pop(fut)
                 try:
                     row = fut.result()
                 except InputError as err:
-                    raise _at(futures[fut], err) from None
-                yield futures[fut], row
-        finally:
-            for fut in futures:
-                fut.cancel()
+                    raise _at(p, err) from None
+                yield p, row
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _ray(pending: Sequence[Point], runner: Runner, address: str | None,
-         workers: int | None) -> Iterator[tuple[Point, dict]]:
+         workers: int | None) -> Rows:
     try:
         import ray
     except ImportError:
@@ -72,9 +89,9 @@ def _ray(pending: Sequence[Point], runner: Runner, address: str | None,
         ray.init(address=address, num_cpus=workers if address is None else None,
                  include_dashboard=False, log_to_driver=False)
     task = ray.remote(num_cpus=1)(runner)
+    refs: dict[Any, Point] = {}
     try:
         waiting = list(pending)
-        refs: dict[Any, Point] = {}
         limit = workers or len(waiting) or 1  # at most this many tasks in flight
         while waiting or refs:
             while waiting and len(refs) < limit:
@@ -84,6 +101,9 @@ def _ray(pending: Sequence[Point], runner: Runner, address: str | None,
             p = refs.pop(ready[0])
             yield p, _ray_get(ray, ready[0], p)
     finally:
+        for ref in refs:  # tasks in flight on a cluster this process does not own
+            with contextlib.suppress(Exception):  # finished or already gone
+                ray.cancel(ref, force=True)
         if started:
             ray.shutdown()
 
@@ -102,7 +122,7 @@ def _ray_get(ray: Any, ref: Any, point: Point) -> dict[str, Any]:
 
 
 def _results(pending: Sequence[Point], backend: str, runner: Runner, address: str | None,
-             workers: int | None) -> Iterator[tuple[Point, dict]]:
+             workers: int | None) -> Rows:
     if backend == "ray":
         return _ray(pending, runner, address, workers)
     if workers == 1 or len(pending) <= 1:
@@ -135,22 +155,33 @@ def run_sweep(points: Sequence[Point], *, out: str | None = None, backend: str =
     axes = list(points[0].axes) if points else []
     results: dict[str, dict[str, Any]] = dict(done)
     pending = list({p.key: p for p in points if p.key not in done}.values())
+    total = len(done) + len(pending)
 
     def table() -> list[dict[str, Any]]:
         return [full_row(p, results[p.key]) for p in points if p.key in results]
 
-    last, fresh = time.monotonic(), 0
+    last, fresh, unsaved = time.monotonic(), 0, 0
+    rows = _results(pending, backend, runner, address, workers)
     try:
-        for point, result in _results(pending, backend, runner, address, workers):
+        for point, result in rows:
             results[point.key] = {c: result.get(c) for c in RESULT_COLUMNS}
             fresh += 1
+            unsaved += 1
             if on_result:
                 on_result(point, result)
-            if out and (fresh % FLUSH_ROWS == 0 or time.monotonic() - last > FLUSH_S):
+            # each rewrite writes the whole table: waiting for a tenth more rows keeps the
+            # writes linear in the grid, the time bound keeps what an interrupt can lose
+            if out and (unsaved >= max(FLUSH_ROWS, len(results) // 10)
+                        or time.monotonic() - last > FLUSH_S):
                 write_table(table(), axes, out)
-                last = time.monotonic()
+                last, unsaved = time.monotonic(), 0
+    except INTERRUPTS as exc:
+        where = f"saved to {out}; rerun the same command to resume" if out else \
+            "done; nothing saved (no --out)"
+        raise with_message(exc, f"interrupted: {len(results)} of {total} points {where}"
+                           ) from None
     finally:
+        rows.close()  # stops the workers now, not when the generator is collected
         if out and fresh:
             write_table(table(), axes, out)
     return table()
-

@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +33,12 @@ FACTOR_REF = "factor"
 LEVEL_AXES = {"bandwidth": "level_bandwidth", "latency": "level_latency",
               "price": "gpu_price"}  # price.<gpu>: one GPU type's prices
 
+
+#: The most points one sweep file may expand to. Each point is a whole solve or procure
+#: (0.05 s to its time limit, 60 s by default), so 100,000 points are days of CPU even at
+#: a second each, and the expanded grid holds ~2.5 KB per point (~250 MB); MAD-Max's
+#: what-if studies are hundreds to thousands of points (Hsia et al., ISCA 2024).
+MAX_POINTS = 100_000
 
 #: A what-if factor: a million-fold change either way is already beyond any hardware
 #: roadmap; more is a unit mistake (and 1e308 x a bandwidth overflows to inf).
@@ -111,8 +119,10 @@ class Point:
     axes: dict[str, Any]
     spec: PointSpec
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """The settings' hash, computed once: the table is rebuilt from the keys at every
+        rewrite of the output."""
         return self.spec.key()
 
 
@@ -148,6 +158,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
 
 def sweep_from_dict(data: Any, source: str) -> SweepSpec:
     spec = validate(SweepSpec, data, source)
+    check_grid_size(spec, source)
     for name in spec.base:
         field_of(name, f"{source}: base:")
         if name in spec.axes:
@@ -167,10 +178,29 @@ def sweep_from_dict(data: Any, source: str) -> SweepSpec:
     return spec
 
 
+def grid_size(spec: SweepSpec) -> int:
+    """The number of points: the product of the axes' lengths (nothing is expanded)."""
+    return math.prod(len(v) for v in spec.axes.values())
+
+
+def check_grid_size(spec: SweepSpec, source: str) -> None:
+    """Refuse a grid over :data:`MAX_POINTS` from its dimensions alone."""
+    n = grid_size(spec)
+    if n <= MAX_POINTS:
+        return
+    dims = " x ".join(f"{len(v)} {name}" for name, v in spec.axes.items())
+    first, values = next(iter(spec.axes.items()))
+    raise InputError(f"sweep file {source!r}: the grid has {n:,} points ({dims}); the limit "
+                     f"is {MAX_POINTS:,}; split it into several sweep files (e.g. one per "
+                     f"value of axis {first!r}, {len(values)} files of {n // len(values):,} "
+                     "points) or drop axis values")
+
+
 def expand(spec: SweepSpec, source: str = "sweep") -> list[Point]:
     """Every point of the grid, in the file's axis order (the last axis varies fastest).
     Points with the same settings (MAD-Max's baseline: every resource at factor 1) share a
     key; they are run once and their rows differ only in the axes."""
+    check_grid_size(spec, source)
     names = list(spec.axes)
     choices = [list(v.items()) if isinstance(v, dict) else list(v) for v in spec.axes.values()]
     points = []
