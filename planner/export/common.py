@@ -18,6 +18,7 @@ from planner.costmodel.pipeline import chunk_sizes
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
+from planner.specs.names import comment_text
 from planner.specs.plan import WORLD_DIMS, Plan
 
 FORMATS: tuple[str, ...] = ("megatron", "megatron-bridge", "torchtitan", "deepspeed")
@@ -183,18 +184,31 @@ def launch_shape(plan: Plan, cluster: ClusterSpec, fmt: str) -> tuple[int, int]:
     return plan.world_size // per_node, per_node
 
 
-def header(fmt: str, framework: str, source: str, target: Target, plan: Plan,
-           comment: str = "#") -> list[str]:
-    """Comment lines every exported file starts with: what, for which version, from where."""
+def header_lines(fmt: str, framework: str, source: str, target: Target, plan: Plan
+                 ) -> list[str]:
+    """What every exported file starts with: what, for which version, from where (plain
+    text: the names in it are as given)."""
     c = target.cluster
-    lines = [
+    return [
         f"planner export --format {fmt}: {target.model.name} on {c.name} "
         f"({plan.world_size} of {c.num_gpus}x {c.gpu.name})",
         f"framework: {framework}",
         f"argument names checked in: {source}",
         "plan: " + plan_summary(plan),
     ]
-    return [f"{comment} {line}" for line in lines]
+
+
+def header(fmt: str, framework: str, source: str, target: Target, plan: Plan,
+           comment: str = "#") -> list[str]:
+    """:func:`header_lines` as comment lines that no name can end early."""
+    return [comment_line(line, comment)
+            for line in header_lines(fmt, framework, source, target, plan)]
+
+
+def comment_line(text: str, comment: str = "#") -> str:
+    """One comment line holding ``text``: a line break or control character in it (from a
+    name) is written escaped, so that nothing after it becomes a command or a key."""
+    return f"{comment} {comment_text(text)}"
 
 
 def plan_summary(plan: Plan) -> str:

@@ -18,7 +18,14 @@ from __future__ import annotations
 
 import json
 
-from planner.export.common import Target, as_run, header, launch_shape, refuse, uniform_recompute
+from planner.export.common import (
+    Target,
+    as_run,
+    header_lines,
+    launch_shape,
+    refuse,
+    uniform_recompute,
+)
 from planner.specs.plan import Plan
 
 FMT = "deepspeed"
@@ -89,7 +96,7 @@ def render(plan: Plan, target: Target) -> str:
     config reader does not look up."""
     cfg = config(plan, target)
     nodes, per_node = launch_shape(plan, target.cluster, FMT)
-    lines = [h.lstrip("# ") for h in header(FMT, VERSION, SOURCE, target, plan)]
+    lines = header_lines(FMT, VERSION, SOURCE, target, plan)  # json.dumps escapes them
     recompute = uniform_recompute(plan, target.model, FMT)
     lines += [f"launch: deepspeed --num_nodes {nodes} --num_gpus {per_node} train.py "
               "--deepspeed_config THIS_FILE",

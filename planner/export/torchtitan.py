@@ -23,6 +23,7 @@ from planner.export.common import (
     Target,
     as_run,
     check_rank_order,
+    comment_line,
     header,
     launch_shape,
     refuse,
@@ -161,10 +162,27 @@ def _toml(v: object) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return toml_string(v)
     if isinstance(v, list):
         return "[" + ", ".join(_toml(x) for x in v) + "]"
     raise TypeError(f"no TOML form for {v!r}")
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string: quote and backslash escaped, and every character TOML forbids
+    raw (controls) or a reader could take for a line end written as ``\\uXXXX``; a lone
+    surrogate (no Unicode scalar value, so no TOML escape) becomes U+FFFD."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif "\ud800" <= ch <= "\udfff":
+            out.append("\\ufffd")
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
 
 
 def render(plan: Plan, target: Target) -> str:
@@ -176,8 +194,8 @@ def render(plan: Plan, target: Target) -> str:
               "-m torchtitan.train --job.config_file THIS_FILE",
               "# add [job], [optimizer], [lr_scheduler], dataset and checkpoint settings"]
     if "model" not in cfg or "name" not in cfg["model"]:
-        lines.append(f"# [model] name/flavor: '{target.model.name}' has no torchtitan "
-                     "flavor known to this exporter; set them")
+        lines.append(comment_line(f"[model] name/flavor: '{target.model.name}' has no "
+                                  "torchtitan flavor known to this exporter; set them"))
     for section, table in cfg.items():
         lines += ["", f"[{section}]"] + [f"{k} = {_toml(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"

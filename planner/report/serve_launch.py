@@ -23,6 +23,9 @@ AWQ int4 or NVFP4 checkpoint): the commands say so instead of inventing a flag.
 
 from __future__ import annotations
 
+import shlex
+
+from planner.specs.names import check_name
 from planner.specs.serve import ServePlan
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -101,8 +104,11 @@ def _trtllm(model: str, role: str, p: ServePlan) -> tuple[list[str], list[str]]:
 
 def launch_commands(model: str, plan: ServePlan) -> dict[str, list[dict]]:
     """engine -> one entry per pool: its role, replicas, GPU type, the command (plain
-    arguments, safe to paste) and notes on what the command cannot say."""
+    arguments, safe to paste) and notes on what the command cannot say. ``model`` (a
+    path or a Hugging Face id) is one shell word, quoted when it needs to be; a control
+    character (NUL has no shell quoting at all) is refused."""
     make = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}
+    model = shlex.quote(check_name(model, "--model", max_chars=None))
     out: dict[str, list[dict]] = {}
     for e in ENGINES:
         out[e] = []

@@ -10,6 +10,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from planner.specs.base import Spec
 from planner.errors import InputError
 from planner.specs.gpu import GPUSpec
+from planner.specs.names import Name
 from planner.specs.topology import RampSpec, expand_cluster_topology, with_scheduling
 
 LevelKind = Literal["switch", "ring", "fully_connected", "ramp"]
@@ -26,7 +27,7 @@ class TopologyLevel(Spec):
     as in ASTRA-sim 2.0 (Sec. II-B) and the LBNL model (Sec. 2.10).
     """
 
-    name: str
+    name: Name
     kind: LevelKind = "switch"
     size: PositiveInt
     bandwidth_GBps: PositiveFloat
@@ -90,7 +91,7 @@ class OffloadTier(Spec):
     2021) and ZeRO-Infinity (Rajbhandari et al., SC21) use it. Every figure is per GPU:
     a node's memory, link and CPUs are shared by its GPUs."""
 
-    name: str = "host memory"
+    name: Name = "host memory"
     capacity_gib_per_gpu: PositiveFloat = Field(
         ..., description="tier capacity available to each GPU's offloaded states, GiB")
     bandwidth_GBps: PositiveFloat = Field(
@@ -112,7 +113,7 @@ class OffloadTier(Spec):
 class ClusterSpec(Spec):
     """A cluster: GPUs joined by an ordered list of network levels, innermost first."""
 
-    name: str
+    name: Name
     gpu: GPUSpec
     num_gpus: PositiveInt
     topology: list[TopologyLevel] = Field(..., min_length=1)
@@ -129,7 +130,7 @@ class ClusterSpec(Spec):
     ramp: RampSpec | None = Field(None, description="RAMP optical network; expands to its levels")
     offload: OffloadTier | None = Field(
         None, description="optional host/pooled memory tier for optimizer and weight offload")
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[Name] = Field(default_factory=list)
     source: str | None = None
 
     @model_validator(mode="before")

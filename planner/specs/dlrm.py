@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from planner.specs.base import Spec
+from planner.specs.names import Name
 
 #: 1e12 rows is 100x the largest published table (DLRM-C's 732M rows, MAD-Max Sec. IV);
 #: dims up to 65,536 and 1e5 lookups per sample keep rows x dim x bytes below 2^53.
@@ -40,7 +41,7 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "int8": 1}
 class EmbeddingTable(Spec):
     """One embedding table (an ``EmbeddingBagConfig`` in TorchRec terms)."""
 
-    name: str = Field(..., min_length=1, max_length=128)
+    name: Name = Field(..., min_length=1, max_length=128)
     rows: int = Field(..., ge=1, le=MAX_ROWS, description="number of embedding rows")
     dim: int = Field(..., ge=1, le=MAX_DIM, description="embedding width")
     pooling: float = Field(..., gt=0, le=MAX_POOLING,
@@ -88,7 +89,7 @@ class DLRMSpec(Spec):
     """A DLRM-style recommendation model."""
 
     kind: Literal["dlrm"] = "dlrm"
-    name: str = Field(..., min_length=1, max_length=128)
+    name: Name = Field(..., min_length=1, max_length=128)
     tables: list[EmbeddingTable] = Field(..., min_length=1, max_length=MAX_TABLES)
     dense_features: PositiveInt = Field(13, le=MAX_MLP_WIDTH,
                                         description="width of the bottom MLP's input")
@@ -100,7 +101,7 @@ class DLRMSpec(Spec):
     global_batch_size: PositiveInt = Field(..., le=MAX_GLOBAL_BATCH)
     emb_dtype: EmbDtype = "fp16"
     dense_dtype: DenseDtype = "fp32"
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[Name] = Field(default_factory=list)
     source: str | None = None
 
     @model_validator(mode="after")
@@ -204,7 +205,7 @@ class TablePlacement(Spec):
     one shard of each copy); ``table_row_wise``: ``nodes`` maps a node to the copies
     row-sharded over its GPUs; ``data_parallel`` and ``row_wise`` use every rank."""
 
-    table: str
+    table: Name
     sharding_type: ShardingType
     copies: int = Field(1, ge=1, le=MAX_TABLE_COUNT)
     shards: int = Field(1, ge=1, le=MAX_DIM, description="column shards per copy")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import Field, PositiveFloat, model_validator
 
 from planner.specs.base import Spec
+from planner.specs.names import Name
 
 
 
@@ -35,8 +36,8 @@ class GPUEfficiency(Spec):
 class GPUSpec(Spec):
     """One accelerator type. Every number in a catalog file cites a source."""
 
-    name: str
-    vendor: str = "nvidia"
+    name: Name
+    vendor: Name = "nvidia"
     peak_tflops: dict[str, PositiveFloat] = Field(
         ..., description="dense (no sparsity) peak per dtype: bf16, fp16, fp8, tf32"
     )
@@ -48,7 +49,7 @@ class GPUSpec(Spec):
     price_per_gpu_hour: float | None = Field(None, ge=0, description="indicative rental, USD")
     capex_usd: float | None = Field(None, ge=0, description="indicative purchase price per GPU")
     efficiency: GPUEfficiency
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[Name] = Field(default_factory=list)
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from planner.errors import InputError
 from planner.specs.validate import _short, validate
 from planner.specs.model import MAX_LAYERS, ModelSpec
+from planner.specs.names import check_name
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:
@@ -184,7 +185,10 @@ def model_from_hf(cfg: dict[str, Any], source: str, name: str | None = None) -> 
             f"{', '.join(sorted(FAMILIES))}"
         )
     data = FAMILIES[kind](cfg, source)
-    data["name"] = name or cfg.get("_name_or_path") or f"{kind}-from-config"
+    given = cfg.get("_name_or_path")
+    if isinstance(given, str):  # a downloaded config's name lands in launch scripts
+        check_name(given, f"{source}: _name_or_path")
+    data["name"] = name or given or f"{kind}-from-config"
     data["source"] = f"Hugging Face config.json ({source})"
     data = {k: v for k, v in data.items() if v is not None}
     return validate(ModelSpec, data, source)

@@ -21,6 +21,7 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec, is_dlrm
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
+from planner.specs.names import check_name
 from planner.specs.plan import Plan
 from planner.specs.validate import _short, validate
 
@@ -116,7 +117,7 @@ def reference(ref: Any, what: str) -> str:
         ref = os.fspath(ref)
     if not isinstance(ref, str):
         raise InputError(f"{what} {_short(ref)}: expected a catalog name or a file path")
-    return ref
+    return check_name(ref, what, max_chars=None)  # printed in commands (serve --launch)
 
 
 def _looks_like_path(ref: str) -> bool:

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from planner.specs.base import Spec
+from planner.specs.names import Name
 
 LayerType = Literal["dense", "moe"]
 LAYER_TYPES: tuple[LayerType, ...] = ("dense", "moe")
@@ -54,7 +55,7 @@ class MLASpec(Spec):
 class ModelSpec(Spec):
     """A decoder-only transformer. Field names are the stable model-file format."""
 
-    name: str
+    name: Name
     num_layers: int = Field(gt=0, le=MAX_LAYERS)
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt
@@ -74,7 +75,7 @@ class ModelSpec(Spec):
     global_batch_size: PositiveInt | None = Field(None, le=MAX_GLOBAL_BATCH,
                                                   description="default batch, sequences")
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[Name] = Field(default_factory=list)
     source: str | None = None
 
     @model_validator(mode="after")

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from planner.specs.base import Spec
+from planner.specs.names import Name
 
 WeightDtype = Literal["bf16", "fp8", "int4", "fp4"]
 KVDtype = Literal["bf16", "fp8"]
@@ -50,7 +51,7 @@ class ServePlan(Spec):
     kv_dtype: KVDtype = "bf16"
     prefill_chunk: PositiveInt = Field(2048, le=MAX_SERVE_TOKENS, description="tokens/step")
     replicas: PositiveInt = Field(1, le=MAX_REPLICAS)
-    gpu: str | None = Field(None, description="GPU type of the replicas (catalog name)")
+    gpu: Name | None = Field(None, description="GPU type of the replicas (catalog name)")
     prefill: "ServePlan | None" = Field(None, description="disaggregated: the prefill pool")
 
     @model_validator(mode="after")
@@ -92,7 +93,7 @@ class ServeEngine(Spec):
     all-reduce). Both fitted once on the whole calibration set by
     tools/calibrate_serving.py."""
 
-    name: str = "default"
+    name: Name = "default"
     gqa_kv_shared: bool = True
     # fitted by tools/calibrate_serving.py on TensorRT-LLM H100 FP8 (MAPE 11.8% output
     # tokens/s/GPU, 8.6% TTFT over 24 rows)
