@@ -467,3 +467,37 @@ def test_the_checks_can_fail():
     if BASH is not None:
         with pytest.raises(AssertionError):
             _bash_syntax_ok(benign + "(\n")
+
+
+# ---- the terminal: names are printed as they are, never read as console markup -------
+MARKUP = "x[/][bold][link=https://example.com]y[/link]"
+
+
+def _markup_files(tmp_path: Path) -> dict[str, str]:
+    model = _catalog_data("models", "llama3-8b")
+    cluster = _catalog_data("clusters", "dgx-h100-superpod")
+    cluster.update(name=MARKUP, gpu={**_catalog_data("gpus", cluster["gpu"]), "name": MARKUP})
+    dlrm = dict(name=MARKUP, kind="dlrm", bottom_mlp=[32, 16], top_mlp=[16, 1],
+                global_batch_size=1024, tables=[dict(name=MARKUP, rows=1000, dim=16, pooling=2)])
+    out = {}
+    for key, data in (("model", {**model, "name": MARKUP}), ("cluster", cluster), ("dlrm", dlrm)):
+        out[key] = str(tmp_path / f"{key}.yaml")
+        Path(out[key]).write_text(yaml.safe_dump(data))
+    return out
+
+
+@pytest.mark.parametrize("command", ["evaluate", "solve", "dlrm", "serve"])
+def test_names_that_look_like_console_markup_print_as_they_are(capsys, tmp_path, command):
+    """A name with ``[/]`` made rich raise MarkupError (a traceback); ``[link=...]`` wrote a
+    terminal hyperlink."""
+    f = _markup_files(tmp_path)
+    small = ["--gpus", "8", "--global-batch", "64"]
+    args = {"evaluate": ["evaluate", "-m", f["model"], "-c", f["cluster"], *small],
+            "solve": ["solve", "-m", f["model"], "-c", f["cluster"], *small, "--fix", "tp=1",
+                      "--fix", "pp=1"],
+            "dlrm": ["solve", "-m", f["dlrm"], "-c", f["cluster"], "--gpus", "4"],
+            "serve": ["serve", "-m", "llama3-8b", "-c", f["cluster"], "--isl", "2048", "--osl",
+                      "256", "--fix", "kv_dtype=fp8", "--fix", "pp=1", "--launch"]}[command]
+    code, out, err = run(capsys, *args)
+    assert code == (1 if command == "evaluate" else 0), err  # llama3-8b unsharded: too big
+    assert MARKUP in "".join(out.split()).replace("│", ""), out

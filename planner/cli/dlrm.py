@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from planner.cli.console import _emit_json, out
@@ -72,14 +73,15 @@ def _ranks_text(p: Any, node: int) -> str:
 
 def _print(res: Any) -> None:
     s, est, c = res.solution, res.solution.estimate, res.cluster
-    out.print(f"[bold]best sharding: {res.model.name} on {c.name} ({c.num_gpus}x "
-              f"{c.gpu.name})[/]")
+    out.print(f"[bold]best sharding: {escape(res.model.name)} on {escape(c.name)} "
+              f"({c.num_gpus}x {escape(c.gpu.name)})[/]")
     t = Table(title="sharding plan", header_style="bold")
     for col in ("table", "copies", "type", "shards", "kernel", "ranks"):
         t.add_column(col)
     node = c.topology[0].size
     for p in s.plan.tables:
-        t.add_row(p.table, str(p.copies), p.sharding_type, str(p.shards), p.torchrec_kernel,
+        t.add_row(escape(p.table), str(p.copies), p.sharding_type, str(p.shards),
+                  p.torchrec_kernel,
                   _ranks_text(p, node))
     out.print(t)
     _print_ranks(est)
@@ -121,18 +123,19 @@ def show_procure_dlrm(res: Any, json_: bool) -> None:
     if json_:
         _emit_json(res.to_json())
         return
-    t = Table(title=f"{res.model.name}: {res.samples:.3g} samples", header_style="bold")
+    t = Table(title=f"{escape(res.model.name)}: {res.samples:.3g} samples", header_style="bold")
     for col in ("option", "samples/s", "days", "USD", "MWh", "GPU-hours"):
         t.add_column(col, justify="right")
     for o in sorted(res.options, key=lambda o: o.values[res.objective]):
         mark = "* " if o is res.choice else ""
-        t.add_row(f"{mark}{o.cluster.num_gpus}x {o.cluster.gpu.name} ({o.template})",
+        t.add_row(escape(f"{mark}{o.cluster.num_gpus}x {o.cluster.gpu.name} ({o.template})"),
                   f"{o.samples_per_s:,.0f}", f"{o.values['days']:.2f}",
                   f"{o.values['cost_usd']:,.0f}", f"{o.values['energy_mwh']:.1f}",
                   f"{o.values['gpu_hours']:,.0f}")
     out.print(t)
     if res.choice is not None:
         c = res.choice
-        out.print(f"[bold]choice:[/] {c.cluster.num_gpus}x {c.cluster.gpu.name} ({c.template}): "
+        out.print(f"[bold]choice:[/] {c.cluster.num_gpus}x {escape(c.cluster.gpu.name)} "
+                  f"({c.template}): "
                   f"{c.values['days']:.2f} days, ${c.values['cost_usd']:,.0f} "
                   f"(minimizing {res.objective})")

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import typer
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
 from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_json, check_files,
@@ -138,7 +139,7 @@ def serve(
             for engine, pools in _launch(model, res.plan).items():
                 for pool in pools:
                     out.print(f"[bold]{engine}[/bold] {pool['pool']} x {pool['replicas']} "
-                              f"({pool['gpus_per_replica']} x {pool['gpu']} each):")
+                              f"({pool['gpus_per_replica']} x {escape(str(pool['gpu']))} each):")
                     print("  " + pool["command"])
                     for note in pool["notes"]:
                         print("  # " + note)
@@ -169,7 +170,7 @@ def _simulate(model, clusters, res, w, n: int) -> dict | None:
 def _pool(plan, role: str) -> str:
     """One pool in words: what a prefill pool's concurrency and a decode pool's chunk
     would say does not apply to it."""
-    text = (f"{role}: {plan.replicas} x ({plan.gpu} tp{plan.tp} pp{plan.pp}"
+    text = (f"{role}: {plan.replicas} x ({escape(str(plan.gpu))} tp{plan.tp} pp{plan.pp}"
             + (f" ep{plan.ep}" if plan.ep > 1 else "")
             + f"), weights {plan.weight_dtype}, KV {plan.kv_dtype}")
     if role != "prefill":
@@ -208,7 +209,8 @@ def _print(res, pareto: bool) -> None:
         for p in res.pareto:
             q = p["plan"]
             out.print(f"  {p['tokens_per_s_per_user']:8.1f} {p['tokens_per_s_per_gpu']:10.1f}  "
-                      f"{p['gpu']} tp{q['tp']} pp{q['pp']} {q['weight_dtype']} B{q['concurrency']}")
+                      f"{escape(str(p['gpu']))} tp{q['tp']} pp{q['pp']} {q['weight_dtype']} "
+                      f"B{q['concurrency']}")
 
 
 def _pair(a: float | None, b: float | None, digits: int) -> str:

@@ -111,7 +111,7 @@ def print_estimate(console: Console, title: str, plan: Plan, est: Estimate,
                    domain: dict[str, int] | None = None, status: Text | None = None) -> None:
     body = Group(Text(plan_line(plan)), Text(placement_line(plan, domain), style="dim"),
                  Text(""), estimate_tables(est, status))
-    console.print(Panel(body, title=title, expand=False))
+    console.print(Panel(body, title=Text(title), expand=False))  # names are not markup
 
 
 def solve_status(res) -> Text:
