@@ -23,6 +23,9 @@ the solver's tolerances.
 from __future__ import annotations
 
 import math
+import os
+import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -35,6 +38,10 @@ PHASES = (("lookup_fwd", "lookup_fwd_s"), ("dist_fwd", "comm_fwd_s"),
           ("dist_bwd", "comm_bwd_s"), ("lookup_bwd", "lookup_bwd_s"))
 TOLERANCE = 1e-6
 MIP_TIME_LIMIT_S = 2.0  # HiGHS on the one integer variable; its proven bound if cut short
+#: LPs with more nonzeros than this run in a child process stopped at the time limit:
+#: HiGHS checks its own limit too rarely on them (12,000 tables on 128 GPUs, 1.1M
+#: nonzeros: 300 s in presolve under a 2 s limit, 16 s under 5 s with presolve off).
+HARD_LIMIT_NONZEROS = 100_000
 
 
 class _Rows:
@@ -54,7 +61,16 @@ class _Rows:
     def row(self, coefs: dict[int, float], lo: float = -np.inf, hi: float = np.inf) -> None:
         self.rows.append(({i: c for i, c in coefs.items() if c}, lo, hi))
 
-    def minimize(self, cost: dict[int, float], time_limit_s: float | None = None) -> float | None:
+    def minimize(self, cost: dict[int, float], time_limit_s: float | None = None
+                 ) -> tuple[float | None, bool]:
+        """(the optimum or the proven dual bound, whether it finished within the limit)."""
+        nonzeros = sum(len(r[0]) for r in self.rows)
+        if time_limit_s is not None and nonzeros > HARD_LIMIT_NONZEROS and hasattr(os, "fork"):
+            return _with_deadline(self._minimize, (cost, 0.9 * time_limit_s), time_limit_s)
+        return self._minimize(cost, time_limit_s)
+
+    def _minimize(self, cost: dict[int, float], time_limit_s: float | None
+                  ) -> tuple[float | None, bool]:
         import highspy
 
         h = highspy.Highs()
@@ -82,13 +98,45 @@ class _Rows:
             h.setOptionValue("time_limit", min(MIP_TIME_LIMIT_S, time_limit_s or math.inf))
         h.run()
         status, info = h.getModelStatus(), h.getInfo()
+        finished = status != highspy.HighsModelStatus.kTimeLimit
         if self.integer and status in (highspy.HighsModelStatus.kOptimal,
                                        highspy.HighsModelStatus.kTimeLimit):
             bound = float(info.mip_dual_bound)  # proven, whether or not the search finished
-            return bound if math.isfinite(bound) else None
+            return (bound if math.isfinite(bound) else None), finished
         if status != highspy.HighsModelStatus.kOptimal:
-            return None
-        return float(info.objective_function_value)
+            return None, finished
+        return float(info.objective_function_value), True
+
+
+def _with_deadline(fn: Callable[..., Any], args: tuple, deadline_s: float) -> Any:
+    """``fn(*args)`` in a forked child, killed after ``deadline_s`` seconds: (None, False)
+    then. The child only computes and sends its answer back through a pipe."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child, args=(send, fn, args), daemon=True)
+    t0 = time.perf_counter()
+    child.start()
+    send.close()
+    try:
+        ready = recv.poll(max(deadline_s - (time.perf_counter() - t0), 0.0))
+        return recv.recv() if ready else (None, False)
+    except EOFError:  # the child died (out of memory): no bound
+        return None, True
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        recv.close()
+
+
+def _child(send: Any, fn: Callable[..., Any], args: tuple) -> None:
+    try:
+        send.send(fn(*args))
+    finally:
+        send.close()
+        os._exit(0)  # no atexit handlers of the parent's state
 
 
 def lp_bound_s(model: DLRMSpec, cluster: ClusterSpec,
@@ -96,13 +144,21 @@ def lp_bound_s(model: DLRMSpec, cluster: ClusterSpec,
                time_limit_s: float | None = None) -> float | None:
     """The bound (seconds), or None when the LP finds no fractional plan that fits (or,
     given ``time_limit_s``, does not finish in time)."""
+    return lp_bound(model, cluster, kinds, time_limit_s)[0]
+
+
+def lp_bound(model: DLRMSpec, cluster: ClusterSpec, kinds: tuple[str, ...] | None = None,
+             time_limit_s: float | None = None) -> tuple[float | None, bool]:
+    """(:func:`lp_bound_s`, whether the LP finished within ``time_limit_s``, building
+    included: a bound cut short is HiGHS's proven dual bound so far, or None)."""
+    t0 = time.perf_counter()
     ln, dn = links(model, cluster), dense_cost(model, cluster)
     cap = usable_hbm_bytes(cluster) - dn.memory_bytes
     lp = _Rows()
     options = [[o for o in table_options(model, cluster, i, kinds) if o.cost.memory_bytes <= cap]
                for i in range(len(model.tables))]
     if any(not opts for opts in options):
-        return None
+        return None, True
     x = {(t, o): lp.col() for t, opts in enumerate(options) for o in range(len(opts))}
     phase = {p: lp.col() for p, _ in PHASES}
     shared = {p: lp.col() for p, _ in PHASES}
@@ -119,10 +175,13 @@ def lp_bound_s(model: DLRMSpec, cluster: ClusterSpec,
     width = {(t, o): _width(ln, options[t][o]) for t, o in x}
     lp.row({x[k]: options[k[0]][k[1]].cost.memory_bytes * width[k] / 2**30 for k in x},
            hi=ln.ranks * cap / 2**30)
-    best = lp.minimize({phase[p]: 1.0 for p, _ in PHASES}, time_limit_s)
+    left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+    if left is not None and left <= 0:
+        return None, False
+    best, finished = lp.minimize({phase[p]: 1.0 for p, _ in PHASES}, left)
     if best is None:
-        return None
-    return (best / MS + dn.middle_s + dn.optimizer_s) * (1 - TOLERANCE)
+        return None, finished
+    return (best / MS + dn.middle_s + dn.optimizer_s) * (1 - TOLERANCE), finished
 
 
 def _column_rows(lp: _Rows, model: DLRMSpec, cluster: ClusterSpec,

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from formulations.dlrm import DLRMVars, build, placement
-from formulations.dlrm_bound import lp_bound_s
+from formulations.dlrm_bound import lp_bound
 from formulations.dlrm_local import local_plan, local_state, state_plan
 from formulations.linear import CpsatSession, MilpSession, SolverOutcome
 from planner.costmodel.dlrm import Option, links, table_options
@@ -55,6 +55,7 @@ class DLRMSolution:
     solve_time_s: float
     model_objective_s: float | None  # the integer model's value of the plan
     bound_s: float | None = None  # a lower bound on every plan's time (CP-SAT's best bound)
+    bound_cut: bool = False  # the LP bound stopped at the time limit (a weaker bound, or none)
 
     @property
     def optimality_gap(self) -> float | None:
@@ -80,8 +81,10 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
     if size > MAX_MODEL_VARS:
         return _heuristic(model, cluster, backend, time_limit_s, kinds, size, t0)
     lm, vm = build(model, cluster, kinds)
-    lp_s = max(LP_SHARE * time_limit_s, 0.5)  # 0.4 s at 500 tables; cut short, no LP bound
-    bound = max(work_bound_s(model, cluster), lp_bound_s(model, cluster, kinds, lp_s) or 0.0)
+    # 0.4 s at 500 tables (cut short: no LP bound), never more than half the limit
+    lp_limit_s = min(max(LP_SHARE * time_limit_s, 0.5), 0.5 * time_limit_s)
+    lp_s, finished = lp_bound(model, cluster, kinds, lp_limit_s)
+    bound = max(work_bound_s(model, cluster), lp_s or 0.0)
     hint = None
     if backend == "cpsat":
         start = greedy_plan(model, cluster, vm, t0 + LOCAL_SHARE * time_limit_s)
@@ -104,7 +107,8 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
     if backend == "cpsat" and out.objective is not None:
         bound = max(bound, (out.objective + vm.constant_ticks) / vm.ticks.per_s)
     return DLRMSolution(plan, est, backend, status, time.perf_counter() - t0,
-                        value / vm.ticks.per_s, bound)
+                        value / vm.ticks.per_s, bound,
+                        bound_cut=not finished and status != "optimal")
 
 
 def model_vars(model: DLRMSpec, cluster: ClusterSpec,
@@ -134,9 +138,10 @@ def _heuristic(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s
                          "the exact model small)")
         err.status = "time_limit"  # a plan may exist: the search is not a proof
         raise err
-    left = max(t0 + time_limit_s - time.perf_counter(), 0.5)
-    bound = max(work_bound_s(model, cluster), lp_bound_s(model, cluster, kinds, left) or 0.0)
-    return DLRMSolution(plan, est, backend, "heuristic", time.perf_counter() - t0, None, bound)
+    lp_s, finished = lp_bound(model, cluster, kinds, t0 + time_limit_s - time.perf_counter())
+    bound = max(work_bound_s(model, cluster), lp_s or 0.0)
+    return DLRMSolution(plan, est, backend, "heuristic", time.perf_counter() - t0, None, bound,
+                        bound_cut=not finished)
 
 
 def _better(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars, out: SolverOutcome,

@@ -211,8 +211,7 @@ class MilpSession:
                 break
         wall = time.perf_counter() - t0
         if status == "Optimal":
-            # PuLP reports a time-limited incumbent as "Optimal"; sol_status tells them apart.
-            proven = self.prob.sol_status == pulp.constants.LpSolutionOptimal
+            proven = proven_optimal(self.prob)
             vals = []
             for x, v in zip(self.xs, self.lm.vars):
                 val = x.value() or 0.0
@@ -223,6 +222,15 @@ class MilpSession:
         if status == "Infeasible":
             return SolverOutcome("infeasible", None, None, wall)
         return SolverOutcome("unknown", None, None, wall)
+
+
+def proven_optimal(prob) -> bool:
+    """Whether a solved PuLP problem's answer is proven optimal: PuLP reports a
+    time-limited incumbent as "Optimal" too; its ``sol_status`` tells them apart."""
+    import pulp
+
+    return (pulp.LpStatus[prob.status] == "Optimal"
+            and prob.sol_status == pulp.constants.LpSolutionOptimal)
 
 
 # Tried in order until HiGHS returns Optimal or Infeasible (see MilpSession.solve).

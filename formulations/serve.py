@@ -161,7 +161,7 @@ def _milp(problem: ServeProblem, time_limit_s: float) -> ServeSolution:
     by a unit."""
     import pulp
 
-    from formulations.linear import _highs, _quiet_stdout
+    from formulations.linear import _highs, _quiet_stdout, proven_optimal
 
     keys = _keys(problem)
     sense = pulp.LpMaximize if problem.objective == "throughput" else pulp.LpMinimize
@@ -178,7 +178,7 @@ def _milp(problem: ServeProblem, time_limit_s: float) -> ServeSolution:
     _milp_objective(problem, prob, n, keys)
     with _quiet_stdout(True):
         prob.solve(_highs(time_limit_s, False, tol=1e-9))
-    if pulp.LpStatus[prob.status] != "Optimal":
+    if not proven_optimal(prob):  # a time-limited incumbent is no proof
         return ServeSolution("infeasible" if pulp.LpStatus[prob.status] == "Infeasible"
                              else "time_limit", "milp")
     return ServeSolution("optimal", "milp",

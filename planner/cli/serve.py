@@ -99,8 +99,8 @@ def serve(
     backend: ServeBackend = typer.Option(ServeBackend.cpsat, "--backend", help="Integer solver."),
     pareto: bool = typer.Option(False, "--pareto", help="Tokens/s/GPU against tokens/s/user."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto front to this PNG."),
-    simulate: int = typer.Option(0, "--simulate", metavar="N", help="Check P50/P99 with a "
-                                 "seeded discrete-event simulation of N Poisson requests (needs --rate)."),
+    simulate: int = typer.Option(0, "--simulate", metavar="N", help="Check P50/P99 by simulating "
+                                 "N Poisson requests (needs --rate; N <= 1e6, N x --osl <= 5e7)."),
     launch: bool = typer.Option(False, "--launch", help="Print vLLM, SGLang and TensorRT-LLM "
                                 "launch commands for the plan's pools."),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -114,6 +114,7 @@ def serve(
     check_files([("--plot", plot)],
                 [("the model", model), *(("a cluster", c) for c in cluster)], force)
     w = _workload(isl, osl, rate, ttft_ms, tpot_ms, percentile)
+    _simulate_bounds(simulate, osl)
     if gpus is not None and gpus < 1:
         raise InputError(f"--gpus: expected a positive number of GPUs, got {gpus}")
     res = plan_serve(load_model(model), _clusters(cluster, gpus), w,
@@ -156,11 +157,17 @@ def _launch(model: str, plan) -> dict:
     return launch_commands(name or model, plan)
 
 
+def _simulate_bounds(n: int, osl: int) -> None:
+    """Refuse an oversized --simulate before the search, not after it."""
+    if n:
+        from planner.validation.serve_sim import check_requests
+
+        check_requests(n, osl)
+
+
 def _simulate(model, clusters, res, w, n: int) -> dict | None:
     if not n:
         return None
-    if n < 100 or n > 10**7:
-        raise InputError(f"--simulate: expected 100 to 10,000,000 requests, got {n}")
     from planner.validation.serve_sim import simulate
 
     main = next(c for c in clusters if res.plan.gpu in (c.gpu.name, *c.gpu.aliases))

@@ -37,6 +37,7 @@ from planner.export.common import (
     refuse,
 )
 from planner.specs.plan import Plan
+from planner.specs.validate import _short
 
 FMT = "megatron"
 VERSION = "Megatron-LM core_v0.15.3 (commit 309ffca6a40553362d44fd17efc56b772fa1aa44)"
@@ -328,7 +329,7 @@ def tokenize(text: str) -> tuple[dict[str, Any], list[str]]:
     """Arguments (flag -> value, True for switches, a list for ``nargs='+'``) and the
     arguments ignored; a launcher before ``*.py`` contributes only its node shape."""
     try:
-        toks = shlex.split(text.replace("\\\n", " "), comments=True)  # line continuations
+        toks = split_shell(text.replace("\\\n", " "))  # line continuations
     except ValueError as e:  # an unclosed quote
         raise InputError(f"--from megatron: cannot split the arguments: {e}") from None
     launcher: list[str] = []
@@ -355,6 +356,81 @@ def tokenize(text: str) -> tuple[dict[str, Any], list[str]]:
         else:
             ignored.append(flag)
     return got, ignored
+
+
+_WORD_RUN = re.compile(r"[^ \t\r\n'\"\\#]+")  # characters a word takes as they are
+_DQUOTE_RUN = re.compile(r'[^"\\]+')
+
+
+def _comment_end(text: str, i: int) -> int:
+    j = text.find("\n", i)
+    return len(text) if j < 0 else j + 1
+
+
+def split_shell(text: str) -> list[str]:
+    """``shlex.split(text, comments=True)`` in linear time: shlex grows each token one
+    character at a time, quadratic in a token's length (a 1 MB token took 56 s).
+    Raises ValueError with shlex's messages on an unclosed quote or a trailing escape."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i >= n:
+            return out
+        if text[i] == "#":
+            i = _comment_end(text, i)
+            continue
+        parts: list[str] = []
+        while i < n and text[i] not in " \t\r\n":
+            c = text[i]
+            if c == "#":  # shlex: a comment ends the word too
+                i = _comment_end(text, i)
+                break
+            if c == "'":
+                j = text.find("'", i + 1)
+                if j < 0:
+                    raise ValueError("No closing quotation")
+                parts.append(text[i + 1:j])
+                i = j + 1
+            elif c == '"':
+                i = _double_quoted(text, i + 1, parts)
+            elif c == "\\":
+                if i + 1 >= n:
+                    raise ValueError("No escaped character")
+                parts.append(text[i + 1])
+                i += 2
+            else:
+                m = _WORD_RUN.match(text, i)
+                assert m is not None
+                parts.append(m.group())
+                i = m.end()
+        out.append("".join(parts))
+
+
+def _double_quoted(text: str, i: int, parts: list[str]) -> int:
+    """Appends the body of a double-quoted string starting at ``i`` (after the quote);
+    returns the index after the closing quote. Inside, a backslash escapes only '"' and
+    itself (POSIX, as shlex)."""
+    n = len(text)
+    parts.append("")  # a quoted empty string is a word
+    while True:
+        if i >= n:
+            raise ValueError("No closing quotation")
+        c = text[i]
+        if c == '"':
+            return i + 1
+        if c == "\\":
+            if i + 1 >= n:
+                raise ValueError("No escaped character")
+            nxt = text[i + 1]
+            parts.append(nxt if nxt in '"\\' else "\\" + nxt)
+            i += 2
+        else:
+            m = _DQUOTE_RUN.match(text, i)
+            assert m is not None
+            parts.append(m.group())
+            i = m.end()
 
 
 def _groups(toks: list[str]) -> list[tuple[str, list[str]]]:
@@ -504,16 +580,54 @@ def _rank_layers(layers: int, pp: int, first: int | None, last: int | None) -> l
     return out
 
 
+#: Megatron-LM's expansion of a layout (PipelineParallelLayerLayout.parse_str_to_list):
+#: parenthesised groups first, then single characters.
+_LAYOUT_GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
+_LAYOUT_REPEAT = re.compile(r"(.)\*(\d+)")
+
+
+def _expand(pattern: re.Pattern[str], text: str, limit: int) -> str | None:
+    """``pattern.sub`` writing group 1 group-2 times, or None when the result would be
+    longer than ``limit`` characters: the length is summed before anything is built, and
+    no count is converted beyond what the decision needs (a 5,000-digit count is simply
+    too large)."""
+    matches = list(pattern.finditer(text))
+    # later matches shrink the text by at most len(text) in all, so any count above
+    # limit + len(text) decides the same way as its true value
+    cap = limit + len(text) + 1
+    counts = []
+    for m in matches:
+        digits = m.group(2).lstrip("0") or "0"
+        counts.append(min(int(digits), cap) if len(digits) <= len(str(cap)) else cap)
+    size = len(text) + sum(len(m.group(1)) * k - len(m.group(0)) for m, k in zip(matches, counts))
+    if size > limit:
+        return None
+    out, at = [], 0
+    for m, k in zip(matches, counts):
+        out += [text[at:m.start()], m.group(1) * k]
+        at = m.end()
+    out.append(text[at:])
+    return "".join(out)
+
+
 def _layout_chunks(text: str, pp: int, layers: int) -> list[int]:
-    flat = text.replace(",", "")
-    for pattern in (r"\(([^()]*)\)\*(\d+)", r"(.)\*(\d+)"):
-        flat = re.sub(pattern, lambda mt: mt.group(1) * int(mt.group(2)), flat)
+    # the planner's splits have one to ``layers`` chunks of at least one layer: 'E', 'L',
+    # a 't' per layer and a '|' between chunks, 2 x layers + 1 characters at most; the
+    # intermediate text (groups expanded, 't*k' not yet) is allowed a few times that
+    most = 2 * layers + 1
+    flat = _expand(_LAYOUT_GROUP, text.replace(",", ""), len(text) + 8 * most)
+    flat = None if flat is None else _expand(_LAYOUT_REPEAT, flat, most)
+    if flat is None:
+        raise InputError(f"--from megatron: --pipeline-model-parallel-layout {_short(text)}: "
+                         f"expands to more than {most:,} characters, the most a layout the "
+                         f"planner models can have ('E', 'L', one 't' per layer of the "
+                         f"{layers}, '|' between chunks of at least one layer)")
     stages = flat.split("|")
     bad = set(flat) - set("tEL|")
     if bad or len(stages) % pp or not stages[0].startswith("E") or not stages[-1].endswith("L"):
-        raise InputError(f"--from megatron: --pipeline-model-parallel-layout {text!r}: expected "
-                         f"'E' first, 'L' last, 't' layers and a multiple of pp={pp} stages"
-                         + (f" (unsupported layer kinds {sorted(bad)})" if bad else ""))
+        raise InputError(f"--from megatron: --pipeline-model-parallel-layout {_short(text)}: "
+                         f"expected 'E' first, 'L' last, 't' layers and a multiple of pp={pp} "
+                         "stages" + (f" (unsupported layer kinds {sorted(bad)[:10]})" if bad else ""))
     sizes = [s.count("t") for s in stages]
     if sum(sizes) != layers:
         raise InputError(f"--from megatron: the layout has {sum(sizes)} layers, the model {layers}")

@@ -24,6 +24,15 @@ class DLRMSolveResult:
     model: DLRMSpec
     cluster: ClusterSpec
     solution: DLRMSolution
+    time_limit_s: float | None = None
+
+    @property
+    def time_limit_overrun_s(self) -> float | None:
+        """Seconds past the time limit when over 10 % past it (set-up, the warm start and
+        decoding need a minimum whatever the limit), else None."""
+        if self.time_limit_s is None or self.solution.solve_time_s <= 1.1 * self.time_limit_s:
+            return None
+        return self.solution.solve_time_s - self.time_limit_s
 
     @property
     def best(self) -> DLRMSolution:
@@ -47,7 +56,13 @@ class DLRMSolveResult:
                        "solve_time_s": s.solve_time_s,
                        "model_objective_s": s.model_objective_s,
                        "evaluator_objective_s": est.iteration_time_s,
-                       "optimality_gap": gap},
+                       "optimality_gap": gap,
+                       **({"time_limit_overrun_s": self.time_limit_overrun_s,
+                           "overrun_note": "building the model and the warm start take a "
+                                           "minimum whatever the limit"}
+                          if self.time_limit_overrun_s is not None else {}),
+                       **({"bound_note": "the LP bound was cut by the time limit: the gap "
+                                         "is to a weaker bound"} if s.bound_cut else {})},
         }
 
 
@@ -66,4 +81,5 @@ def solve_dlrm(model: DLRMSpec, cluster: ClusterSpec, *, backend: str = "cpsat",
             0 < time_limit_s < 1e7):
         raise InputError(f"time_limit_s {_short(time_limit_s)}: expected seconds > 0")
     return DLRMSolveResult(model, cluster, solve_sharding(model, cluster, backend,
-                                                          float(time_limit_s), kinds))
+                                                          float(time_limit_s), kinds),
+                           float(time_limit_s))

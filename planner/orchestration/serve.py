@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from formulations.serve import ServeProblem, ServeSolution, presolve, solve
@@ -156,14 +157,31 @@ def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, back
         problem = ServeProblem({"aggregated": rows}, "throughput", None, row.gpus, 1)
         sol = ServeSolution("optimal", "table", row.cap, {("aggregated", rows.index(row)): 1})
         return "aggregated", problem, sol
-    best = None
-    rate = None if w.rate_rps is None else round(w.rate_rps * SCALE)
+    best, timed_out = None, []
+    rate = None if w.rate_rps is None else rate_units(w.rate_rps)
     for mode, pools in _candidates(tabs):
         problem = presolve(ServeProblem(pools, objective, rate, gpus, max_layouts))
         sol = solve(problem, backend, time_limit_s)
+        if sol.status == "time_limit":
+            timed_out.append(mode)
         if _better(objective, best[2] if best else None, sol):
             best = (mode, problem, sol)
+    if timed_out:  # no proof either way: neither "no fleet serves it" nor "optimal"
+        if best is None:
+            raise InfeasibleError(
+                f"the {backend} solver proved no plan within {time_limit_s:g} s "
+                f"({', '.join(timed_out)} pools)", reasons=["time limit"],
+                hints=["raise the time limit", "--backend cpsat"], status="time_limit")
+        best[2].status = "time_limit"
     return best
+
+
+def rate_units(rate_rps: float) -> int:
+    """The offered rate in the tables' integer units (micro-requests/s), rounded up: the
+    capacities are rounded down, so an integer fleet covering it serves the rate, and
+    an integer fleet serves the rate exactly when it covers this. The decimal the user
+    wrote is scaled, not its binary float (1.1 requests/s is 1,100,000 units, not 1,100,001)."""
+    return int((Decimal(repr(float(rate_rps))) * SCALE).to_integral_value(ROUND_CEILING))
 
 
 def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, *,

@@ -25,6 +25,23 @@ from planner.specs.model import ModelSpec
 from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
 
 
+#: The most requests ``--simulate`` runs, and the most output tokens (requests x osl) it
+#: decodes: its work grows with both (about 10 s at the token limit on one core).
+MAX_REQUESTS = 1_000_000
+MAX_TOKENS = 50_000_000
+
+
+def check_requests(requests: int, osl: int) -> None:
+    """InputError unless ``requests`` is within the simulation's bounds."""
+    if isinstance(requests, bool) or not isinstance(requests, int) or not (
+            100 <= requests <= MAX_REQUESTS):
+        raise InputError(f"--simulate {requests!r}: expected 100 to {MAX_REQUESTS:,} requests")
+    if requests * osl > MAX_TOKENS:
+        raise InputError(f"--simulate {requests:,}: {requests:,} requests of {osl:,} output "
+                         f"tokens exceed the {MAX_TOKENS:,} tokens a simulation decodes at "
+                         f"most; at --osl {osl} simulate at most {MAX_TOKENS // osl:,} requests")
+
+
 @dataclass
 class SimResult:
     requests: int
@@ -48,35 +65,40 @@ def _aggregated_replica(arrivals: list[float], perf: ReplicaPerf, plan: ServePla
     t_d, per_token = perf.decode_step_s, perf.prefill.occupancy_s / w.isl
     extra = max(perf.prefill.latency_s - perf.prefill.occupancy_s, 0.0)  # overhead, stages
     waiting: deque = deque()  # [arrival, prompt tokens left]
-    running: list = []  # [tokens left, first-token time]
-    ttft, tpot, t, i = [], [], 0.0, 0
-    while i < len(arrivals) or waiting or running:
-        while i < len(arrivals) and arrivals[i] <= t:
+    # [step of its last token, first-token time]: every sequence decodes osl - 1 tokens,
+    # so they finish in the order they started
+    running: deque = deque()
+    ttft, tpot, t, i, step, n = [], [], 0.0, 0, 0, len(arrivals)
+    while i < n or waiting or running:
+        if running and (not waiting or len(running) >= plan.concurrency):
+            # decode-only steps (nothing to prefill, or no free slot) until a sequence
+            # finishes or, with a slot free, a request arrives: the same additions to t
+            full, last = len(running) >= plan.concurrency, running[0][0] - 1
+            while step < last and (full or i >= n or arrivals[i] > t):
+                t += t_d
+                step += 1
+        while i < n and arrivals[i] <= t:
             waiting.append([arrivals[i], w.isl])
             i += 1
         if not waiting and not running:
             t = arrivals[i]
             continue
-        budget, done = plan.prefill_chunk, []
+        budget, done = plan.prefill_chunk, 0
         for req in waiting:  # FCFS prompt tokens up to the budget, while slots remain
-            if budget <= 0 or len(running) + len(done) >= plan.concurrency:
+            if budget <= 0 or len(running) + done >= plan.concurrency:
                 break
             take = min(budget, req[1])
             req[1] -= take
             budget -= take
             if req[1] == 0:
-                done.append(req)
-        step = (t_d if running else 0.0) + (plan.prefill_chunk - budget) * per_token
-        t += step
-        for seq in running:
-            seq[0] -= 1
-        for seq in [s for s in running if s[0] <= 0]:
-            tpot.append((t - seq[1]) / max(w.osl - 1, 1))
-        running = [s for s in running if s[0] > 0]
-        for req in done:
-            waiting.remove(req)
-            ttft.append(t - req[0] + extra)
-            running.append([w.osl - 1, t]) if w.osl > 1 else tpot.append(0.0)
+                done += 1  # the finished prompts are the first ``done`` in the queue
+        t += (t_d if running else 0.0) + (plan.prefill_chunk - budget) * per_token
+        step += 1
+        while running and running[0][0] <= step:
+            tpot.append((t - running.popleft()[1]) / max(w.osl - 1, 1))
+        for _ in range(done):
+            ttft.append(t - waiting.popleft()[0] + extra)
+            running.append([step + w.osl - 1, t]) if w.osl > 1 else tpot.append(0.0)
     return ttft, tpot
 
 
@@ -109,6 +131,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, w: ServeWo
     """P50/P99 of TTFT and TPOT over ``requests`` Poisson arrivals at ``w.rate_rps``."""
     if w.rate_rps is None:
         raise InputError("--simulate needs --rate (the Poisson arrival rate)")
+    check_requests(requests, w.osl)
     f, reasons = _fleet(model, cluster, plan, w, engine)
     if f is None:
         raise InputError("cannot simulate: " + "; ".join(reasons))

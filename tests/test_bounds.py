@@ -1,0 +1,280 @@
+"""Bounded work and honest time limits (issue 31, item 4): Megatron layouts and argument
+strings, tiny serving rates, ``--simulate``, the serving MILP's status, the DLRM LP bound
+under the time limit, and a bounded fuzz of hostile inputs under a 2 GiB memory cap."""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+import shlex
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import pytest
+import yaml
+
+from planner.errors import InputError
+from planner.export.megatron import _layout_chunks, split_shell
+
+from conftest import ROOT
+
+MEGATRON = ["evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--from", "megatron"]
+SERVE = ["serve", "-m", "llama3-70b", "-c", "dgx-h100-superpod", "--isl", "2048", "--osl", "256",
+         "--fix", "kv_dtype=fp8", "--fix", "pp=1"]
+MEMORY_CAP_BYTES = 2 << 30
+START_UP_S = 8.0  # interpreter, imports and catalog loading on a busy 2-core machine
+
+
+def _planner(args: list[str], timeout_s: float = 120) -> tuple[int, str, str, float]:
+    """The CLI in a subprocess with a 2 GiB address-space cap: (exit code, stdout,
+    stderr, wall seconds)."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
+
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True,
+                       cwd=ROOT, preexec_fn=cap, timeout=timeout_s)
+    return r.returncode, r.stdout, r.stderr, time.perf_counter() - t0
+
+
+# ---- Megatron layouts and argument strings -----------------------------------------------
+@pytest.mark.parametrize("layout", ["Et*3000000000|tL", "(t|)*300000000",
+                                    "Et*" + "9" * 5000 + "|tL"])
+def test_layout_is_refused_before_expanding(layout):
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="--pipeline-model-parallel-layout.*expands to more "
+                                             "than 161 characters"):
+            _layout_chunks(layout, 1, 80)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20  # was 5.8 GB and 2.9 GB
+
+
+def test_huge_count_of_nothing_is_no_error():
+    assert _layout_chunks("()*" + "9" * 5000 + "Et*80L", 1, 80) == [80]  # ValueError before
+
+
+def test_layout_message_shortens_the_value():
+    with pytest.raises(InputError) as e:
+        _layout_chunks("E" + "t" * 500_000 + "L", 1, 80)
+    assert len(str(e.value)) < 400
+
+
+def test_layout_matches_megatrons_expansion():
+    """Megatron-LM's own two re.sub passes (PipelineParallelLayerLayout), on layouts short
+    enough to expand: the same chunks or both refused."""
+    import re
+
+    def megatron(text: str) -> list[int] | None:
+        flat = text.replace(",", "")
+        for pattern in (r"\(([^()]*)\)\*(\d+)", r"(.)\*(\d+)"):
+            flat = re.sub(pattern, lambda mt: mt.group(1) * int(mt.group(2)), flat)
+        stages = flat.split("|")
+        if (set(flat) - set("tEL|") or len(stages) % 2 or not stages[0].startswith("E")
+                or not stages[-1].endswith("L") or sum(s.count("t") for s in stages) != 8
+                or len(flat) > 17):
+            return None
+        return [s.count("t") for s in stages]
+
+    rng = random.Random(0)
+    pieces = ["t", "E", "L", "|", "(", ")", "*", "2", "0", ",", "t*2", "(t|)*2", "(t*2|)*3"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        try:
+            ours = _layout_chunks(text, 2, 8)
+        except InputError:
+            ours = None
+        assert ours == megatron(text), text
+
+
+def test_split_shell_is_shlex():
+    rng = random.Random(1)
+    alphabet = " \t\n'\"\\#ab-="
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        try:
+            want: object = shlex.split(text, comments=True)
+        except ValueError as e:
+            want = str(e)
+        try:
+            got: object = split_shell(text)
+        except ValueError as e:
+            got = str(e)
+        assert got == want, repr(text)
+
+
+def test_split_shell_is_linear():
+    t0 = time.perf_counter()
+    assert split_shell("--x " + "a" * 2**20) == ["--x", "a" * 2**20]
+    assert time.perf_counter() - t0 < 5  # shlex: 56 s (quadratic in the token's length)
+
+
+def test_huge_layout_count_is_a_clean_error():
+    code, _, err, _ = _planner([*MEGATRON, "--pipeline-model-parallel-size 4 "
+                                "--pipeline-model-parallel-layout Et*" + "9" * 5000 + "|tL"])
+    assert code == 2 and "Traceback" not in err and "--pipeline-model-parallel-layout" in err
+
+
+# ---- serving -------------------------------------------------------------------------------
+def test_rate_units_round_up_the_decimal():
+    from planner.orchestration.serve import rate_units
+
+    assert rate_units(5e-7) == 1 and rate_units(1e-300) == 1
+    assert rate_units(1.1) == 1_100_000 and rate_units(20) == 20_000_000
+    assert rate_units(1.0000004) == 1_000_001  # covered, never rounded away
+
+
+def test_tiny_rate_is_served():
+    from planner.orchestration.serve import plan_serve, workload
+    from planner.specs.loaders import load_cluster, load_model
+
+    res = plan_serve(load_model("llama3-70b"), [load_cluster("dgx-h100-superpod")],
+                     workload(2048, 256, 5e-7, 500, 30),
+                     fix={"kv_dtype": "fp8", "pp": 1, "tp": 4, "weight_dtype": "fp8",
+                          "mode": "aggregated"})
+    assert res.solver["status"] == "optimal" and res.plan.replicas == 1
+    assert res.estimate.feasible and res.estimate.requests_per_s == pytest.approx(5e-7)
+
+
+def test_simulate_is_bounded_before_the_search():
+    from planner.validation.serve_sim import MAX_TOKENS, check_requests
+
+    with pytest.raises(InputError, match=r"--simulate 10000000: expected 100 to 1,000,000"):
+        check_requests(10_000_000, 256)
+    with pytest.raises(InputError, match=r"--simulate 400,000: .* at most 195,312 requests"):
+        check_requests(400_000, 256)
+    check_requests(MAX_TOKENS // 256, 256)
+    code, _, err, wall = _planner([*SERVE, "--rate", "20", "--simulate", "10000000"])
+    assert code == 2 and "--simulate" in err and "Traceback" not in err
+    assert wall < 60  # refused up front (was 125 s and 1.7 GB)
+
+
+def test_serve_milp_time_limited_incumbent_is_not_optimal(monkeypatch):
+    """PuLP calls a time-limited incumbent "Optimal"; only its sol_status tells."""
+    import pulp
+
+    from formulations.serve import ServeProblem, solve
+    from formulations.serve_space import ServeSpace, tables
+    from planner.orchestration.serve import workload
+    from planner.specs.loaders import load_cluster, load_model
+
+    w = workload(2048, 256, 20.0, 500, 30)
+    tabs = tables(load_model("llama3-70b"), [load_cluster("dgx-h100-superpod")], w,
+                  ServeSpace(pp=(1,), kv_dtype=("fp8",), weight_dtype=("fp8",)))
+    problem = ServeProblem(tabs["aggregated"], "gpus", 20_000_000)
+    assert solve(problem, "milp").status == "optimal"
+    real = pulp.LpProblem.solve
+
+    def time_limited(self, *args, **kwargs):
+        status = real(self, *args, **kwargs)
+        self.sol_status = pulp.constants.LpSolutionIntegerFeasible
+        return status
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", time_limited)
+    assert solve(problem, "milp").status == "time_limit"
+
+
+# ---- DLRM under the time limit ---------------------------------------------------------------
+def _hang(seconds: float) -> tuple[float, bool]:
+    time.sleep(seconds)
+    return 1.0, True
+
+
+def test_large_lp_is_stopped_at_its_deadline():
+    """HiGHS overran its own time limit 150-fold on a 1.1M-nonzero LP: large LPs run in a
+    child that is stopped at the deadline."""
+    from formulations.dlrm_bound import _with_deadline
+
+    t0 = time.perf_counter()
+    assert _with_deadline(_hang, (30.0,), 0.5) == (None, False)
+    assert time.perf_counter() - t0 < 5
+    assert _with_deadline(_hang, (0.0,), 20.0) == (1.0, True)
+
+
+def test_lp_bound_gets_the_time_left_and_says_when_cut(monkeypatch):
+    from formulations import dlrm_bound
+    from planner.specs.loaders import load_cluster, load_model
+
+    seen = []
+
+    def minimize(self, cost, time_limit_s=None):
+        seen.append(time_limit_s)
+        return 1.0, False
+
+    monkeypatch.setattr(dlrm_bound._Rows, "minimize", minimize)
+    m, c = load_model("dlrm-a"), load_cluster("zionex-128")
+    value, finished = dlrm_bound.lp_bound(m, c, None, 3.0)
+    assert 0 < seen[0] <= 3.0 and not finished and value is not None
+    assert dlrm_bound.lp_bound(m, c, None, 1e-9) == (None, False)  # no time: no LP at all
+
+
+def test_many_tables_large_lp_in_a_child(monkeypatch):
+    """The large-LP path end to end on a small model (threshold lowered): a bound when it
+    finishes, none and 'cut' when the deadline is too short."""
+    from formulations import dlrm_bound
+    from planner.specs.loaders import load_cluster, load_model
+
+    monkeypatch.setattr(dlrm_bound, "HARD_LIMIT_NONZEROS", 0)
+    m, c = load_model("dlrm-a"), load_cluster("zionex-128")
+    value, finished = dlrm_bound.lp_bound(m, c, None, 30.0)
+    assert finished and value is not None and value == pytest.approx(dlrm_bound.lp_bound_s(m, c))
+
+
+def test_dlrm_tiny_time_limit_is_honest():
+    """A plan from the warm start is 'time_limit' (exit 0, like a transformer solve that
+    found a plan), never 'optimal'; the overrun is stated in JSON and on stderr."""
+    import json
+
+    code, out, err, _ = _planner(["solve", "-m", "dlrm-a", "-c", "zionex-128",
+                                  "--time-limit", "1e-9", "--json"])
+    solver = json.loads(out)["solver"]
+    assert code == 0 and solver["status"] == "time_limit"
+    assert solver["time_limit_overrun_s"] > 0 and "past --time-limit" in err
+
+
+# ---- bounded fuzz ------------------------------------------------------------------------------
+def _dlrm_file(path, rng: random.Random) -> None:
+    n = rng.choice([50, 400])  # 2,000 distinct tables: CP-SAT exceeds 2 GiB (open)
+    tables = [dict(name=f"t{i}", rows=int(10 ** rng.uniform(3, 6)), dim=rng.choice([32, 64, 128]),
+                   pooling=rng.choice([1, 5, 20])) for i in range(n)]
+    path.write_text(yaml.safe_dump(dict(
+        name="fuzz", kind="dlrm", tables=tables, dense_features=256, bottom_mlp=[512, 128],
+        top_mlp=[512, 1], interaction={"kind": "none"}, top_input_dim=512,
+        global_batch_size=rng.choice([1024, 65536]), emb_dtype="fp16")))
+
+
+def _case(rng: random.Random, tmp_path, k: int) -> tuple[list[str], float | None]:
+    """(arguments, the time limit they give or None)."""
+    kind = k % 3
+    if kind == 0:
+        layout = rng.choice(["Et*{n}|tL", "(t|)*{n}", "E(t*{n}|)*{n}L", "((t|)*{n})*{n}",
+                             "Et*{n}" + "t*0" * 1000 + "L", "()*{n}Et*80L"])
+        n = rng.choice(["0", "1", "3000000000", "9" * rng.randint(1, 6000), "07"])
+        return [*MEGATRON, "--pipeline-model-parallel-size 4 --pipeline-model-parallel-layout "
+                + layout.replace("{n}", n)], None
+    if kind == 1:
+        rate = rng.choice(["5e-7", "1e-300", "4.9e-7", "1e9", "0", "-1", "nan", "inf"])
+        sim = rng.choice(["0", "100", "10000000", "1000001", "400000", "-5"])
+        return [*SERVE, "--rate", rate, "--simulate", sim, "--tpot-ms", "30"], None
+    path = tmp_path / f"dlrm{k}.yaml"
+    _dlrm_file(path, rng)
+    limit = rng.choice([0.5, 2.0, 4.0])
+    return ["solve", "-m", str(path), "-c", "zionex-128", "--time-limit", str(limit)], limit
+
+
+def test_bounded_fuzz(tmp_path):
+    """Hostile small inputs: exit 0, 1 or 2, never a traceback, within the memory cap and
+    within the time limit plus 10 % (plus the start-up allowance)."""
+    runs = int(os.environ.get("PLANNER_BOUNDS_FUZZ", "0") or 0)  # a longer run, randomized
+    rng = random.Random(None if runs else 31)
+    for k in range(runs or 12):
+        args, limit = _case(rng, tmp_path, k)
+        code, _, err, wall = _planner(args)
+        assert code in (0, 1, 2) and "Traceback" not in err, (args[-4:], err[-2000:])
+        budget = (limit * 1.1 if limit else 20.0) + START_UP_S
+        assert wall <= budget, (args[-4:], wall)
