@@ -104,16 +104,7 @@ def procure(
 
     if serve:  # planner/cli/serve.py
         return procure_serve_cmd(model, gpus, cluster, pricing, prices, json_, rate, isl, osl, ttft_ms, tpot_ms)
-    if tokens is None:
-        raise InputError("--tokens: required (the tokens to train on), unless --serve")
-    if json_ and csv_:
-        raise InputError("--json and --csv: choose one")
-    if workers is not None and workers < 1:
-        raise InputError(f"--workers {workers}: expected a positive integer")
-    check_files([("--plot", plot)],
-                [("the model", model), ("the prices", prices),
-                 *(("a cluster", c.strip()) for arg in cluster for c in arg.split(","))],
-                force)
+    _check_args(model, tokens, json_, csv_, workers, plot, prices, cluster, force)
     fronts = pareto or bool(plot) or json_ or csv_
     status = LazyStatus(err, not (json_ or csv_))
     result = None
@@ -136,6 +127,22 @@ def procure(
         _show(result, failure, plot=plot, json_=json_, csv_=csv_, fronts=fronts, force=force)
     if failure is not None:
         raise failure
+
+
+def _check_args(model: str, tokens: float | None, json_: bool, csv_: bool,
+                workers: int | None, plot: str | None, prices: str | None,
+                cluster: list[str], force: bool) -> None:
+    """Refuse bad options and unwritable or clobbering outputs before any solve."""
+    if tokens is None:
+        raise InputError("--tokens: required (the tokens to train on), unless --serve")
+    if json_ and csv_:
+        raise InputError("--json and --csv: choose one")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers {workers}: expected a positive integer")
+    check_files([("--plot", plot)],
+                [("the model", model), ("the prices", prices),
+                 *(("a cluster", c.strip()) for arg in cluster for c in arg.split(","))],
+                force)
 
 
 def _show(result: Any, failure: InfeasibleError | None, *, plot: Optional[str], json_: bool,
