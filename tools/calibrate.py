@@ -18,6 +18,7 @@ copy it into ``hardware_catalog/gpus/<gpu>.yaml`` by hand (the file cites this t
 
     python tools/calibrate.py              # every generation
     python tools/calibrate.py H100         # one
+    python tools/calibrate.py --write      # and write hardware_catalog/calibration/fit_summary.yaml
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from __future__ import annotations
 import itertools
 import statistics
 import sys
+from pathlib import Path
 from typing import Callable, Iterable
+
+import yaml
 
 from planner.costmodel.evaluator import evaluate
 from planner.specs.cluster import ClusterSpec
@@ -110,7 +114,22 @@ def beats_microbenchmark(gpu: GPUSpec, point: dict[str, float]) -> bool:
     return bool(cap_violations(gpu))
 
 
-def fit(gen: str) -> None:
+def leave_one_out(results: list[tuple[list[float], dict[str, float]]]) -> list[float]:
+    """Each run's error at the grid point fitted without it (the least MAPE on the other
+    runs): how well the fit predicts a run it has not seen."""
+    n = len(results[0][0])
+    out = []
+    for i in range(n):
+        def rest(errs: list[float]) -> float:
+            return sum(abs(x) for j, x in enumerate(errs) if j != i)
+
+        out.append(min(results, key=lambda r: rest(r[0]))[0][i])
+    return out
+
+
+def fit(gen: str) -> dict[str, object]:
+    """Print the best grid points, the shipped parameters' error and the leave-one-out
+    error; return the summary ``planner validate`` prints."""
     gpu_name, make_errors, grid = GENERATIONS[gen]
     errors, gpu = make_errors(), load_gpu(gpu_name)
     results, dropped = [], 0
@@ -118,23 +137,54 @@ def fit(gen: str) -> None:
         if beats_microbenchmark(gpu, point):
             dropped += 1
             continue
-        e = errors(**point)
-        results.append((statistics.mean(abs(x) for x in e), max(abs(x) for x in e), point))
-    results.sort(key=lambda r: r[0])
+        results.append((errors(**point), point))
+    results.sort(key=lambda r: statistics.mean(abs(x) for x in r[0]))
     print(f"\n== {gen} ({gpu_name}) ==  ({dropped} grid points beat the cuBLASLt "
           f"microbenchmark and were dropped)\nMAPE    max     parameters")
-    for mape, mx, point in results[:5]:
-        print(f"{mape:6.2%}  {mx:6.2%}  {point}")
-    shipped = errors()
+    for e, point in results[:5]:
+        print(f"{statistics.mean(abs(x) for x in e):6.2%}  {max(abs(x) for x in e):6.2%}  {point}")
+    shipped, loo = errors(), leave_one_out(results)
     print(f"shipped {gpu_name}: MAPE {statistics.mean(abs(x) for x in shipped):.2%}, "
           f"max {max(abs(x) for x in shipped):.2%}")
+    print(f"leave-one-out ({len(loo)} runs, each predicted by the grid point fitted on the "
+          f"others): MAPE {statistics.mean(abs(x) for x in loo):.2%}, "
+          f"max {max(abs(x) for x in loo):.2%}")
+    return {"framework": FRAMEWORKS[gen], "gpu": gpu_name, "runs": len(loo),
+            "grid_points": len(results),
+            "calibration_mape": round(statistics.mean(abs(x) for x in shipped), 4),
+            "calibration_max": round(max(abs(x) for x in shipped), 4),
+            "leave_one_out_mape": round(statistics.mean(abs(x) for x in loo), 4),
+            "leave_one_out_max": round(max(abs(x) for x in loo), 4)}
+
+
+#: The framework each generation's calibration runs used.
+FRAMEWORKS = {"A100": "Megatron-LM (2022, Korthikanti et al.)",
+              "H100": "NeMo 24.07/25.02 (Megatron-Core)", "B200": "NeMo 25.02 (Megatron-Core)"}
+SUMMARY = Path(__file__).resolve().parents[1] / "hardware_catalog" / "calibration" / \
+    "fit_summary.yaml"
 
 
 def main(argv: list[str]) -> None:
-    for gen in argv or list(GENERATIONS):
+    write = "--write" in argv
+    gens = [a for a in argv if a != "--write"] or list(GENERATIONS)
+    summaries = {}
+    for gen in gens:
         if gen not in GENERATIONS:
             raise SystemExit(f"unknown generation {gen!r}; expected one of {list(GENERATIONS)}")
-        fit(gen)
+        summaries[gen] = fit(gen)
+    if write:
+        old = yaml.safe_load(SUMMARY.read_text()) if SUMMARY.exists() else {}
+        fits = {**(old or {}).get("fits", {}), **summaries}
+        SUMMARY.write_text(SUMMARY_HEADER + yaml.safe_dump({"fits": fits}, sort_keys=False))
+        print(f"wrote {SUMMARY.relative_to(SUMMARY.parents[2])}")
+
+
+SUMMARY_HEADER = """\
+# Written by `python tools/calibrate.py --write`: per generation (and the framework its
+# calibration runs used), the shipped parameters' error on those runs and the leave-one-out
+# error (each run predicted by the grid point fitted on the others). `planner validate`
+# prints it; tests/test_cli.py checks the shipped error still matches the live one.
+"""
 
 
 if __name__ == "__main__":

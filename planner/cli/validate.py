@@ -16,17 +16,32 @@ def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
     from planner.validation.serving import run_serving
 
+    from planner.validation.fit import fit_summary
+
     rep, nemo, serving = run_validation(), run_recipes(), run_serving()
+    mape = _mape_by_generation(rep, nemo)
     if json_:
         _emit_json({"korthikanti2022": rep.to_json(), "nemo_recipes": nemo.to_json(),
-                    "mape_by_generation": _mape_by_generation(rep, nemo),
+                    "mape_by_generation": mape, "fit": fit_summary(),
                     "serving": serving.to_json()})
         return
     _print_korthikanti(rep)
     _print_recipes(nemo)
     _print_serving(serving)
-    summary = ", ".join(f"{g} {m:.1%}" for g, m in _mape_by_generation(rep, nemo).items())
-    out.print(f"[bold]MAPE per generation:[/bold] {summary}")
+    _print_fit(mape, fit_summary())
+
+
+def _print_fit(mape: dict[str, float], fits: dict) -> None:
+    t = Table(title="Per framework and generation: calibration error now, and leave-one-out "
+              "error at the fit (python tools/calibrate.py --write)", header_style="bold")
+    for col in ("generation", "framework", "runs", "MAPE", "leave-one-out MAPE (max)"):
+        t.add_column(col, justify="left" if col in ("generation", "framework") else "right")
+    for gen, m in mape.items():
+        f = fits.get(gen, {})
+        loo = (f"{f['leave_one_out_mape']:.1%} ({f['leave_one_out_max']:.1%})"
+               if f else "not fitted")
+        t.add_row(gen, f.get("framework", ""), str(f.get("runs", "")), f"{m:.1%}", loo)
+    out.print(t)
 
 
 def _mape_by_generation(rep, nemo) -> dict[str, float]:
