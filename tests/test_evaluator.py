@@ -38,7 +38,7 @@ def test_deterministic(llama70b, superpod):
 
 
 def test_tp_not_dividing_heads(llama70b, superpod):
-    est = evaluate(llama70b, superpod, plan70(tp=3, dp=1024 // 12 if False else 32))
+    est = evaluate(llama70b, superpod, plan70(tp=3, dp=32))
     assert not est.feasible
     assert any("tp=3 does not divide num_attention_heads=64" in r for r in est.reasons)
 
