@@ -501,3 +501,49 @@ def test_names_that_look_like_console_markup_print_as_they_are(capsys, tmp_path,
     code, out, err = run(capsys, *args)
     assert code == (1 if command == "evaluate" else 0), err  # llama3-8b unsharded: too big
     assert MARKUP in "".join(out.split()).replace("│", ""), out
+
+
+SHORT_MARKUP = "a[/]b[bold]"  # short: table cells are cut at the terminal's width
+
+
+def test_collective_prints_level_and_cluster_names_as_they_are(capsys, tmp_path):
+    f = _markup_files(tmp_path)
+    data = yaml.safe_load(Path(f["cluster"]).read_text())
+    data["name"] = SHORT_MARKUP
+    for i, lv in enumerate(data["topology"]):
+        lv["name"] = f"{i}{SHORT_MARKUP}"
+    Path(f["cluster"]).write_text(yaml.safe_dump(data))
+    code, out, err = run(capsys, "collective", "--cluster", f["cluster"], "--op", "all_reduce",
+                         "--size", "1GiB")
+    flat = "".join(out.split()).replace("│", "")
+    assert code == 0 and flat.count(SHORT_MARKUP) == 1 + len(data["topology"]), out
+
+
+def test_catalog_prints_names_as_they_are(capsys, monkeypatch):
+    """Catalog rows hold names from catalog files: printed as text, never as markup."""
+    import planner.cli.catalog as cli_catalog
+
+    monkeypatch.setattr(cli_catalog, "_rows",
+                        lambda kind: [dict(name=SHORT_MARKUP, aliases=[SHORT_MARKUP])])
+    code, out, err = run(capsys, "catalog", "clusters")
+    assert code == 0 and "".join(out.split()).replace("│", "").count(SHORT_MARKUP) == 2, out
+
+
+def test_sweep_name_is_a_name(tmp_path):
+    from planner.sweep.spec import SweepSpec
+    from planner.specs.validate import validate
+
+    with pytest.raises(InputError, match=r"name.*LINE FEED"):
+        validate(SweepSpec, {"name": "a\nb", "axes": {"gpus": [8]}}, "sweep.yaml")
+
+
+@pytest.mark.parametrize("section", ["clusters", "gpus"])
+def test_pricing_keys_are_names(tmp_path, section):
+    from planner.specs.pricing import load_pricing
+
+    p = tmp_path / "prices.yaml"
+    p.write_text(yaml.safe_dump({section: {"evil\nx": {"price_per_gpu_hour": 2.0}}}))
+    with pytest.raises(InputError, match=rf"{section} key 'evil\\nx': .*LINE FEED"):
+        load_pricing(str(p))
+    with pytest.raises(InputError, match=r"CARRIAGE RETURN"):
+        load_pricing(None, overrides={section: {"a\rb": {"price_per_gpu_hour": 2.0}}})

@@ -6,6 +6,7 @@ from enum import Enum
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 import planner.catalog as catalog
@@ -68,6 +69,7 @@ def catalog_cmd(
     for col in rows[0]:
         table.add_column(col)
     for r in rows:
-        table.add_row(*[", ".join(v) if isinstance(v, list) else ("-" if v is None else str(v))
-                        for v in r.values()])
+        # names from catalog files print as they are, never as rich markup
+        table.add_row(*[escape(", ".join(v) if isinstance(v, list)
+                               else ("-" if v is None else str(v))) for v in r.values()])
     out.print(table)

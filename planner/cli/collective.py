@@ -181,6 +181,7 @@ def collective(
     json_: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Time one collective on a multi-dimensional topology, and its traffic per dimension."""
+    from rich.markup import escape
     from rich.table import Table
 
     from planner.specs.units import parse_size_bytes
@@ -206,12 +207,12 @@ def collective(
     if json_:
         _emit_json(res)
         return
-    t = Table(title=f"{kind} of {size} on {name} ({res['group_size']} GPUs)",
+    t = Table(title=escape(f"{kind} of {size} on {name} ({res['group_size']} GPUs)"),
               header_style="bold")
     for col in ("dim", "name", "kind", "span", "MiB sent per GPU", "steps", "busy µs"):
         t.add_column(col, justify="left" if col in ("name", "kind") else "right")
     for d in res["per_dimension"]:
-        t.add_row(str(d["dimension"]), d["name"], d["kind"], str(d["span"]),
+        t.add_row(str(d["dimension"]), escape(d["name"]), escape(d["kind"]), str(d["span"]),
                   f"{d['bytes'] / 2**20:.4g}", str(d["steps"]), f"{d['time_us']:.2f}")
     out.print(t)
     algbw = res["algbw_GBps"]

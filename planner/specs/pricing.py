@@ -11,6 +11,7 @@ from pydantic import Field
 
 from planner.errors import InputError
 from planner.specs.base import Spec
+from planner.specs.names import Name, check_name
 
 PricingMode = Literal["rent", "own"]
 HOURS_PER_YEAR = 8760.0
@@ -39,8 +40,8 @@ class PricingSpec(Spec):
     mode: PricingMode = "rent"
     electricity_usd_per_kwh: float = Field(..., ge=0)
     depreciation_years: float = Field(..., gt=0)
-    gpus: dict[str, GPUPrice] = Field(default_factory=dict, description="keyed by GPU name")
-    clusters: dict[str, ClusterPrice] = Field(
+    gpus: dict[Name, GPUPrice] = Field(default_factory=dict, description="keyed by GPU name")
+    clusters: dict[Name, ClusterPrice] = Field(
         default_factory=dict, description="keyed by cluster template name (or alias)")
     date: str | None = None
     sources: dict[str, str] = Field(default_factory=dict)
@@ -88,6 +89,7 @@ def load_pricing(path: str | None = None, mode: PricingMode | None = None,
                              f"{sorted(PricingSpec.model_fields)}")
         gpus = dict(data.get("gpus") or {})
         for name, entry in (layer.get("gpus") or {}).items():
+            check_name(str(name), f"{source}: gpus key")
             path_ = catalog.find("gpus", str(name))
             if path_ is None:
                 near = catalog.closest("gpus", str(name))
@@ -100,6 +102,7 @@ def load_pricing(path: str | None = None, mode: PricingMode | None = None,
         # template may be a file, not in the catalog.
         clusters = dict(data.get("clusters") or {})
         for name, entry in (layer.get("clusters") or {}).items():
+            check_name(str(name), f"{source}: clusters key")  # printed in procure's tables
             check_entry(ClusterPrice, entry, f"{source}: clusters.{name}")
             clusters[str(name)] = {**clusters.get(str(name), {}), **entry}
         data = {**data, **{k: v for k, v in layer.items() if k not in ("gpus", "clusters")},

@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, field_valida
 
 from planner.errors import InputError
 from planner.specs.base import Spec
+from planner.specs.names import Name
 from planner.specs.validate import _short, validate
 
 Command = Literal["solve", "procure"]
@@ -106,7 +107,7 @@ class SweepSpec(Spec):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = "sweep"
+    name: Name = "sweep"
     command: Command = "solve"
     base: dict[str, Any] = Field(default_factory=dict)
     axes: dict[str, list[Any] | dict[str, dict[str, Any]]] = Field(..., min_length=1)
