@@ -382,3 +382,13 @@ def test_serving_layer_elementwise_and_tp_all_reduces():
     rn = replica_net(cl, plan)
     got = _comm_s(rope, plan, rn, "dense", m)
     assert got - 2 * rn.overhead_s == pytest.approx(2 * m * 1024 * 2 / 100e9, rel=1e-9)
+
+
+def test_small_gemm_dimensions_lose_efficiency():
+    """The saturating curve the GPU spec documents: s(x) = x / (x + gemm_half_dim) per
+    dimension; a 128-cube at half_dim 128 runs at 1/8 of the peak fraction, a dimension
+    eight times the half_dim at 8/9."""
+    from planner.costmodel.compute import gemm_efficiency
+    g = gpu(half_dim=128)
+    assert gemm_efficiency(g, "bf16", 128, 128, 128) == pytest.approx(1 / 8)
+    assert gemm_efficiency(g, "bf16", 1024, 1024, 1024) == pytest.approx((8 / 9) ** 3)
