@@ -47,11 +47,28 @@ class ServeSpace:
     pp: tuple[int, ...] = (1, 2)
     ep: tuple[int, ...] | None = None
     concurrency: tuple[int, ...] = tuple(2**i for i in range(11))  # 1 .. 1024
-    weight_dtype: tuple[str, ...] = ("bf16", "fp8", "int4", "fp4")
+    # unquantized and FP8 (where the GPU has it); int4/fp4 change accuracy more and are
+    # searched only when asked (--weight-dtypes)
+    weight_dtype: tuple[str, ...] = ("bf16", "fp8")
     kv_dtype: tuple[str, ...] = ("bf16", "fp8")
     prefill_chunk: tuple[int, ...] = (512, 2048, 8192)
     mode: tuple[str, ...] = ("aggregated", "disaggregated")
     gpu: tuple[str, ...] | None = None  # None: every cluster given
+
+
+def weight_dtypes(text: str) -> tuple[str, ...]:
+    """``--weight-dtypes`` (comma-separated) as the space's allow-list, checked."""
+    from typing import get_args
+
+    from planner.specs.serve import WeightDtype
+
+    known = get_args(WeightDtype)
+    out = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
+    bad = [t for t in out if t not in known]
+    if bad or not out:
+        raise InputError(f"--weight-dtypes {text!r}: expected a comma-separated list of "
+                         f"{', '.join(known)}" + (f" ({bad[0]!r} is none)" if bad else ""))
+    return out
 
 
 def fixed_space(space: ServeSpace, fix: dict) -> ServeSpace:

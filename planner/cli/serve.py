@@ -15,7 +15,8 @@ from rich.table import Table
 
 from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_json, check_files,
                                  err, out)
-from planner.errors import InputError
+from planner.errors import InfeasibleError, InputError
+from planner.report.serve import serve_notes
 
 
 class ServeObjective(str, Enum):
@@ -103,7 +104,11 @@ def serve(
                                  "N Poisson requests (needs --rate; N <= 1e6, N x --osl <= 5e7)."),
     launch: bool = typer.Option(False, "--launch", help="Print vLLM, SGLang and TensorRT-LLM "
                                 "launch commands for the plan's pools."),
-    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+    weight_dtypes: str = typer.Option(
+        "bf16,fp8", "--weight-dtypes", metavar="LIST", help="Weight formats to search "
+        "(comma-separated: bf16, fp8, int4, fp4); fp8 only where the GPU has it. int4 and "
+        "fp4 change accuracy more: only when listed."),
+    json_: bool = typer.Option(False, "--json", help="Print JSON (also when infeasible)."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Find the best serving plan: layout, concurrency, precision, pools and replica counts
@@ -117,9 +122,26 @@ def serve(
     _simulate_bounds(simulate, osl)
     if gpus is not None and gpus < 1:
         raise InputError(f"--gpus: expected a positive number of GPUs, got {gpus}")
-    res = plan_serve(load_model(model), _clusters(cluster, gpus), w,
-                     objective=objective.value if objective else None, gpus=gpus,
-                     fix=_fixes(fix), backend=backend.value, pareto=pareto or bool(plot))
+    fixes = _fixes(fix)
+    space = _space(weight_dtypes, fixes)
+    m = load_model(model)
+    try:
+        res = plan_serve(m, _clusters(cluster, gpus), w,
+                         objective=objective.value if objective else None, gpus=gpus,
+                         fix=fixes, backend=backend.value, pareto=pareto or bool(plot),
+                         space=space)
+    except InfeasibleError as e:
+        if json_:  # scripts still get one object, then the reasons on stderr and exit 1
+            _emit_json({"plan": None, "estimate": None,
+                        "solver": {"backend": backend.value, "status": e.status},
+                        "message": str(e), "reasons": e.reasons, "hints": e.hints,
+                        "reachable": getattr(e, "reachable", {})})
+        raise
+    calib, quant = serve_notes(res.plan, m.moe is not None, m.mla is not None)
+    for n in calib:
+        err.print(f"[yellow]calibration:[/] {escape(n)}")
+    for n in quant:
+        err.print(f"[yellow]quantization:[/] {escape(n)}")
     sim = _simulate(load_model(model), _clusters(cluster, gpus), res, w, simulate)
     if plot:
         from planner.report.serve import plot_serve_pareto
@@ -127,7 +149,8 @@ def serve(
         plot_serve_pareto(res.pareto, plot, f"{model}: ISL {isl}, OSL {osl}", force=force)
     if json_:
         _emit_json({"plan": res.plan.to_dict(), "estimate": res.estimate.to_json(),
-                    "solver": res.solver, **({"pareto": res.pareto} if pareto else {}),
+                    "solver": res.solver, "calibration_notes": calib,
+                    "quantization_notes": quant, **({"pareto": res.pareto} if pareto else {}),
                     **({"simulation": sim} if sim else {}),
                     **({"launch": _launch(model, res.plan)} if launch else {})})
     else:
@@ -146,6 +169,18 @@ def serve(
                         print("  # " + note)
     if not res.estimate.feasible:
         raise typer.Exit(1)
+
+
+def _space(weight_dtypes: str, fix: dict):
+    """The search space with the ``--weight-dtypes`` allow-list; a ``--fix weight_dtype``
+    outside an allow-list the user gave is refused, not silently preferred."""
+    from formulations.serve_space import ServeSpace, weight_dtypes as parse
+
+    allowed = parse(weight_dtypes)
+    wd = fix.get("weight_dtype")
+    if isinstance(wd, str) and wd not in allowed and allowed != ServeSpace().weight_dtype:
+        raise InputError(f"--fix weight_dtype={wd}: not in --weight-dtypes {weight_dtypes}")
+    return ServeSpace(weight_dtype=allowed)
 
 
 def _launch(model: str, plan) -> dict:
@@ -200,6 +235,8 @@ def _print(res, pareto: bool) -> None:
     pct = f"P{e.percentile * 100:g}"
     for name, v in (("TTFT mean / " + pct + " ms", _pair(e.ttft_ms, e.ttft_p99_ms, 1)),
                     ("TPOT mean / " + pct + " ms", _pair(e.tpot_ms, e.tpot_p99_ms, 2)),
+                    ("decode batch (mean, cap)", "-" if e.decode_batch is None
+                     else f"{e.decode_batch:,.1f} of {plan.concurrency:,}"),
                     ("requests/s", f"{e.requests_per_s:,.2f}"),
                     ("output tokens/s", f"{e.output_tokens_per_s:,.0f}"),
                     ("output tokens/s per GPU", f"{e.output_tokens_per_s_per_gpu:,.1f}"),

@@ -2,13 +2,16 @@
 a :class:`ServeEstimate` (latencies, throughput, memory, feasibility with reasons), and
 the largest per-replica rate that meets the SLOs, which the search tabulates.
 
-Aggregated replicas (continuous batching, chunked prefill): a request costs the replica
-``w = o_p + osl t_d / B`` seconds (its packed prefill ``o_p`` and its share of ``osl``
-decode steps of ``t_d`` at concurrency ``B``), so a replica serves at most ``1/w``
-requests/s at utilization ``rho = lam w``. Prefill work stalls decode: the mean TPOT is
-``t_d / (1 - lam o_p)``. TTFT waits in an M/D/1 queue (:mod:`planner.costmodel.queueing`).
-Disaggregated: prefill replicas are M/D/1 servers of ``o_p``; decode replicas step at
-``t_d``; the KV cache crosses the network between them. docs/serving.md.
+Aggregated replicas (continuous batching, chunked prefill): at saturation a request
+costs the replica ``w = o_p + osl t_d(C) / C`` seconds (its packed prefill ``o_p`` and
+its share of ``osl`` decode steps at the concurrency cap ``C``), so a replica serves at
+most ``1/w`` requests/s. Below saturation the decode batch is what the load keeps in
+flight (:func:`decode_batch`: Little's law against the step time, a fixed point), and
+the step is timed at that batch. Prefill work stalls decode: the mean TPOT is
+``t_d(B) / (1 - lam o_p)``. TTFT waits in an M/D/1 queue
+(:mod:`planner.costmodel.queueing`). Disaggregated: prefill replicas are M/D/1 servers
+of ``o_p``; decode replicas step at ``t_d(B)``; the KV cache crosses the network between
+them. docs/serving.md.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from functools import lru_cache
 
 from planner.costmodel.energy import energy_coefficients, price_per_gpu_hour
 from planner.costmodel.network import PlacementError, p2p_time_s
-from planner.costmodel.queueing import md1_wait_s, mdc_wait_s, poisson_quantile
+from planner.costmodel.queueing import md1_wait_s, mdc_wait_s, normal_quantile, poisson_quantile
 from planner.costmodel.serving import (
     Prefill,
     ServeMemory,
@@ -37,15 +40,67 @@ from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
 GiB = 2**30
 
 
+def batch_grid(cap: int) -> tuple[int, ...]:
+    """The batches the decode step is timed at: 1, 2, 3, 4, 6, 8, 12, ... (powers of two
+    and their halfway points) below the cap, and the cap."""
+    out, b = {cap}, 1
+    while b < cap:
+        out.add(b)
+        if b >= 2 and b * 3 // 2 < cap:
+            out.add(b * 3 // 2)
+        b *= 2
+    return tuple(sorted(out))
+
+
 @dataclass(frozen=True)
 class ReplicaPerf:
     """What one replica of a layout does, independent of the load."""
 
-    decode_step_s: float  # t_d: between two tokens at full concurrency (mean context)
+    # (batch, t_d(batch)) on :func:`batch_grid`, from 1 to the cap (mean context): the
+    # step between two tokens, linear between the points
+    decode_steps: tuple[tuple[int, float], ...]
     prefill: Prefill
     memory: ServeMemory
     max_concurrency: int
     reasons: tuple[str, ...]  # why the layout cannot run at all (empty: it can)
+
+    @property
+    def decode_step_s(self) -> float:
+        """t_d(C): the step at the concurrency cap (saturation)."""
+        return self.decode_steps[-1][1]
+
+    def step_s(self, batch: float) -> float:
+        """t_d(batch), linear between the grid's batches; clamped to [1, C]."""
+        pts = self.decode_steps
+        if batch <= pts[0][0]:
+            return pts[0][1]
+        for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
+            if batch <= b1:
+                return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+        return pts[-1][1]
+
+
+def decode_batch(perf: ReplicaPerf, tokens_rps: float, stretch: float = 1.0) -> float:
+    """The mean batch a decoding sequence is in, offered ``tokens_rps`` decode tokens/s
+    (requests/s x (osl - 1)) whose steps each take ``stretch`` x t_d (prefill stalls):
+    itself and the others in flight, ``B = 1 + tokens_rps stretch t_d(B)`` (Little's law:
+    the others decoding are the rate times the decode time; with Poisson arrivals a
+    sequence sees the time-average). The least fixed point, found exactly: t_d is linear
+    between the grid's batches, so ``f(B) = 1 + k t_d(B) - B`` (k = tokens_rps stretch) is
+    linear on each segment; ``f(1) > 0`` and the first grid point where ``f <= 0`` closes
+    the segment holding the root. At most one pass over the grid, so it terminates. No
+    root below the cap: the replica is saturated and decodes at the cap."""
+    k = tokens_rps * stretch
+    pts = perf.decode_steps
+    if k <= 0:
+        return float(pts[0][0])
+    f0 = 1.0 + k * pts[0][1] - pts[0][0]
+    for (b0, _), (b1, t1) in zip(pts, pts[1:]):
+        f1 = 1.0 + k * t1 - b1
+        if f1 <= 0:
+            return b0 + (b1 - b0) * f0 / (f0 - f1)
+        f0 = f1
+    return float(pts[-1][0])
 
 
 def layout_reasons(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan) -> list[str]:
@@ -85,7 +140,8 @@ def replica_perf(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, isl: i
     if layout_reasons(model, cluster, plan):
         return None
     try:
-        t_d = decode_step_s(model, cluster, plan, isl + osl / 2, engine)  # mean context
+        steps = tuple((b, _decode_step_at(model, cluster, plan, isl + osl / 2, engine, b))
+                      for b in batch_grid(plan.concurrency))  # mean context
         pre = prefill(model, cluster, plan, isl, engine)
         pre = replace(pre, latency_s=pre.latency_s + engine.request_overhead_ms * 1e-3)
     except PlacementError:
@@ -97,7 +153,15 @@ def replica_perf(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, isl: i
         reasons.append(f"memory {mem.total / GiB:.1f} GiB per GPU exceeds the "
                        f"{mem.capacity / GiB:.1f} GiB of HBM on {cluster.gpu.name} "
                        f"(concurrency {plan.concurrency}; at most {most} fit)")
-    return ReplicaPerf(t_d, pre, mem, most, tuple(reasons))
+    return ReplicaPerf(steps, pre, mem, most, tuple(reasons))
+
+
+@lru_cache(maxsize=65536)
+def _decode_step_at(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, context: float,
+                    engine: ServeEngine, batch: int) -> float:
+    """t_d(batch), shared by the layouts that differ only in their cap."""
+    return decode_step_s(model, cluster, plan.model_copy(update={"concurrency": 1}), context,
+                         engine, batch)
 
 
 def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prefill_plan: ServePlan,
@@ -112,29 +176,57 @@ def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prefill_plan: ServePla
 
 @dataclass(frozen=True)
 class Latency:
-    """Seconds; None where the queue is unstable at the offered load."""
+    """Seconds; None where the queue is unstable at the offered load. ``batch``: the mean
+    decode batch a sequence is in (:func:`decode_batch`)."""
 
     ttft_s: float | None
     ttft_q_s: float | None
     tpot_s: float | None
     tpot_q_s: float | None
     utilization: float
+    batch: float | None = None
+
+
+def batch_quantile(batch: float, quantile: float, cap: int) -> float:
+    """The ``quantile`` of the batch averaged over one sequence's decode: the others
+    overlapping a window of length D are Poisson arrivals from (-D, D), each present for
+    D - |a| of it, so their time-average has mean m = batch - 1 and variance 2m/3 (normal
+    approximation); at most the cap."""
+    others = batch - 1
+    if others <= 0:
+        return batch
+    return min(float(cap), batch + normal_quantile(quantile) * math.sqrt(2 * others / 3))
+
+
+def _ride_s(perf: ReplicaPerf, others: float) -> float:
+    """Mean decode step a prompt's chunk rides on when ``others`` sequences decode on
+    average (Poisson): ``E[t_d(N); N >= 1]``, exact for a step linear in the batch:
+    ``P(N >= 1) t_d(E[N | N >= 1])``."""
+    if others <= 0:
+        return 0.0
+    busy = -math.expm1(-others)
+    return busy * perf.step_s(others / busy)
 
 
 def aggregated_latency(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload,
                        lam: float) -> Latency:
     """Latencies of an aggregated replica offered ``lam`` requests/s (module docstring)."""
-    o_p, t_d, pre = perf.prefill.occupancy_s, perf.decode_step_s, perf.prefill
-    rho = lam * (o_p + w.osl * t_d / plan.concurrency)
+    o_p, pre = perf.prefill.occupancy_s, perf.prefill
+    rho = lam * (o_p + w.osl * perf.decode_step_s / plan.concurrency)
     if rho >= 1 or lam * o_p >= 1:
         return Latency(None, None, None, None, rho)
-    tpot = t_d / (1 - lam * o_p)
+    stretch = 1 / (1 - lam * o_p)
+    batch = decode_batch(perf, lam * max(w.osl - 1, 0), stretch)
+    t_d = perf.step_s(batch)
+    tpot = t_d * stretch
     arrivals = lam * w.osl * tpot  # prefills landing inside one request's decode (mean)
-    tpot_q = t_d + poisson_quantile(arrivals, w.percentile) * o_p / w.osl
-    # the prompt's chunks ride on decode steps of the sequences in flight (Little's law)
-    in_flight = min(1.0, lam * w.osl * tpot / plan.concurrency)
-    base = pre.latency_s + pre.chunks * t_d * in_flight
-    service = o_p + pre.chunks * t_d * in_flight
+    tpot_q = perf.step_s(batch_quantile(batch, w.percentile, plan.concurrency)) \
+        + poisson_quantile(arrivals, w.percentile) * o_p / w.osl
+    # the prompt's chunks ride on decode steps of the sequences in flight, the first
+    # once the step in progress ends (half a step on average)
+    ride = pre.chunks * _ride_s(perf, batch - 1)
+    base = pre.latency_s + ride + _ride_s(perf, batch - 1) / 2
+    service = o_p + ride
     # a prompt starts once one of the concurrency slots is free (held for its whole life)
     hold = base + w.osl * tpot
     slot = mdc_wait_s(lam, hold, plan.concurrency)
@@ -142,27 +234,33 @@ def aggregated_latency(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload,
     if math.isinf(slot):
         return Latency(None, None, None, None, max(rho, lam * hold / plan.concurrency))
     return Latency(base + md1_wait_s(rho, service) + slot,
-                   base + md1_wait_s(rho, service, w.percentile) + slot_q, tpot, tpot_q, rho)
+                   base + md1_wait_s(rho, service, w.percentile) + slot_q, tpot, tpot_q, rho,
+                   batch)
 
 
 def disaggregated_latency(perf_p: ReplicaPerf, perf_d: ReplicaPerf, plan: ServePlan,
                           w: ServeWorkload, lam_p: float, lam_d: float,
                           transfer_s: float) -> Latency:
     """Prefill replicas offered ``lam_p`` each (M/D/1 servers of the packed prefill),
-    decode replicas ``lam_d`` each stepping at ``t_d``; the KV transfer adds to TTFT."""
-    o_p, t_d = perf_p.prefill.occupancy_s, perf_d.decode_step_s
+    decode replicas ``lam_d`` each stepping at ``t_d`` of the batch in flight; the KV
+    transfer adds to TTFT."""
+    o_p = perf_p.prefill.occupancy_s
     rho_p = lam_p * o_p
-    rho = max(rho_p, lam_d * w.osl * t_d / plan.concurrency)
+    rho = max(rho_p, lam_d * w.osl * perf_d.decode_step_s / plan.concurrency)
     if rho >= 1:
         return Latency(None, None, None, None, rho)
+    batch = decode_batch(perf_d, lam_d * max(w.osl - 1, 0))
+    t_d = perf_d.step_s(batch)
+    t_q = perf_d.step_s(batch_quantile(batch, w.percentile, plan.concurrency))
     base = perf_p.prefill.latency_s + transfer_s
     # a sequence arriving at a full decode replica waits for a slot: its second token is
     # late by the wait, spread over its osl - 1 token intervals
     hold, gaps = max(w.osl - 1, 1) * t_d, max(w.osl - 1, 1)
-    tpot = t_d + mdc_wait_s(lam_d, hold, plan.concurrency) / gaps
-    tpot_q = t_d + mdc_wait_s(lam_d, hold, plan.concurrency, w.percentile) / gaps
+    join = _ride_s(perf_d, batch - 1) / 2  # it joins when the step in progress ends
+    tpot = t_d + (join + mdc_wait_s(lam_d, hold, plan.concurrency)) / gaps
+    tpot_q = t_q + (join + mdc_wait_s(lam_d, hold, plan.concurrency, w.percentile)) / gaps
     return Latency(base + md1_wait_s(rho_p, o_p), base + md1_wait_s(rho_p, o_p, w.percentile),
-                   tpot, tpot_q, rho)
+                   tpot, tpot_q, rho, batch)
 
 
 def aggregated_rps(perf: ReplicaPerf, plan: ServePlan, osl: int) -> float:
@@ -225,8 +323,8 @@ def prefill_capacity_rps(perf: ReplicaPerf, w: ServeWorkload, transfer_s: float)
 
 def decode_capacity_rps(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload) -> float:
     """Most requests/s one decode replica takes with the TPOT SLO met (the decode step
-    at full concurrency plus the wait for a free slot)."""
-    if perf.reasons or (w.tpot_ms is not None and perf.decode_step_s * 1e3 > w.tpot_ms):
+    at the batch in flight plus the wait for a free slot)."""
+    if perf.reasons or (w.tpot_ms is not None and perf.step_s(1) * 1e3 > w.tpot_ms):
         return 0.0
     no_ttft = w.model_copy(update={"ttft_ms": None})
     return _largest(lambda lam: not slo_reasons(
@@ -258,6 +356,7 @@ class ServeEstimate:
     output_tokens_per_s_per_gpu: float = 0.0
     output_tokens_per_s_per_user: float | None = None
     utilization: float | None = None
+    decode_batch: float | None = None  # mean sequences in a decode step (cap: saturated)
     memory_per_gpu_gib: float | None = None
     memory_breakdown_gib: dict = field(default_factory=dict)
     max_concurrency: int | None = None
@@ -304,7 +403,7 @@ def _latency(f: _Fleet, w: ServeWorkload, rate: float) -> Latency:
         if plan.prefill is None:
             full += plan.concurrency * f.perf_d.prefill.occupancy_s / w.osl
         ttft = f.perf_p.prefill.latency_s + f.transfer_s
-        return Latency(ttft, ttft, full, full, 1.0)
+        return Latency(ttft, ttft, full, full, 1.0, float(plan.concurrency))
     if plan.prefill is None:
         return aggregated_latency(f.perf_d, plan, w, rate / plan.replicas)
     return disaggregated_latency(f.perf_p, f.perf_d, plan, w, rate / f.n_p,
@@ -376,7 +475,7 @@ def evaluate_serve(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
         capacity_rps=_capacity(f, w, False), output_tokens_per_s=tokens,
         output_tokens_per_s_per_gpu=tokens / plan.num_gpus,
         output_tokens_per_s_per_user=None if not lat.tpot_s else 1.0 / lat.tpot_s,
-        utilization=lat.utilization, memory_per_gpu_gib=mem.total / GiB,
+        utilization=lat.utilization, decode_batch=lat.batch, memory_per_gpu_gib=mem.total / GiB,
         memory_breakdown_gib={k: v / GiB for k, v in asdict(mem).items()},
         max_concurrency=f.perf_d.max_concurrency, usd_per_hour=usd_h,
         usd_per_million_tokens=(None if usd_h is None or tokens <= 0

@@ -287,14 +287,16 @@ def _stage_s(model: ModelSpec, gpu: GPUSpec, plan: ServePlan, net: ReplicaNet, m
 
 
 def decode_step_s(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
-                  context: float, engine: ServeEngine = ServeEngine()) -> float:
-    """Time between two tokens of a sequence at full concurrency, every sequence holding
-    ``context`` tokens. With ``pp`` stages the batch runs as ``pp`` microbatches in
-    flight, so a token passes every stage once: pp x the stage time of concurrency/pp
-    sequences, at least one (pipelining adds capacity, not speed). Includes the LM head
-    (bf16)."""
+                  context: float, engine: ServeEngine = ServeEngine(),
+                  batch: float | None = None) -> float:
+    """Time between two tokens of a sequence in a decode batch of ``batch`` sequences
+    (None: the concurrency cap), every sequence holding ``context`` tokens. With ``pp``
+    stages the batch runs as ``pp`` microbatches in flight, so a token passes every stage
+    once: pp x the stage time of batch/pp sequences, at least one (pipelining adds
+    capacity, not speed). Includes the LM head (bf16)."""
     gpu, net = cluster.gpu, replica_net(cluster, plan, engine)
-    mb = max(plan.concurrency / plan.pp, 1.0)  # fewer sequences than stages: one each
+    size = plan.concurrency if batch is None else batch
+    mb = max(size / plan.pp, 1.0)  # fewer sequences than stages: one each
     attn = decode_attention_s(model, gpu, plan, mb, context, engine.gqa_kv_shared)
     head = gemm_time_s(gpu, "bf16", mb, model.vocab_size / plan.tp, model.hidden_size)
     return plan.pp * (_stage_s(model, gpu, plan, net, mb, attn) + head / plan.pp)

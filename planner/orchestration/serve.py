@@ -25,7 +25,7 @@ from planner.costmodel.serve_eval import (
 from planner.errors import InfeasibleError, InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
-from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
+from planner.specs.serve import MAX_REPLICAS, ServeEngine, ServePlan, ServeWorkload
 
 OBJECTIVES = ("throughput", "cost", "gpus", "energy")
 
@@ -93,22 +93,84 @@ def _why_no_layout(model: ModelSpec, clusters: list[ClusterSpec], space: ServeSp
                 seen.append(r)
         if len(seen) >= 3:
             break
-    return seen or ["no layout of the space fits in HBM or meets the SLOs at any load"]
+    return seen
 
 
-def _infeasible(w: ServeWorkload, gpus: int | None, why_not: list[str] | None = None
-                ) -> InfeasibleError:
-    hints = ["loosen --ttft-ms/--tpot-ms", "allow fp8 or int4 weights (unfix weight_dtype)",
-             "add a GPU type with more HBM or bandwidth (another -c)"]
-    if gpus is not None:
-        hints.insert(0, "raise --gpus")
-    if w.rate_rps is not None:
-        hints.append("a pool holds at most 1,048,576 replicas: split a larger rate")
+class ServeInfeasibleError(InfeasibleError):
+    """No serving plan: ``reachable`` holds the best mean TTFT and TPOT (ms) any layout of
+    the space reaches under no other load, with those layouts (empty when none runs)."""
+
+    def __init__(self, message: str, reasons: list[str], hints: list[str], reachable: dict):
+        super().__init__(message, reasons=reasons, hints=hints)
+        self.reachable = reachable
+
+
+def _layout_words(gpu: str, plan: ServePlan) -> str:
+    return (f"{gpu} tp{plan.tp} pp{plan.pp}" + (f" ep{plan.ep}" if plan.ep > 1 else "")
+            + f" {plan.weight_dtype}")
+
+
+def reachable(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload,
+              space: ServeSpace, engine: ServeEngine = ServeEngine()) -> dict:
+    """The fastest first token and the fastest token interval any layout of ``space``
+    reaches on the GPUs given, each under no other load (one sequence: its prefill alone,
+    a decode batch of one), with the layouts; empty when no layout fits."""
+    from formulations.serve_space import _layouts
+    from planner.costmodel.serve_eval import cluster_for
+
+    best: dict[str, tuple[float, str]] = {}
+    for cluster, base in _layouts(model, clusters, space):
+        cluster = cluster_for(cluster, base)
+        for chunk in space.prefill_chunk:
+            plan = base.model_copy(update={"prefill_chunk": chunk, "concurrency": 1})
+            perf = replica_perf(model, cluster, plan, w.isl, w.osl, engine)
+            if perf is None or perf.reasons:
+                continue
+            for key, t in (("ttft_ms", perf.prefill.latency_s), ("tpot_ms", perf.step_s(1))):
+                if key not in best or t * 1e3 < best[key][0]:
+                    best[key] = (t * 1e3, _layout_words(cluster.gpu.name, plan))
+    return {k: {"ms": v[0], "layout": v[1]} for k, v in best.items()}
+
+
+def _infeasible(w: ServeWorkload, gpus: int | None, why_not: list[str], reach: dict,
+                fix: dict, space: ServeSpace, tabs: dict) -> ServeInfeasibleError:
+    """The headline, the binding SLO against what the GPUs reach, and the hints that
+    apply to this request."""
     why = "no layout of the search space meets the SLOs"
     if w.rate_rps is not None:
         why = f"no fleet serves {w.rate_rps:g} requests/s within the SLOs" + \
             (f" on {gpus} GPUs" if gpus else "")
-    return InfeasibleError(why, reasons=[why, *(why_not or [])], hints=hints)
+    q = f"P{w.percentile * 100:g}"
+    reasons, hints, binding = [], [], []
+    for key, slo, name in (("ttft_ms", w.ttft_ms, "TTFT"), ("tpot_ms", w.tpot_ms, "TPOT")):
+        if slo is not None and key in reach and reach[key]["ms"] > slo:
+            binding.append(name)
+            reasons.append(f"the {q} {name} SLO of {slo:g} ms is out of reach: the fastest "
+                           f"layout ({reach[key]['layout']}) takes {reach[key]['ms']:.2f} ms "
+                           "under no other load")
+            hints.append(f"loosen --{name.lower()}-ms above {reach[key]['ms']:.2f} ms")
+    rows = [r for pools in tabs.values() for rs in pools.values() for r in rs]
+    if not binding and reach and (w.ttft_ms or w.tpot_ms) and not rows:
+        reasons.append("each SLO alone is within reach, but no layout meets them together")
+        hints.append("loosen --ttft-ms or --tpot-ms")
+    if gpus is not None and rows:
+        hints.append("raise --gpus")
+    if rows and w.rate_rps is not None and \
+            rate_units(w.rate_rps) > max(r.cap for r in rows) * MAX_REPLICAS:
+        hints.append(f"a pool holds at most {MAX_REPLICAS:,} replicas: split a larger rate")
+    if "weight_dtype" in fix:
+        hints.append("unfix weight_dtype")
+    elif not set(space.weight_dtype) >= {"int4", "fp4"} and "TPOT" in binding:
+        hints.append("allow quantized weights: --weight-dtypes bf16,fp8,int4 (an accuracy "
+                     "change)")
+    hints.append("add a GPU type with more HBM or bandwidth (another -c)")
+    if reach:
+        reasons.append(f"reachable on these GPUs under no other load: TTFT "
+                       f"{reach['ttft_ms']['ms']:.1f} ms ({reach['ttft_ms']['layout']}), TPOT "
+                       f"{reach['tpot_ms']['ms']:.2f} ms ({reach['tpot_ms']['layout']})")
+    else:
+        reasons.append("no layout of the space fits in HBM")
+    return ServeInfeasibleError(why, [*reasons, *why_not], hints, reach)
 
 
 def pareto_front(model: ModelSpec, rows: list[Row], w: ServeWorkload,
@@ -206,7 +268,8 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
     t_tables = time.perf_counter() - t0
     found = _search(tabs, objective, w, gpus, backend, time_limit_s, 1)
     if found is None:
-        raise _infeasible(w, gpus, _why_no_layout(model, clusters, space, tabs))
+        raise _infeasible(w, gpus, _why_no_layout(model, clusters, space, tabs),
+                          reachable(model, clusters, w, space, engine), fix, space, tabs)
     mode, problem, sol = found
     plan = _plan_of(problem, sol)
     main = next(c for c in clusters if plan.gpu in (c.gpu.name, *c.gpu.aliases))

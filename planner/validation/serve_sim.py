@@ -1,14 +1,15 @@
 """A small seeded discrete-event simulation of a serving plan on a Poisson trace: checks
 the queueing model's P50/P99 TTFT and TPOT (docs/serving.md).
 
-It uses the evaluator's step times (decode step ``t_d`` at the configured concurrency,
-prefill occupancy per prompt token, prefill latency, KV transfer) and replaces only the
-queueing formulas by simulation: requests arrive as a Poisson stream and are routed to
-replicas uniformly at random. Aggregated replicas run continuous batching: every step
-decodes one token of each running sequence and prefills up to ``prefill_chunk`` prompt
-tokens first come, first served (a prompt's first token comes with the step that ends
-its prefill); a sequence needs a free slot of the ``concurrency`` to start. Disaggregated:
-FCFS prefill servers, then decode replicas with ``concurrency`` slots.
+It uses the evaluator's step times (the decode step ``t_d(n)`` of the ``n`` sequences
+actually running in that step, prefill occupancy per prompt token, prefill latency, KV
+transfer) and replaces the queueing formulas and the in-flight batch by simulation:
+requests arrive as a Poisson stream and are routed to replicas uniformly at random.
+Aggregated replicas run continuous batching: every step decodes one token of each running
+sequence and prefills up to ``prefill_chunk`` prompt tokens first come, first served (a
+prompt's first token comes with the step that ends its prefill); a sequence needs a free
+slot of the ``concurrency`` to start. Disaggregated: FCFS prefill servers, then decode
+replicas stepping their running sequences, with ``concurrency`` slots.
 """
 
 from __future__ import annotations
@@ -44,11 +45,18 @@ def check_requests(requests: int, osl: int) -> None:
 
 @dataclass
 class SimResult:
+    """Percentiles, and means with the half-width of their 95 % confidence interval (batch
+    means: 20 batches of consecutive requests, Student's t with 19 degrees of freedom)."""
+
     requests: int
     ttft_p50_ms: float
     ttft_p99_ms: float
     tpot_p50_ms: float
     tpot_p99_ms: float
+    ttft_mean_ms: float = 0.0
+    ttft_mean_ci_ms: float = 0.0
+    tpot_mean_ms: float = 0.0
+    tpot_mean_ci_ms: float = 0.0
 
     def to_json(self) -> dict:
         return dict(vars(self))
@@ -59,10 +67,26 @@ def _quantile(xs: list[float], q: float) -> float:
         if len(xs) > 1 else xs[0]
 
 
+BATCHES = 20
+T_975_19 = 2.093  # Student's t, 97.5 % quantile, 19 degrees of freedom
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float]:
+    """(mean, 95 % half-width) by batch means over ``BATCHES`` consecutive batches, which
+    absorbs the correlation of neighbouring requests' latencies; half-width 0 with fewer
+    values than batches."""
+    mean = statistics.fmean(xs)
+    size = len(xs) // BATCHES
+    if size < 1:
+        return mean, 0.0
+    means = [statistics.fmean(xs[i * size:(i + 1) * size]) for i in range(BATCHES)]
+    return mean, T_975_19 * statistics.stdev(means) / BATCHES ** 0.5
+
+
 def _aggregated_replica(arrivals: list[float], perf: ReplicaPerf, plan: ServePlan,
                         w: ServeWorkload) -> tuple[list[float], list[float]]:
     """(TTFTs, TPOTs) of one aggregated replica's requests, step by step."""
-    t_d, per_token = perf.decode_step_s, perf.prefill.occupancy_s / w.isl
+    per_token = perf.prefill.occupancy_s / w.isl
     extra = max(perf.prefill.latency_s - perf.prefill.occupancy_s, 0.0)  # overhead, stages
     waiting: deque = deque()  # [arrival, prompt tokens left]
     # [step of its last token, first-token time]: every sequence decodes osl - 1 tokens,
@@ -74,6 +98,7 @@ def _aggregated_replica(arrivals: list[float], perf: ReplicaPerf, plan: ServePla
             # decode-only steps (nothing to prefill, or no free slot) until a sequence
             # finishes or, with a slot free, a request arrives: the same additions to t
             full, last = len(running) >= plan.concurrency, running[0][0] - 1
+            t_d = perf.step_s(len(running))  # the batch is fixed until one finishes
             while step < last and (full or i >= n or arrivals[i] > t):
                 t += t_d
                 step += 1
@@ -92,7 +117,8 @@ def _aggregated_replica(arrivals: list[float], perf: ReplicaPerf, plan: ServePla
             budget -= take
             if req[1] == 0:
                 done += 1  # the finished prompts are the first ``done`` in the queue
-        t += (t_d if running else 0.0) + (plan.prefill_chunk - budget) * per_token
+        t += (perf.step_s(len(running)) if running else 0.0) \
+            + (plan.prefill_chunk - budget) * per_token
         step += 1
         while running and running[0][0] <= step:
             tpot.append((t - running.popleft()[1]) / max(w.osl - 1, 1))
@@ -102,9 +128,42 @@ def _aggregated_replica(arrivals: list[float], perf: ReplicaPerf, plan: ServePla
     return ttft, tpot
 
 
+def _decode_replica(ready: list[float], perf: ReplicaPerf, plan: ServePlan,
+                   w: ServeWorkload) -> list[float]:
+    """TPOTs of one decode replica's sequences (ready times ascending): each step decodes
+    one token of every running sequence in ``t_d`` of their number; a sequence joins at a
+    step boundary when one of the ``concurrency`` slots is free, and its TPOT counts the
+    wait from its arrival."""
+    gaps = w.osl - 1
+    if gaps <= 0:
+        return [0.0] * len(ready)
+    waiting: deque = deque()
+    running: deque = deque()  # [step of its last token, ready time], in finishing order
+    tpot, t, i, step, n = [], 0.0, 0, 0, len(ready)
+    while i < n or waiting or running:
+        while i < n and ready[i] <= t:
+            waiting.append(ready[i])
+            i += 1
+        while waiting and len(running) < plan.concurrency:
+            running.append([step + gaps, waiting.popleft()])
+        if not running:
+            t = ready[i]
+            continue
+        t_d, last = perf.step_s(len(running)), running[0][0]
+        full = len(running) >= plan.concurrency
+        while True:  # the batch is fixed until one finishes or one may join
+            t += t_d
+            step += 1
+            if step >= last or (not full and i < n and ready[i] <= t):
+                break
+        while running and running[0][0] <= step:
+            tpot.append((t - running.popleft()[1]) / gaps)
+    return tpot
+
+
 def _disaggregated(arrivals: list[float], f, w: ServeWorkload, rng: random.Random):
-    """FCFS prefill servers (random routing), then decode replicas with slots."""
-    o_p, t_d = f.perf_p.prefill.occupancy_s, f.perf_d.decode_step_s
+    """FCFS prefill servers (random routing), then decode replicas stepping their batch."""
+    o_p = f.perf_p.prefill.occupancy_s
     tail = f.perf_p.prefill.latency_s - o_p + f.transfer_s
     free = [0.0] * f.n_p
     ready = []
@@ -114,14 +173,10 @@ def _disaggregated(arrivals: list[float], f, w: ServeWorkload, rng: random.Rando
         free[k] = max(free[k], a) + o_p
         ttft.append(free[k] + tail - a)
         ready.append(free[k] + tail)
-    slots = [[0.0] * f.plan.concurrency for _ in range(f.plan.replicas)]
-    tpot = []
-    for r in ready:  # each decode slot serves one sequence at a time, steps of t_d
-        slot = slots[rng.randrange(f.plan.replicas)]
-        j = min(range(len(slot)), key=slot.__getitem__)
-        start = max(slot[j], r)
-        slot[j] = start + (w.osl - 1) * t_d
-        tpot.append((slot[j] - r) / max(w.osl - 1, 1))
+    per = [[] for _ in range(f.plan.replicas)]
+    for r in sorted(ready):
+        per[rng.randrange(f.plan.replicas)].append(r)
+    tpot = [x for rs in per if rs for x in _decode_replica(rs, f.perf_d, f.plan, w)]
     return ttft, tpot
 
 
@@ -154,5 +209,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, w: ServeWo
                 tpot += b
     warm = len(ttft) // 10  # the first tenth warms the queues up
     ttft, tpot = ttft[warm:], tpot[warm:]
+    (ttft_m, ttft_ci), (tpot_m, tpot_ci) = mean_ci(ttft), mean_ci(tpot)
     return SimResult(len(ttft), _quantile(ttft, 0.5) * 1e3, _quantile(ttft, 0.99) * 1e3,
-                     _quantile(tpot, 0.5) * 1e3, _quantile(tpot, 0.99) * 1e3)
+                     _quantile(tpot, 0.5) * 1e3, _quantile(tpot, 0.99) * 1e3,
+                     ttft_m * 1e3, ttft_ci * 1e3, tpot_m * 1e3, tpot_ci * 1e3)
