@@ -238,7 +238,7 @@ def _point_vars(lm: LinearModel, vm: VarMap, tb: Tables, q: int) -> _Point:
     """x[q,u] and w[q,z], each summing to y[q] (the hull form of the disjunction)."""
     A, nt = tb.terms, len(tb.layer_types)
     us = [ui for ui, (rc, sp) in enumerate(vm.strategies) if A.sp_ok[q, sp]
-          and all(A.rc_ok[t, rc[t]] for t in range(nt))]
+          and all(A.rc_ok[t, rc[t]] and A.rc_point_ok[q, rc[t]] for t in range(nt))]
     zs = [z for z in range(A.state_ok.shape[1]) if A.state_ok[q, z]]
     pt = _Point(q, vm.y[q], {u: lm.binary(f"x{q}_{u}") for u in us},
                 {z: lm.binary(f"w{q}_{z}") for z in zs}, us, zs)

@@ -116,7 +116,8 @@ def _fitting(tb: Tables) -> np.ndarray:
     reserve = headroom_bytes(cluster)
     inf = np.inf
     Q, G = A.group_valid.shape
-    ok = A.rc_ok[None, :, :, None] & A.sp_ok[:, None, None, :]  # (Q, T, R, 2)
+    ok = (A.rc_ok[None, :, :, None] & A.rc_point_ok[:, None, :, None]
+          & A.sp_ok[:, None, None, :])  # (Q, T, R, 2)
     valid = A.group_valid
     spmask = np.where(A.sp_ok, 0.0, inf)
     head_act = np.min(A.head_act_bytes + spmask, axis=1)
@@ -230,6 +231,7 @@ def inner_keys(tb: Tables, q: int) -> list[Key]:
     o, _ = tb.points[q]
     space = tb.space
     rcs = [tuple(RECOMPUTE.index(r) for r in rc) for rc in space.recompute_options()]
+    rcs = [rc for rc in rcs if tb.terms.rc_point_ok[q, list(rc)].all()]
     sps, zs = space.sp_options(o), space.state_options(o)
     return [(q, rc, int(sp), z) for rc in rcs for sp in sps for z in zs]
 

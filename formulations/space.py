@@ -25,10 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from planner.costmodel.evaluator import check_structure
+from planner.costmodel.frameworks import (
+    framework_defaults,
+    plan_violations,
+    recompute_ok,
+    setting_problems,
+)
 from planner.costmodel.points import CP_COMMS, DECISIONS, RECOMPUTE, STATES, Inner, Outer
-from planner.costmodel.network import PlacementError, spans_for
+from planner.costmodel.network import PlacementError, fill_level, spans_for
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
+from planner.specs.framework import FrameworkProfile
 from planner.specs.model import ModelSpec
 from planner.specs.plan import DEFAULT_ORDER, WORLD_DIMS, Plan
 
@@ -50,6 +57,9 @@ class SpaceOptions:
     #: highest ZeRO stage to consider: 1 for frameworks whose sharding is Megatron-LM's
     #: distributed optimizer (NeMo, Megatron-LM without its FSDP), 3 for FSDP/DeepSpeed
     max_zero_stage: int = 3
+    #: the framework whose rules the space obeys (None: every plan the cost model accepts);
+    #: its single-field rules restrict the domains, its conditional rules filter the points
+    framework: FrameworkProfile | None = None
 
 
 def divisors(n: int) -> list[int]:
@@ -69,10 +79,20 @@ class SearchSpace:
         unknown = [k for k in self.fixed if k not in Plan.model_fields]
         if unknown:
             raise InputError(f"--fix: {unknown} are not plan fields")
-        self.order = tuple(
-            (self.fixed.get("placement") or {}).get("order") or self.base.get("placement", {}).get(
-                "order") or DEFAULT_ORDER)
+        given = (self.fixed.get("placement") or {}).get("order") or self.base.get(
+            "placement", {}).get("order")
+        fw = self.options.framework
+        if fw is not None:
+            given = fw.order(tuple(given) if given else None)
+            self.base = framework_defaults(fw, self.base, set(self.base) | set(self.fixed))
+            problems = setting_problems(fw, {**self.base, **self.fixed})
+            if problems:
+                raise InputError(f"--framework {fw.name}: {problems[0]}; `planner catalog "
+                                 "frameworks` lists the others")
+        self.order = tuple(given or DEFAULT_ORDER)
         self.layer_types = self.model.layer_types
+        #: per outer (less its microbatch size): the (sp, state) options the framework runs
+        self._framework_inner: dict[tuple, tuple[list[bool], list[int]]] = {}
         self.outers = self._outers()
         self._placements: dict[tuple[int, ...], list[tuple[int, ...] | None]] = {}
 
@@ -123,7 +143,9 @@ class SearchSpace:
                                     continue
                                 for ep, etp, cpc in self._layer_choices(tp, cp, dp):
                                     o = Outer(tp, cp, pp, dp, mbs, v, uneven, ep, etp, cpc)
-                                    if self.sp_options(o) and self._structurally_valid(o):
+                                    if self.sp_options(o) and self._structurally_valid(o) \
+                                            and (opt.framework is None or (
+                                                self.state_options(o) and self._recompute_at(o))):
                                         out.append(o)
         return out
 
@@ -159,10 +181,17 @@ class SearchSpace:
             return self._placements[degrees]
         levels = tuple(self.cluster.topology)
         fixed = (self.fixed.get("placement") or {}).get("domain")
+        fw = self.options.framework
         if fixed is not None:
             cands: list[tuple[int, ...] | None] = [tuple(int(fixed.get(d, 1)) for d in WORLD_DIMS)]
-        elif not self.options.search_placement or o.world <= self.cluster.domain_size:
-            cands = [None]
+            filled = fill_level(dict(zip(WORLD_DIMS, degrees)),
+                                min(self.cluster.domain_size, o.world), self.order)
+            if fw is not None and fw.rank_orders is not None \
+                    and cands[0] != tuple(filled[d] for d in WORLD_DIMS):
+                cands = []  # a domain the framework's rank order does not fill
+        elif not self.options.search_placement or o.world <= self.cluster.domain_size \
+                or (fw is not None and fw.rank_orders is not None):
+            cands = [None]  # the domain the (framework's) rank order fills
         else:
             target = self.cluster.domain_size
             cands = []
@@ -189,9 +218,16 @@ class SearchSpace:
                 per_type.append([fixed[t]])
             else:
                 per_type.append(list(RECOMPUTE))
-        return list(itertools.product(*per_type))
+        out = list(itertools.product(*per_type))
+        fw = self.options.framework
+        return out if fw is None else [rc for rc in out if recompute_ok(fw, rc)]
 
     def sp_options(self, o: Outer) -> list[bool]:
+        if self.options.framework is not None:
+            return self._framework_options(o)[0]
+        return self._sp_options(o)
+
+    def _sp_options(self, o: Outer) -> list[bool]:
         if "sequence_parallel" in self.fixed:
             sp = bool(self.fixed["sequence_parallel"])
             return [sp] if (o.tp > 1 or not sp) else []
@@ -211,6 +247,37 @@ class SearchSpace:
         return len(STATES) if self.cluster.offload is not None else 4
 
     def state_options(self, o: Outer) -> list[int]:
+        if self.options.framework is not None:
+            return self._framework_options(o)[1]
+        return self._state_options(o)
+
+    def _framework_options(self, o: Outer) -> tuple[list[bool], list[int]]:
+        """Sequence parallelism and state options of ``o`` that the framework runs: every
+        (sp, state) pair is checked against its rules (with the first recomputation the
+        space allows: recomputation rules hold for every point alike); a state is kept when
+        it runs with every kept sp value, so that the options stay a product (the tables
+        index sp and state separately)."""
+        key = (o.tp, o.cp, o.pp, o.dp, o.v, o.uneven, o.ep, o.etp, o.cpc)
+        if key in self._framework_inner:
+            return self._framework_inner[key]
+        fw = self.options.framework
+        assert fw is not None
+        rcs = self.recompute_options()
+        sps, ks = self._sp_options(o), self._state_options(o)
+        ok = set()
+        for sp in sps if rcs else []:
+            for k in ks:
+                plan = Plan.model_construct(**self._plan_data(o, None, Inner.of(rcs[0], sp, k)))
+                # recomputation rules are applied per point by recompute_modes
+                if all(v.field == "recompute" for v in plan_violations(fw, plan, self.model)):
+                    ok.add((sp, k))
+        sps = [sp for sp in sps if any((sp, k) in ok for k in ks)]
+        ks = [k for k in ks if sps and all((sp, k) in ok for sp in sps)]
+        out = (sps if ks else [], ks)
+        self._framework_inner[key] = out
+        return out
+
+    def _state_options(self, o: Outer) -> list[int]:
         """Indices into :data:`STATES`: every ZeRO stage, each with the optimizer in HBM or
         in the offload tier, and ZeRO 3 with its parameter shards offloaded (ZeRO 3 also
         when dp x cp = 1: on one GPU, ZeRO-Infinity offloads the whole model). Offload
@@ -229,8 +296,31 @@ class SearchSpace:
         return [k for k, (z, oo, op) in enumerate(STATES)
                 if oo in oos and op in ops and z in (op_zeros if op else zeros)]
 
+    def recompute_modes(self, o: Outer) -> set[str]:
+        """Recomputation modes allowed at ``o``: all, or those a framework's rules allow
+        there (Megatron's block recomputation runs ``half`` only on some chunk splits)."""
+        fw = self.options.framework
+        if fw is None:
+            return set(RECOMPUTE)
+        key = (o.pp, o.v, o.uneven, "rc")
+        if key not in self._framework_inner:
+            rcs = self.recompute_options()
+            inner0 = (self.sp_options(o) or [False])[0], (self.state_options(o) or [0])[0]
+            ok = []
+            for m in RECOMPUTE:
+                plan = Plan.model_construct(**self._plan_data(o, None, Inner.of(
+                    (m,) * len(self.layer_types), *inner0)))
+                if not any(v.field == "recompute" for v in plan_violations(fw, plan, self.model)):
+                    ok.append(m)
+            self._framework_inner[key] = ({m for m in ok if any(m in rc for rc in rcs)}, [])
+        return self._framework_inner[key][0]  # type: ignore[return-value]
+
+    def _recompute_at(self, o: Outer) -> list[tuple[str, ...]]:
+        modes = self.recompute_modes(o)
+        return [rc for rc in self.recompute_options() if all(m in modes for m in rc)]
+
     def inners(self, o: Outer) -> Iterator[Inner]:
-        for rc in self.recompute_options():
+        for rc in self._recompute_at(o):
             for sp in self.sp_options(o):
                 for k in self.state_options(o):
                     yield Inner.of(rc, sp, k)
@@ -243,7 +333,7 @@ class SearchSpace:
                     yield o, dom, inner
 
     def size(self) -> int:
-        return sum(len(self.placements(o)) * len(self.recompute_options())
+        return sum(len(self.placements(o)) * len(self._recompute_at(o))
                    * len(self.sp_options(o)) * len(self.state_options(o)) for o in self.outers)
 
     def plan(self, o: Outer, domain: tuple[int, ...] | None, inner: Inner) -> Plan:

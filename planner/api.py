@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from formulations.space import SpaceOptions
     from planner.costmodel.objective import Objective
     from planner.orchestration import SolveResult
+    from planner.specs.framework import FrameworkProfile
 
 __all__ = ["evaluate", "evaluate_many", "export_plan", "load_cluster", "load_gpu", "load_model", "load_plan", "plan_from_megatron", "procure", "serve", "evaluate_serve", "solve"]
 
@@ -127,7 +128,8 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
           allow_idle_gpus: bool | None = None, even_pipeline: bool | None = None,
           options: SpaceOptions | None = None, max_iteration_time_s: float | None = None,
           progress: Callable[[str], None] | None = None,
-          log: Callable[[str], None] | None = None) -> SolveResult:
+          log: Callable[[str], None] | None = None,
+          framework: str | FrameworkProfile | None = None) -> SolveResult:
     """The best plan(s) for ``model`` on ``cluster``, proven optimal over the search space.
 
     ``model`` and ``cluster`` may be catalog names or file paths; ``gpus`` resizes the
@@ -142,7 +144,9 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     (``None`` keeps ``options``' value, by default :class:`formulations.space.SpaceOptions`'s);
     ``presolve=False`` skips the bound presolve; ``max_iteration_time_s`` keeps only plans
     iterating within it. ``progress`` and ``log`` are called with lines of text (progress,
-    solver log) as the search goes.
+    solver log) as the search goes. ``framework`` (a catalog name such as ``"torchtitan"``,
+    a profile YAML path or a :class:`planner.specs.framework.FrameworkProfile`) searches
+    only the plans that framework can run (``None``: every plan the cost model accepts).
 
     Returns a :class:`planner.orchestration.SolveResult` (``.best.plan``, ``.best.estimate``,
     ``.plans``, ``.status``, ``.to_json()``); raises :class:`planner.errors.InfeasibleError`
@@ -168,7 +172,8 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     _callable("log", log)
     opts = _space_options(options, max_microbatch=max_microbatch,
                           max_virtual_stages=max_virtual_stages,
-                          allow_idle_gpus=allow_idle_gpus, even_pipeline=even_pipeline)
+                          allow_idle_gpus=allow_idle_gpus, even_pipeline=even_pipeline,
+                          framework=framework)
     return _solve(m, c, fixed=_fixed_fields(plan, fix),
                   base=base_overrides(global_batch_size, seq_len, dtype), objective=objective,
                   backend=backend, top_k=top_k, time_limit_s=time_limit_s, presolve=presolve,
@@ -215,9 +220,13 @@ def _override(item: Any) -> tuple[str, Any]:
 
 def _space_options(options: SpaceOptions | None, *, max_microbatch: int | None,
                    max_virtual_stages: int | None, allow_idle_gpus: bool | None,
-                   even_pipeline: bool | None) -> SpaceOptions | None:
+                   even_pipeline: bool | None,
+                   framework: str | FrameworkProfile | None = None) -> SpaceOptions | None:
     """``options`` with the given bounds replaced (``None`` leaves a bound as it is)."""
+    from planner.specs.framework import load_framework
+
     changes: dict[str, Any] = {k: v for k, v in (
+        ("framework", None if framework is None else load_framework(framework)),
         ("max_microbatch", max_microbatch), ("max_virtual_stages", max_virtual_stages),
         ("allow_idle_gpus", allow_idle_gpus),
         ("allow_uneven", None if even_pipeline is None else not even_pipeline)) if v is not None}
@@ -240,7 +249,7 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
             pareto: bool = False, global_batch_size: int | None = None,
             seq_len: int | None = None, dtype: str | None = None,
             time_limit_s: float = 60.0, workers: int | None = 1, options: Any = None,
-            progress: Any = None):
+            progress: Any = None, framework: str | FrameworkProfile | None = None):
     """The cheapest (``objective``) cluster and plan that train ``model`` on ``tokens``
     tokens within ``days`` (and ``budget_usd``); see docs/procure.md.
 
@@ -251,7 +260,8 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     counts to consider instead of the default grid. ``pricing``: ``"rent"`` or ``"own"``;
     ``prices``: a pricing YAML path or mapping overriding the catalog's
     (docs/formats.md). ``pareto``: also solve for the fronts of days against cost and
-    energy. ``workers`` > 1 answers options in parallel processes (the calling script
+    energy. ``framework`` (as in :func:`solve`) keeps only plans that framework can run.
+    ``workers`` > 1 answers options in parallel processes (the calling script
     needs an ``if __name__ == "__main__":`` guard; None: one per CPU). ``progress`` is called
     with a line of text as the search goes.
 
@@ -288,6 +298,7 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
                     pricing=spec, pareto=pareto,
                     base=_checked_base(m, base_overrides(global_batch_size, seq_len, dtype)),
                     options=_space_options(options, max_microbatch=None,
+                                           framework=framework,
                                            max_virtual_stages=None, allow_idle_gpus=None,
                                            even_pipeline=None),
                     time_limit_s=time_limit_s, workers=workers, progress=progress)

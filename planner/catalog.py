@@ -1,4 +1,5 @@
-"""The shipped hardware catalog: GPUs, clusters and models as YAML package data."""
+"""The shipped hardware catalog: GPUs, clusters, models and framework profiles as YAML
+package data."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Literal
 
 import yaml
 
-Kind = Literal["gpus", "clusters", "models"]
-KINDS: tuple[Kind, ...] = ("gpus", "clusters", "models")
+Kind = Literal["gpus", "clusters", "models", "frameworks"]
+KINDS: tuple[Kind, ...] = ("gpus", "clusters", "models", "frameworks")
 
 
 def catalog_root() -> Path:

@@ -17,6 +17,7 @@ class CatalogKind(str, Enum):
     gpus = "gpus"
     clusters = "clusters"
     models = "models"
+    frameworks = "frameworks"
 
 
 def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
@@ -30,6 +31,15 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
                              fp8_tflops=g.peak_tflops.get("fp8"), hbm_gib=g.hbm_gib,
                              hbm_TBps=g.hbm_TBps, nvlink_GBps=g.nvlink_GBps, tdp_w=g.tdp_w,
                              usd_per_gpu_hour=g.price_per_gpu_hour, aliases=g.aliases))
+    elif kind is CatalogKind.frameworks:
+        from planner.specs.framework import load_framework
+
+        for n in catalog.names("frameworks"):
+            f = load_framework(n)
+            rows.append(dict(name=f.name, export=f.export_format, version=f.version,
+                             zero=",".join(map(str, f.zero_stages)),
+                             recompute=",".join(f.recompute), attention=f.kernels.attention_backend,
+                             elementwise=f.kernels.elementwise, aliases=f.aliases))
     elif kind is CatalogKind.clusters:
         for n in catalog.names("clusters"):
             c = load_cluster(n)
@@ -57,10 +67,10 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
 
 
 def catalog_cmd(
-    kind: CatalogKind = typer.Argument(..., help="gpus, clusters or models"),
+    kind: CatalogKind = typer.Argument(..., help="gpus, clusters, models or frameworks"),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List the shipped GPUs, clusters or models."""
+    """List the shipped GPUs, clusters, models or framework profiles."""
     rows = _rows(kind)
     if json_:
         _emit_json(rows)

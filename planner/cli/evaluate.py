@@ -55,6 +55,22 @@ def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: 
     return p
 
 
+def _framework_violations(name: Optional[str], plan: Any, m: Any, c: Any) -> list[str]:
+    """Every rule of framework ``name`` the plan breaks, each printed as a warning on
+    stderr ("framework F cannot run this plan: field=value: why")."""
+    if name is None:
+        return []
+    from planner.costmodel.frameworks import violations
+    from planner.specs.framework import load_framework
+
+    profile = load_framework(name)
+    found = [str(v) for v in violations(profile, plan, m, c)]
+    for v in found:
+        err.print(f"[yellow]warning:[/] framework {escape(profile.name)} cannot run this "
+                  f"plan: {escape(v)}")
+    return found
+
+
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
     cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
@@ -78,6 +94,9 @@ def evaluate(
     args: Optional[str] = typer.Argument(None, metavar="[ARGS]", help="With --from: the "
                                          "framework's arguments (or @FILE)."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    framework: Optional[str] = typer.Option(None, "--framework", help="Also check the plan "
+                                            "against a framework's rules (planner catalog "
+                                            "frameworks): each rule it breaks is reported."),
 ) -> None:
     """Predict what one training plan costs: iteration time, memory, MFU and breakdowns."""
     from planner.api import evaluate as run_evaluate
@@ -107,6 +126,7 @@ def evaluate(
                          f"{', '.join(k for k, _ in overrides)} (or put them in ARGS)")
     p = (_plan_from(from_, args, plan, m, c, warnings) if from_ or args
          else build_plan(m, c, plan, overrides, warnings))
+    broken = _framework_violations(framework, p, m, c)
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     est = run_evaluate(m, c, p)
@@ -116,7 +136,9 @@ def evaluate(
 
         plot_breakdown([(f"{m.name} on {c.num_gpus}x {c.gpu.name}", est)], plot, force=force)
     if json_:
-        _emit_json({"plan": p.to_dict(), **est.to_json(), "calibration_notes": notes})
+        fw = {} if framework is None else {"framework": {"name": framework,
+                                                         "violations": broken}}
+        _emit_json({"plan": p.to_dict(), **est.to_json(), "calibration_notes": notes, **fw})
     else:
         try:
             domain = domain_factors(p, c.domain_size)

@@ -97,6 +97,9 @@ def procure(
     ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help="--serve: P99 TTFT SLO."),
     tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="--serve: P99 TPOT SLO."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    framework: str = typer.Option("megatron-core", "--framework", help="The training "
+                                  "framework (planner catalog frameworks): each option's "
+                                  "plan is one it can run."),
 ) -> None:
     """Choose what to buy or rent: the cheapest cluster and plan that train a model on a
     token budget within a deadline (or the fastest within a budget)."""
@@ -118,7 +121,7 @@ def procure(
                 counts=_counts(counts), pricing=pricing.value if pricing else None,
                 prices=prices, pareto=fronts, global_batch_size=global_batch,
                 seq_len=seq_len, dtype=dtype, time_limit_s=time_limit, workers=workers,
-                progress=status)
+                progress=status, framework=framework)
     except InfeasibleError as e:
         failure, result = e, getattr(e, "result", None)
     finally:

@@ -27,6 +27,11 @@ from planner.cli.console import (
     out,
 )
 from planner.errors import InfeasibleError
+from planner.specs.framework import DEFAULT_FRAMEWORK
+
+FRAMEWORK_HELP = ("The training framework the plan is for (planner catalog frameworks): "
+                  "only plans it can run are searched. Default: the framework of --export "
+                  f"FORMAT, else {DEFAULT_FRAMEWORK}.")
 
 
 def solve(
@@ -48,7 +53,8 @@ def solve(
     out_path: Optional[str] = typer.Option(None, "--out", help="Write the best plan as a plan YAML."),
     export: Optional[str] = typer.Option(None, "--export", metavar="FORMAT", help="Also write the "
                                          "best plan as a launch file: megatron, megatron-bridge, "
-                                         "torchtitan or deepspeed (planner export)."),
+                                         "torchtitan or deepspeed (planner export), or "
+                                         "'framework': the --framework's format."),
     export_out: Optional[str] = typer.Option(None, "--export-out", metavar="FILE", help="Where "
                                              "--export writes (default: standard output after "
                                              "the tables)."),
@@ -61,25 +67,21 @@ def solve(
     max_virtual_stages: int = typer.Option(8, "--max-virtual-stages", help="Most interleaved chunks per GPU."),
     memory_headroom: Optional[float] = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    framework: Optional[str] = typer.Option(None, "--framework", help=FRAMEWORK_HELP),
 ) -> None:
     """Find the best parallelization plan, proven optimal over the search space."""
     from planner.api import solve as run_solve
     from planner.specs.loaders import load_cluster, load_model
 
-    _check_export(export, export_out, json_)
+    profile, export = _check_export(export, export_out, json_, framework)
     check_files([("--out", out_path), ("--export-out", export_out)],
                 [("the model", model), ("the cluster", cluster), ("the plan", plan)], force)
     m = load_model(model)
     c = with_headroom(load_cluster(cluster, gpus), memory_headroom)
     if getattr(m, "kind", None) == "dlrm":  # a recommendation model: planner/cli/dlrm.py
-        from planner.cli.dlrm import solve_dlrm_cli
-
-        return solve_dlrm_cli(m, c, backend=backend.value, time_limit=time_limit,
-                              global_batch=global_batch, json_=json_, out_path=out_path,
-                              force=force,
-                              transformer_only=dict(plan=plan, fix=fix, seq_len=seq_len,
-                                                    dtype=dtype, top_k=top,
-                                                    objective=objective.value))
+        return _solve_dlrm(m, c, backend.value, time_limit, global_batch, json_, out_path,
+                           force, dict(plan=plan, fix=fix, seq_len=seq_len, dtype=dtype,
+                                       top_k=top, objective=objective.value))
     warn_context_length(m, seq_len, bool(plan))
     obj = objective.value.replace("-", "_")
     status = LazyStatus(err, not json_)
@@ -90,7 +92,8 @@ def solve(
                         top_k=top, time_limit_s=time_limit, tokens=tokens,
                         presolve=not no_presolve, max_microbatch=max_microbatch,
                         max_virtual_stages=max_virtual_stages, allow_idle_gpus=allow_idle_gpus,
-                        even_pipeline=even_pipeline, progress=status, log=log)
+                        even_pipeline=even_pipeline, progress=status, log=log,
+                        framework=profile)
     except InfeasibleError as e:
         if json_:  # scripts still get one object, then the reasons on stderr and exit 1
             _emit_infeasible(e, backend.value, obj)
@@ -110,20 +113,41 @@ def solve(
         write_export(export, res.best.plan, m, c, export_out, force, "--export-out")
 
 
-def _check_export(fmt: Optional[str], path: Optional[str], json_: bool) -> None:
-    """--export names a format; with --json its file must go to --export-out."""
+def _solve_dlrm(m: Any, c: Any, backend: str, time_limit: float, global_batch: Optional[int],
+                json_: bool, out_path: Optional[str], force: bool,
+                transformer_only: dict[str, Any]) -> None:
+    from planner.cli.dlrm import solve_dlrm_cli
+
+    return solve_dlrm_cli(m, c, backend=backend, time_limit=time_limit,
+                          global_batch=global_batch, json_=json_, out_path=out_path,
+                          force=force, transformer_only=transformer_only)
+
+
+def _check_export(fmt: Optional[str], path: Optional[str], json_: bool,
+                  framework: Optional[str]) -> tuple[Any, Optional[str]]:
+    """The --framework profile (default: that of the --export format, else the default
+    framework) and the --export format (``framework``: the profile's); with --json the
+    file must go to --export-out."""
     from planner.errors import InputError
     from planner.export import FORMATS
+    from planner.export.common import FORMAT_FRAMEWORK
+    from planner.specs.framework import load_framework
 
+    profile = load_framework(framework or FORMAT_FRAMEWORK.get(fmt or "", DEFAULT_FRAMEWORK))
+    if fmt == "framework":  # the format of the framework's exporter
+        fmt = profile.export_format
+        if fmt is None:
+            raise InputError(f"--export framework: framework {profile.name} has no exporter")
     if fmt is None:
         if path:
             raise InputError("--export-out needs --export FORMAT")
-        return
+        return profile, None
     if fmt not in FORMATS:
         raise InputError(f"--export {fmt!r}: expected one of {', '.join(FORMATS)}")
     if json_ and not path:
         raise InputError("--export with --json needs --export-out FILE (standard output "
                          "carries the JSON)")
+    return profile, fmt
 
 
 def _emit_infeasible(e: InfeasibleError, backend: str, objective: str) -> None:

@@ -171,11 +171,13 @@ def inner_columns(tb: Tables, points: Sequence[int] | None = None
     blocks: dict[tuple, list[int]] = {}  # points with the same sp and state options
     for q in qs.tolist():
         o = tb.points[q][0]
-        sig = (tuple(int(x) for x in space.sp_options(o)), tuple(space.state_options(o)))
+        sig = (tuple(int(x) for x in space.sp_options(o)), tuple(space.state_options(o)),
+               tuple(bool(x) for x in tb.terms.rc_point_ok[q]))
         blocks.setdefault(sig, []).append(q)
     parts = []
-    for (sps, zs), members in blocks.items():
-        combo = [(r, s_, z_) for r in range(len(rcs)) for s_ in sps for z_ in zs]
+    for (sps, zs, rmodes), members in blocks.items():
+        combo = [(r, s_, z_) for r in range(len(rcs)) if all(rmodes[i] for i in rcs[r])
+                 for s_ in sps for z_ in zs]
         r_i, s_i, z_i = (np.array(c, np.int64).reshape(-1) for c in zip(*combo)) if combo \
             else (np.zeros(0, np.int64),) * 3
         mq = np.array(members, np.int64)

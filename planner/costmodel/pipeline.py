@@ -42,6 +42,23 @@ def chunk_sizes(num_layers: int, n_chunks: int, uneven: bool) -> list[int] | Non
     return [base] * head_small + [base + 1] * extra + [base] * (small - head_small)
 
 
+def block_recompute_layers(sizes: list[int]) -> int:
+    """``--recompute-num-layers`` for ``recompute="half"`` under Megatron's block method
+    (the first n layers of every chunk are recomputed): half the largest chunk, rounded up."""
+    return -(-max(sizes) // 2)
+
+
+def block_recompute_runs_half(sizes: list[int]) -> bool:
+    """Whether block recomputation of :func:`block_recompute_layers` layers recomputes
+    half of every chunk (rounded up), which is what ``recompute="half"`` costs. Megatron
+    recomputes ``min(n, chunk)`` layers per chunk (megatron/core/transformer/
+    transformer_block.py ``_checkpointed_forward``, core_v0.15.3), so unequal chunks of
+    base and base + 1 layers match only when base is odd: Llama 3 70B on 28 chunks of
+    2 and 3 layers would recompute 56 of 80 layers, not 40."""
+    n = block_recompute_layers(sizes)
+    return all(min(n, c) == -(-c // 2) for c in sizes)
+
+
 def inflight_chunks(pp: int, v: int, m: int, rank: int) -> int:
     """Chunk-microbatches whose activations a rank holds at its peak.
 

@@ -138,6 +138,7 @@ class Terms:
     fetch_s: np.ndarray  # parameter shard from the tier, per microbatch and pass
     host_bytes: np.ndarray
     rc_ok: np.ndarray  # (T, R): recomputation modes allowed per layer type
+    rc_point_ok: np.ndarray  # (Q, R): modes allowed at the point (a framework's rules)
 
 
 @dataclass(frozen=True)
@@ -216,8 +217,13 @@ def _state_slopes(gpu, tier, n: int, dtype: Numerics, Z: int) -> dict[str, np.nd
     return out
 
 
-def _sp_options(space: PointSource, tp: int) -> list[bool]:
-    return space.sp_options(Outer(tp, 1, 1, 1, 1, 1, False))
+def _sp_table(space: PointSource) -> dict[int, list[bool]]:
+    """Sequence-parallel options per tp: those of any point with that tp (a framework's
+    rules may allow an option at some points only: the union)."""
+    out: dict[int, set[bool]] = {}
+    for o in space.outers:
+        out.setdefault(o.tp, set()).update(space.sp_options(o))
+    return {tp: sorted(sps) for tp, sps in out.items()}
 
 
 @dataclass(frozen=True)
@@ -274,15 +280,18 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {
         "m": np.array(ms, np.int64).reshape(O), "sp_ok": np.zeros((O, 2), bool),
         "state_ok": np.zeros((O, Z), bool), "buffers_bytes": np.zeros((O, Z)),
+        "rc_point_ok": np.zeros((O, len(RECOMPUTE)), bool),
         "group_valid": np.zeros((O, G), bool), "group_type_layers": np.zeros((O, G, len(types)), np.int64),
         "group_params": np.zeros((O, G)), "group_expert_params": np.zeros((O, G)),
         **{k: np.zeros((O, G), np.int64) for k in ("group_embedding", "group_head", "group_count", "group_inflight",
                                                     "group_layers")}}
     shard, eshard = np.zeros(O, np.int64), np.zeros(O, np.int64)
     bufs: dict[tuple, float] = {}  # comm buffers by shape and ZeRO stage
+    modes = getattr(space, "recompute_modes", None)  # per outer, where a framework limits them
     params: dict[tuple, tuple[float, float]] = {}  # stage parameters by what decides them
     for oi, o in enumerate(outers):
         out["sp_ok"][oi, [int(sp) for sp in space.sp_options(o)]] = True
+        out["rc_point_ok"][oi] = [m in modes(o) for m in RECOMPUTE] if modes else True
         for k in space.state_options(o):
             z = STATES[k][0]
             bk = (o.tp, o.cp, o.mbs, o.ep, o.etp, z)
@@ -327,6 +336,8 @@ def _state_slopes_per_outer(ctx: _Ctx, shard: np.ndarray, eshard: np.ndarray
         idx = np.array([pos[int(n)] for n in sh], np.int64)
         for name in (per_size[0] if per_size else {}):
             out[pre + name] = np.array([d[name] for d in per_size])[idx]
+        if not per_size:  # an empty space (no outer passes the structural rules)
+            out.update({pre + name: np.zeros((0, ctx.num_states)) for name in STATE_FIELDS})
     return out
 
 
@@ -373,10 +384,11 @@ END_FIELDS = ("emb_total_s", "emb_fwd_s", "emb_bwd_s", "head_total_s", "head_fwd
 def _layer_table(ctx: _Ctx, keys: dict) -> np.ndarray:
     """Per unique layer key: :data:`LAYER_FIELDS` x type x recompute x sp."""
     layer_terms = np.zeros((len(keys), len(LAYER_FIELDS), len(ctx.types), len(RECOMPUTE), 2))
+    sps = _sp_table(ctx.space)
     for (tp, cp, mbs, ep, etp, cpc, tp_s, cp_s, ep_s, etp_s), k in keys.items():
         setup = layer_setup(ctx.model, ctx.levels, ctx.cluster.collective_chunks, tp, cp, mbs,
                             ctx.seq, ep, etp, tp_s, cp_s, ep_s, etp_s)
-        for sp in _sp_options(ctx.space, tp):
+        for sp in sps.get(tp, []):
             for ti, t in enumerate(ctx.types):
                 shape, net = setup[t]
                 for ri, mode in enumerate(RECOMPUTE):
@@ -392,11 +404,12 @@ def _layer_table(ctx: _Ctx, keys: dict) -> np.ndarray:
 def _end_table(ctx: _Ctx, keys: dict) -> np.ndarray:
     """Per unique end key: :data:`END_FIELDS` x sp."""
     end_terms = np.zeros((len(keys), len(END_FIELDS), 2))
+    sps = _sp_table(ctx.space)
     chunks, gpu = ctx.cluster.collective_chunks, ctx.cluster.gpu
     for (tp, cp, mbs, tp_s), k in keys.items():
         net = Net(ctx.levels, tp_s, (1,) * len(ctx.levels), chunks)
         shape = LayerShape(tp, cp, mbs, ctx.seq)
-        for sp in _sp_options(ctx.space, tp):
+        for sp in sps.get(tp, []):
             strat = strategy_from(ctx.base, "none", sp, ctx.tp_comm(sp))
             e = embedding_cost(ctx.model, gpu, net, shape, strat)
             h = head_cost(ctx.model, gpu, net, shape, strat)
@@ -441,7 +454,7 @@ def _assemble(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys: dict,
                    * (o["group_embedding"][qo] | o["group_head"][qo])) if len(tied) else np.zeros((0, 1))
     A.update(_group_state_terms(ctx, o, qo, keys, q_keys))
     for name in ("m", "group_valid", "group_type_layers", "group_embedding", "group_head", "group_count", "group_inflight", "group_layers",
-                 "sp_ok", "state_ok", "buffers_bytes"):
+                 "sp_ok", "state_ok", "buffers_bytes", "rc_point_ok"):
         A[name] = o[name][qo]
     outers = ctx.space.outers
     for name in ("v", "pp", "world"):

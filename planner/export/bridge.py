@@ -13,9 +13,9 @@ Names follow Megatron-Bridge ``v0.6.0`` (commit 51885cf132b2814188b6855c25a85882
 megatron/training/config ``TrainingConfig`` at cd4afffa648426a959dc7cb1e24b5ce7d0c3ff54, the
 Megatron-LM that v0.6.0 pins as 3rdparty/Megatron-LM.
 
-Bridge runs Megatron-Core, so every Megatron-LM refusal applies
-(:func:`planner.export.megatron.refusals`), plus precisions its registered recipes cannot
-state as a string override.
+Bridge runs Megatron-Core: its refusals are the ``nemo`` framework profile's rules
+(hardware_catalog/frameworks/nemo.yaml: Megatron-Core's, plus the precisions its registered
+recipes cannot state as a string override).
 """
 
 from __future__ import annotations
@@ -32,30 +32,15 @@ SOURCE = ("scripts/training/run_recipe.py, src/megatron/bridge/training/{config,
 
 
 def _precision(p: Plan) -> str:
-    """The registered mixed-precision recipe that is this plan's precision, or a refusal."""
-    if p.dtype == "fp16":
-        refuse(FMT, "dtype", "fp16", "Bridge's fp16_mixed reduces gradients in fp16, which the "
-               "plan does not (grad_reduce_dtype is fp32 or bf16); use bf16 or fp8")
-    if p.grad_reduce_dtype == "bf16":
-        refuse(FMT, "grad_reduce_dtype", "bf16", "the registered recipes set "
-               "grad_reduce_in_fp32=True and overwrite ddp.grad_reduce_in_fp32; set "
-               "MixedPrecisionConfig(grad_reduce_in_fp32=False) in your recipe, or export with "
-               "--format megatron (--grad-reduce-in-bf16)")
-    if p.dtype == "fp8":
-        if not p.fp8_params:
-            refuse(FMT, "fp8_params", False, "Bridge's FP8 recipes all gather FP8 parameters "
-                   "(fp8_param_gather=True); fix fp8_params=true")
-        return "bf16_with_fp8_delayed_scaling_mixed"
-    return "bf16_mixed"
+    """The registered mixed-precision recipe that is this plan's precision (the precisions
+    no recipe states are refused by the nemo profile's rules)."""
+    return "bf16_with_fp8_delayed_scaling_mixed" if p.dtype == "fp8" else "bf16_mixed"
 
 
 def overrides(plan: Plan, target: Target) -> list[str]:
     """``KEY=VALUE`` overrides, in ConfigContainer order."""
-    p = normalized(plan, target)
+    p = normalized(plan, target, FMT)
     mp = _precision(p)
-    if p.attention != "flash":
-        refuse(FMT, "attention", p.attention, "Bridge recipes run fused attention; set "
-               "model.attention_backend in your recipe")
     out = [f"model.tensor_model_parallel_size={p.tp}",
            f"model.pipeline_model_parallel_size={p.pp}",
            f"model.virtual_pipeline_model_parallel_size="

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, NoReturn
 
 from planner.costmodel.evaluator import evaluate
+from planner.costmodel.frameworks import placement_violations, plan_violations
 from planner.costmodel.network import PlacementError, domain_factors, fill_level
 from planner.costmodel.pipeline import chunk_sizes
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
+from planner.specs.framework import FrameworkProfile, load_framework
 from planner.specs.model import ModelSpec
 from planner.specs.names import comment_text
 from planner.specs.plan import WORLD_DIMS, Plan
@@ -80,38 +83,44 @@ def world_order(order: tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 
 def check_rank_order(plan: Plan, cluster: ClusterSpec, fmt: str,
-                     orders: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
-    """The framework order (one of ``orders``) this plan's placement is, or a refusal.
+                     profile: FrameworkProfile | None = None) -> tuple[str, ...]:
+    """The framework order (one of ``profile``'s rank orders; default: ``fmt``'s profile)
+    this plan's placement is, or a refusal.
 
     A launcher numbers ranks node by node, so a framework whose groups nest in order ``o``
     puts in one NVSwitch domain exactly what :func:`fill_level` fills in that order; a
-    placement.domain that differs is a layout the framework cannot produce."""
+    placement.domain that differs is a layout the framework cannot produce
+    (:func:`planner.costmodel.frameworks.placement_violations`)."""
+    profile = profile or format_profile(fmt)
+    for v in placement_violations(profile, plan, cluster):
+        refuse(fmt, v.field, v.value, v.why)
     mine = world_order(plan.placement.order)
-    match = [o for o in orders if world_order(o) == mine]
-    if not match:
-        refuse(fmt, "placement.order", "-".join(plan.placement.order),
-               f"{fmt} nests its groups as " + " or ".join("-".join(o) for o in orders)
-               + " (innermost first)")
-    try:
-        actual = domain_factors(plan, cluster.domain_size)
-    except PlacementError as e:
-        raise InputError(f"cannot export to {fmt}: {e}") from None
-    expected = framework_domain(plan, cluster, mine)
-    if actual != expected:
-        refuse(fmt, "placement.domain", _factors(actual),
-               f"{fmt} numbers ranks {'-'.join(mine)} (innermost first), which puts "
-               f"{_factors(expected)} in each {cluster.domain_size}-GPU domain; fix "
-               "placement.domain to that or let the solver choose with that order")
-    return match[0]
+    orders = [tuple(o) for o in profile.rank_orders or [plan.placement.order]]
+    return next(o for o in orders if world_order(o) == mine)
+
+
+#: the framework profile whose rules each format's refusals apply
+FORMAT_FRAMEWORK: dict[str, str] = {"megatron": "megatron-core", "megatron-bridge": "nemo",
+                                    "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+
+
+@lru_cache(maxsize=None)
+def format_profile(fmt: str) -> FrameworkProfile:
+    """The shipped profile of the framework that ``fmt`` launches."""
+    return load_framework(FORMAT_FRAMEWORK[fmt])
+
+
+def refuse_violations(fmt: str, plan: Plan, model: ModelSpec,
+                      profile: FrameworkProfile | None = None) -> None:
+    """Refuse the first rule of ``profile`` (default: ``fmt``'s) that ``plan`` breaks,
+    placement rules aside (:func:`check_rank_order`)."""
+    for v in plan_violations(profile or format_profile(fmt), plan, model):
+        refuse(fmt, v.field, v.value, v.why)
 
 
 def framework_domain(plan: Plan, cluster: ClusterSpec, order: tuple[str, ...]) -> dict[str, int]:
     degrees = {d: plan.degree(d) for d in WORLD_DIMS}
     return fill_level(degrees, min(cluster.domain_size, plan.world_size), order)
-
-
-def _factors(f: dict[str, int]) -> str:
-    return " x ".join(f"{d}{k}" for d, k in f.items() if k > 1) or "1"
 
 
 def canonical_placement(plan: Plan, cluster: ClusterSpec, order: tuple[str, ...]) -> dict:

@@ -23,7 +23,7 @@ from planner.export.common import (
     as_run,
     header_lines,
     launch_shape,
-    refuse,
+    refuse_violations,
     uniform_recompute,
 )
 from planner.specs.plan import Plan
@@ -35,31 +35,9 @@ SOURCE = ("deepspeed/runtime/constants.py, deepspeed/runtime/zero/config.py, "
 
 
 def refusals(p: Plan, target: Target) -> None:
-    """Raise for every plan field a ds_config cannot express."""
-    for dim in ("tp", "pp", "cp", "ep"):
-        if p.degree(dim) > 1:
-            refuse(FMT, dim, p.degree(dim), "ds_config has no tensor/pipeline/context/expert "
-                   "parallel degree for these models (that is Megatron-DeepSpeed's "
-                   "arguments); export to megatron or torchtitan, or --fix "
-                   f"{dim}=1")
-    if p.dtype == "fp8":
-        refuse(FMT, "dtype", "fp8", "ds_config has no FP8 training switch (Transformer Engine "
-               "is set up in the model code)")
-    if p.offload_optimizer and p.zero_stage == 0:
-        refuse(FMT, "offload_optimizer", True, "ZeRO-Offload needs zero_stage >= 1")
-    if p.zero_stage == 0 and p.dp > 1 and p.overlap_dp_grad_reduce:
-        refuse(FMT, "overlap_dp_grad_reduce", True, "without ZeRO DeepSpeed all-reduces the "
-               "gradients after backward; fix overlap_dp_grad_reduce=false or zero_stage>=1")
-    if p.zero_stage >= 1 and p.overlap_dp_grad_reduce != p.overlap_param_gather and p.dp > 1:
-        refuse(FMT, "overlap_param_gather", p.overlap_param_gather, "DeepSpeed's one "
-               "overlap_comm switch covers both the gradient reduction and the parameter "
-               f"gathers; set it equal to overlap_dp_grad_reduce={p.overlap_dp_grad_reduce}")
-    if uniform_recompute(p, target.model, FMT) in ("selective", "half"):
-        refuse(FMT, "recompute", p.recompute, "models under DeepSpeed checkpoint every layer "
-               "(gradient checkpointing); fix recompute=full or none")
-    if p.attention != "flash":
-        refuse(FMT, "attention", p.attention, "set by the model code, not ds_config; the "
-               "exporter states flash attention only")
+    """Raise for the first plan field a ds_config cannot express (the rules of the
+    ``deepspeed`` framework profile, hardware_catalog/frameworks/deepspeed.yaml)."""
+    refuse_violations(FMT, p, target.model)
 
 
 def normalized(plan: Plan, target: Target) -> Plan:

@@ -35,6 +35,7 @@ from planner.export.common import (
     launch_shape,
     recompute_field,
     refuse,
+    refuse_violations,
 )
 from planner.specs.plan import Plan
 from planner.specs.validate import _short
@@ -47,44 +48,21 @@ SOURCE = "megatron/training/arguments.py (NVIDIA/Megatron-LM, tag core_v0.15.3)"
 CP_COMM = {"ring": "p2p", "all_to_all": "a2a", "all_gather": "all_gather"}
 
 
-def refusals(plan: Plan, target: Target) -> None:
-    """Raise for every plan field Megatron-LM cannot run as planned."""
-    if plan.zero_stage > 1:
-        refuse(FMT, "zero_stage", plan.zero_stage,
-               "Megatron-LM shards only the optimizer (--use-distributed-optimizer, ZeRO-1); "
-               "export ZeRO 2/3 to torchtitan or deepspeed, or --fix zero_stage=1")
-    for f in ("offload_optimizer", "offload_params"):
-        if getattr(plan, f):
-            refuse(FMT, f, True, "the plan's offload tier is ZeRO-Offload/Infinity; export "
-                   "to deepspeed (or torchtitan for both offloads with ZeRO-3)")
-    if plan.tp > 1 and not plan.sequence_parallel and plan.tp_comm == "rs_ag":
-        refuse(FMT, "tp_comm", "rs_ag", "without --sequence-parallel Megatron-LM all-reduces "
-               "TP activations")
-    if plan.dtype == "fp16" and plan.grad_reduce_dtype == "bf16":
-        refuse(FMT, "grad_reduce_dtype", "bf16", "--grad-reduce-in-bf16 applies to --bf16 runs")
-    if not plan.fused_elementwise:
-        refuse(FMT, "fused_elementwise", False, "Megatron-LM runs its norms, activations and "
-               "RoPE as fused kernels (Transformer Engine); fix fused_elementwise=true")
-    if plan.fp8_params and plan.zero_stage == 0:
-        refuse(FMT, "fp8_params", True, "--fp8-param-gather needs --use-distributed-optimizer "
-               "(zero_stage=1)")
-    if plan.zero_stage == 1 and plan.overlap_param_gather and not plan.overlap_dp_grad_reduce:
-        refuse(FMT, "overlap_param_gather", True, "Megatron-LM needs --overlap-grad-reduce with "
-               "--overlap-param-gather; fix overlap_dp_grad_reduce=true")
-    if plan.virtual_stages > 1 and plan.pp <= 2 and not plan.overlap_p2p_comm:
-        refuse(FMT, "overlap_p2p_comm", False, "Megatron-LM's interleaved schedule without p2p "
-               "overlap needs pp > 2")
-    if plan.cp > 1 and plan.seq_len % (2 * plan.cp):
-        refuse(FMT, "seq_len", plan.seq_len, f"Megatron-LM needs seq_len divisible by 2 x cp "
-               f"= {2 * plan.cp}")
+def refusals(plan: Plan, target: Target, fmt: str = FMT) -> None:
+    """Raise for the first plan field Megatron-LM cannot run as planned: the rules of
+    ``fmt``'s framework profile (megatron-core; nemo for Megatron-Bridge), stated in
+    hardware_catalog/frameworks/ and checked by planner/costmodel/frameworks.py."""
+    refuse_violations(fmt, plan, target.model)
 
 
-def normalized(plan: Plan, target: Target) -> Plan:
+def normalized(plan: Plan, target: Target, fmt: str = FMT) -> Plan:
     """The plan Megatron-LM runs: :func:`planner.export.common.as_run` in Megatron's rank
-    order (refusing a placement it cannot produce); what :func:`parse_args` returns."""
-    order = check_rank_order(plan, target.cluster, FMT, (MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER))
-    refusals(plan, target)
-    return as_run(plan, target, FMT, order)
+    order (refusing a placement it cannot produce); what :func:`parse_args` returns.
+    ``fmt`` names the export in refusals and picks its profile (Megatron-Bridge runs
+    Megatron-Core under its own recipes' rules)."""
+    order = check_rank_order(plan, target.cluster, fmt)
+    refusals(plan, target, fmt)
+    return as_run(plan, target, fmt, order)
 
 
 def to_args(plan: Plan, target: Target) -> list[str]:

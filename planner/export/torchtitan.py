@@ -12,21 +12,21 @@ looped schedules); ``components/quantization/float8.py`` (converter
 
 Mapping: ZeRO 3 is FSDP2 over dp_shard x cp (``fsdp_reshard_after_forward = "always"``),
 ZeRO 0 is DDP (``data_parallel_replicate_degree``); torchtitan has no ZeRO-1/2. TP always
-runs with sequence parallelism. Refusals: docs/export.md.
+runs with sequence parallelism. Refusals: the torchtitan framework profile
+(hardware_catalog/frameworks/torchtitan.yaml, planner/costmodel/frameworks.py); docs/export.md.
 """
 
 from __future__ import annotations
 
 from planner.costmodel.pipeline import chunk_sizes
 from planner.export.common import (
-    MEGATRON_ORDER,
     Target,
     as_run,
     check_rank_order,
     comment_line,
     header,
     launch_shape,
-    refuse,
+    refuse_violations,
     uniform_recompute,
 )
 from planner.specs.plan import Plan
@@ -42,52 +42,17 @@ FLAVORS = {"llama3-8b": ("llama3", "8B"), "llama3-70b": ("llama3", "70B"),
 ROTATE = {"ring": "alltoall", "all_gather": "allgather"}
 
 
-def refusals(p: Plan) -> None:
-    """Raise for every plan field torchtitan cannot run as planned."""
-    if p.zero_stage in (1, 2):
-        refuse(FMT, "zero_stage", p.zero_stage, "torchtitan shards with FSDP2 (ZeRO-3) or "
-               "replicates with DDP (ZeRO-0); fix zero_stage=3 or 0")
-    if p.zero_stage == 0 and (p.cp > 1 or p.tp > 1 or p.pp > 1):
-        refuse(FMT, "zero_stage", 0, "without FSDP torchtitan applies bf16 mixed precision "
-               "only to pure DDP (job_config.py, mixed_precision_param), and it shards over "
-               "cp whenever cp > 1; fix zero_stage=3")
-    if not p.fused_elementwise and p.overlap_tp_comm is True:
-        refuse(FMT, "fused_elementwise", False, "torchtitan's async TP runs through "
-               "torch.compile, which fuses the elementwise operators too; fix "
-               "fused_elementwise=true or overlap_tp_comm=false")
-    if p.offload_optimizer != p.offload_params:
-        refuse(FMT, "offload_optimizer" if p.offload_optimizer else "offload_params", True,
-               "torchtitan's training.enable_cpu_offload moves parameters, gradients and "
-               "optimizer states together; fix both offloads")
-    if p.tp > 1 and not p.sequence_parallel:
-        refuse(FMT, "sequence_parallel", False, "torchtitan's tensor parallelism always "
-               "shards the norms' activations (sequence parallelism)")
-    if p.dtype == "fp16":
-        refuse(FMT, "dtype", "fp16", "torchtitan's mixed precision is bfloat16 or float32")
-    if p.grad_reduce_dtype == "bf16":
-        refuse(FMT, "grad_reduce_dtype", "bf16", "torchtitan reduces in float32 "
-               "(training.mixed_precision_reduce)")
-    if p.cp > 1 and p.cp_comm not in ROTATE:
-        refuse(FMT, "cp_comm", p.cp_comm, "torchtitan's context parallelism is ring attention "
-               "(cp_comm ring or all_gather), not head-scattering all-to-all")
-    if p.attention != "flash":
-        refuse(FMT, "attention", p.attention, "torchtitan runs SDPA/flex fused attention")
-    if not (p.overlap_dp_grad_reduce and p.overlap_param_gather and p.overlap_p2p_comm):
-        field = next(f for f in ("overlap_dp_grad_reduce", "overlap_param_gather",
-                                 "overlap_p2p_comm") if not getattr(p, f))
-        refuse(FMT, field, False, "FSDP2/DDP and torch pipelining always overlap it")
+def refusals(p: Plan, target: Target) -> None:
+    """Raise for the first plan field torchtitan cannot run as planned (the rules of the
+    ``torchtitan`` framework profile, hardware_catalog/frameworks/torchtitan.yaml)."""
+    refuse_violations(FMT, p, target.model)
 
 
 def normalized(plan: Plan, target: Target) -> Plan:
     """The plan torchtitan runs (inert fields at their defaults), or a refusal."""
-    check_rank_order(plan, target.cluster, FMT, (MEGATRON_ORDER,))
+    check_rank_order(plan, target.cluster, FMT)
     p = as_run(plan, target, FMT)
-    refusals(p)
-    if uniform_recompute(p, target.model, FMT) == "selective":
-        refuse(FMT, "recompute", "selective", "torchtitan's selective checkpointing saves "
-               "per op or per n-th layer, not the attention core; fix recompute=full or none")
-    if target.model.moe is not None and p.etp not in (1, p.tp):
-        refuse(FMT, "expert_tp", p.expert_tp, "torchtitan supports expert TP 1 or tp")
+    refusals(p, target)
     return p
 
 

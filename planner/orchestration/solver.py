@@ -20,6 +20,7 @@ from planner.costmodel.constants import GiB
 from planner.costmodel.energy import price_per_gpu_hour
 from planner.costmodel.objective import Objective
 from planner.costmodel.evaluator import Estimate, check_structure, evaluate
+from planner.costmodel.frameworks import framework_defaults
 from planner.costmodel.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
 from planner.specs.plan_base import model_defaults, require_batch
@@ -60,6 +61,7 @@ class SolveResult:
     proven_bound: float | None = None  # lower bound over the whole space, reported units
     price_per_gpu_hour: float | None = None  # the cluster's, for the totals
     time_limit_s: float | None = None
+    framework: str | None = None  # the profile whose rules the space obeyed
 
     @property
     def best(self) -> SolvedPlan:
@@ -94,6 +96,7 @@ class SolveResult:
         return {
             "plan": b.plan.to_dict(),
             "estimate": b.estimate.to_json(),
+            "framework": self.framework,
             "solver": {
                 "backend": self.backend,
                 "status": self.status,
@@ -159,7 +162,10 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, fixed: dict[str, Any] | 
     opts = options or SpaceOptions()
     if opts.max_virtual_stages > layers:  # the same space: pp x v never exceeds the layers
         opts = replace(opts, max_virtual_stages=layers)
-    return SearchSpace(model, cluster, _validated(base_data, plan), fixed, opts)
+    base_data = _validated(base_data, plan)
+    if opts.framework is not None:  # settings the caller left open: the framework's defaults
+        base_data = framework_defaults(opts.framework, base_data, set(base or {}) | set(fixed))
+    return SearchSpace(model, cluster, base_data, fixed, opts)
 
 
 def _validated(fields: dict[str, Any], plan: Plan) -> dict[str, Any]:
@@ -230,9 +236,11 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     # search stopped by the time limit has proven no bound over the whole space
     pb = None if res.bound is None or status != "optimal" else min(res.bound * objective_scale(
         objective, plans[0].plan, tokens), plans[0].objective)
+    fw = space.options.framework
     return SolveResult(backend, status, objective, plans, wall, size,
                        {**stats, "setup_s": setup_s}, tokens, pb,
-                       price_per_gpu_hour(cluster), time_limit_s)
+                       price_per_gpu_hour(cluster), time_limit_s,
+                       fw.name if fw is not None else None)
 
 
 def _search(space: SearchSpace, size: int, objective: Objective, backend: str, top_k: int,

@@ -69,7 +69,7 @@ def _solve_row(p: PointSpec) -> dict[str, Any]:
                 seq_len=p.seq_len, dtype=p.dtype, objective=p.objective or "time",
                 tokens=p.tokens, time_limit_s=p.time_limit_s, max_microbatch=p.max_microbatch,
                 max_virtual_stages=p.max_virtual_stages, even_pipeline=p.even_pipeline,
-                max_iteration_time_s=_max_iteration_s(model, p))
+                max_iteration_time_s=_max_iteration_s(model, p), framework=p.framework)
     best = res.best
     row = {"status": res.status, "gpu_name": cluster.gpu.name, "cluster_name": cluster.name}
     row.update(estimate_columns(model, cluster, best.plan, best.estimate))
@@ -104,7 +104,8 @@ def _procure_row(p: PointSpec) -> dict[str, Any]:
     res = procure(model, p.tokens, days=p.days, budget_usd=p.budget_usd,  # type: ignore[arg-type]
                   objective=p.objective, clusters=scaled, max_gpus=p.max_gpus,
                   pricing=p.pricing, global_batch_size=p.global_batch_size,
-                  seq_len=p.seq_len, dtype=p.dtype, time_limit_s=p.time_limit_s, workers=1)
+                  seq_len=p.seq_len, dtype=p.dtype, time_limit_s=p.time_limit_s, workers=1,
+                  framework=p.framework)
     c = res.choice
     assert c is not None  # procure raises InfeasibleError otherwise
     cluster = next(t for t in scaled if t.name == c.cluster).resized(c.num_gpus)

@@ -70,6 +70,8 @@ class PointSpec(Spec):
     max_gpus: PositiveInt | None = Field(None, description="procure: largest GPU count")
     pricing: Literal["rent", "own"] | None = None
     fix: dict[str, Any] = Field(default_factory=dict, description="solve: pinned plan fields")
+    framework: str | None = Field(None, description="the training framework whose plans are "
+                                  "searched (planner catalog frameworks); none: any plan")
     time_limit_s: PositiveFloat = Field(60.0, le=86400.0)
     max_microbatch: PositiveInt | None = Field(None, description="solve: search bound")
     max_virtual_stages: PositiveInt | None = Field(None, description="solve: search bound")
@@ -95,7 +97,10 @@ class PointSpec(Spec):
 
     def key(self) -> str:
         """A stable hash of the point's settings: the row's identity when resuming."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        data = self.model_dump(mode="json")
+        if data.get("framework") is None:  # the keys of sweeps written before the field
+            data.pop("framework", None)
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -1,0 +1,196 @@
+"""Framework profiles: what a training framework can run and which kernels it runs.
+
+A profile states, once, the plan fields and values a framework (at one version) supports,
+the named conditional rules it obeys (implemented once, in
+:mod:`planner.costmodel.frameworks`), its export format, and the kernels it runs. The
+search space (:mod:`formulations.space`) and the exporters' refusals
+(:mod:`planner.export`) both read it, so every plan a ``--framework F`` solve returns is one
+F's exporter accepts. Shipped as ``hardware_catalog/frameworks/<name>.yaml``; every
+restriction and rule carries a citation in ``sources``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+import planner.catalog as catalog
+from planner.errors import InputError
+from planner.specs.base import Spec
+from planner.specs.names import Name
+from planner.specs.plan import WORLD_DIMS, Dim, Recompute
+
+ExportFormat = Literal["megatron", "megatron-bridge", "torchtitan", "deepspeed"]
+#: state options as profiles name them: which of the optimizer states and the ZeRO-3
+#: parameter shards live in the offload tier
+Offload = Literal["none", "optimizer", "params", "both"]
+#: the conditional rules a profile may name; each is implemented once in
+#: :data:`planner.costmodel.frameworks.RULES`
+RuleName = Literal[
+    "zero0_pure_dp", "fsdp_needs_dp_shard", "rs_ag_needs_sp", "fp16_no_bf16_grad_reduce", "fp8_params_need_zero1",
+    "param_gather_needs_grad_overlap", "interleaved_no_p2p_overlap_needs_pp_gt2",
+    "seq_divisible_by_2cp", "async_tp_needs_compile", "offload_optimizer_needs_zero",
+    "zero0_reduces_after_backward", "one_dp_overlap_switch", "fp8_needs_fp8_params",
+    "block_recompute_half"]
+#: profile fields that restrict plan values (each needs a citation in ``sources``)
+RULE_FIELDS: tuple[str, ...] = (
+    "zero_stages", "offloads", "recompute", "uniform_recompute", "max_degrees",
+    "sequence_parallel", "cp_comms", "attention", "dtypes", "grad_reduce_dtypes",
+    "fused_elementwise", "overlap_tp_comm", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
+    "interleaving", "uneven_pipeline", "expert_tp", "rank_orders")
+
+
+class FrameworkKernels(Spec):
+    """Which kernels the framework runs (data for the cost model; each cited)."""
+
+    attention_backend: Literal["cudnn", "flash2", "flash3", "unfused"] = Field(
+        ..., description="fused attention kernel: cudnn = cuDNN fused attention (Transformer "
+        "Engine's DotProductAttention on Hopper), flash2 = FlashAttention-2 (PyTorch SDPA's "
+        "flash backend), flash3 = FlashAttention-3, unfused = softmax(QK^T)V in separate "
+        "kernels")
+    elementwise: Literal["fused", "compiled", "eager"] = Field(
+        ..., description="norms, activations and RoPE: hand-fused kernels (Transformer "
+        "Engine/Apex), torch.compile-generated kernels, or one eager kernel per operator")
+    fp8_recipe: Literal["delayed", "tensorwise", "rowwise", "none"] = Field(
+        ..., description="FP8 scaling: delayed (Transformer Engine's amax history), "
+        "tensorwise/rowwise dynamic scaling (torchao), none (no FP8 training)")
+    cuda_graphs: bool = Field(False, description="the training step is captured in CUDA "
+                              "graphs by default")
+    sources: dict[str, str] = Field(default_factory=dict, description="a citation per field")
+
+
+class FrameworkProfile(Spec):
+    """What one framework, at one version, can run (each restriction cited in ``sources``)
+    and which kernels it runs. An empty list is never valid: a field lists the values the
+    framework supports; for the run settings (dtype, gradient reduction, attention,
+    elementwise fusion, TP overlap) the first value listed is the framework's default."""
+
+    name: Name = Field(..., description="catalog name, e.g. megatron-core")
+    aliases: list[Name] = Field(default_factory=list)
+    description: str = Field("", description="one line: what runs the plan")
+    version: str = Field(..., description="the framework version (tag and commit) the rules "
+                         "follow; the exporter of ``export_format`` follows the same")
+    export_format: ExportFormat | None = Field(
+        None, description="the ``planner export --format`` that writes this framework's launch "
+        "file; None: no exporter")
+    zero_stages: list[int] = Field(
+        [0, 1, 2, 3], min_length=1, description="ZeRO stages it shards with (0: replicated "
+        "states, 1: optimizer sharded, 2: + gradients, 3: + parameters)")
+    offloads: list[Offload] = Field(
+        ["none", "optimizer", "params", "both"], min_length=1,
+        description="offload combinations: optimizer states (ZeRO-Offload), ZeRO-3 parameter "
+        "shards (ZeRO-Infinity), both, or none")
+    recompute: list[Recompute] = Field(
+        ["none", "selective", "full", "half"], min_length=1,
+        description="activation recomputation modes it runs")
+    uniform_recompute: bool = Field(
+        True, description="one recomputation setting for every layer type (a per-type mix "
+        "cannot be stated)")
+    max_degrees: dict[Literal["tp", "cp", "pp", "ep"], int] = Field(
+        default_factory=dict, description="largest tensor/context/pipeline/expert degree it "
+        "can state (absent: any)")
+    sequence_parallel: Literal["optional", "always", "never"] = Field(
+        "optional", description="with tp > 1: sequence parallelism optional, always on, or "
+        "never")
+    cp_comms: list[Literal["ring", "all_to_all", "all_gather"]] = Field(
+        ["ring", "all_to_all", "all_gather"], min_length=1,
+        description="context-parallel exchanges it runs (with cp > 1)")
+    attention: list[Literal["flash", "standard"]] = Field(
+        ["flash", "standard"], min_length=1, description="plan attention values it states")
+    dtypes: list[Literal["bf16", "fp16", "fp8"]] = Field(
+        ["bf16", "fp16", "fp8"], min_length=1, description="training precisions")
+    grad_reduce_dtypes: list[Literal["fp32", "bf16"]] = Field(
+        ["fp32", "bf16"], min_length=1, description="gradient buffer/reduction precisions")
+    fused_elementwise: list[bool] = Field(
+        [True, False], min_length=1, description="plan fused_elementwise values it runs")
+    overlap_tp_comm: list[bool] = Field(
+        [True, False], min_length=1, description="TP communication overlapped with the GEMMs, "
+        "one switch for every layer (the plan's per-GEMM ``auto`` is no framework's setting: "
+        "under a profile the first value listed is the default)")
+    overlap_dp_grad_reduce: list[bool] = Field(
+        [True, False], min_length=1, description="gradient reduction overlapped with backward "
+        "(where dp x cp > 1)")
+    overlap_param_gather: list[bool] = Field(
+        [True, False], min_length=1, description="parameter all-gather overlapped with "
+        "forward (where dp x cp > 1 and ZeRO > 0)")
+    overlap_p2p_comm: list[bool] = Field(
+        [True, False], min_length=1, description="pipeline sends overlapped (with "
+        "interleaving)")
+    interleaving: bool = Field(True, description="interleaved pipeline (virtual_stages > 1)")
+    uneven_pipeline: bool = Field(True, description="layer splits that do not divide pp x v")
+    expert_tp: Literal["any", "one_or_tp"] = Field(
+        "any", description="expert tensor-parallel degree: any divisor of tp, or 1 or tp only")
+    rank_orders: list[list[Dim]] | None = Field(
+        None, description="rank orders it numbers ranks in (innermost first); a launcher "
+        "fills each NVSwitch domain in that order, so the domain is the one the order fills. "
+        "None: any placement (no rank-order restriction)")
+    rules: list[RuleName] = Field(default_factory=list,
+                                  description="conditional rules it obeys (named, "
+                                  "planner/costmodel/frameworks.py)")
+    kernels: FrameworkKernels
+    sources: dict[str, str] = Field(default_factory=dict, description="a citation for every "
+                                    "restriction and rule: framework file and version")
+
+    @model_validator(mode="after")
+    def _check(self) -> "FrameworkProfile":
+        bad = [z for z in self.zero_stages if z not in (0, 1, 2, 3)]
+        if bad:
+            raise ValueError(f"zero_stages {bad}: expected stages 0 to 3")
+        small = {d: k for d, k in self.max_degrees.items() if k < 1}
+        if small:
+            raise ValueError(f"max_degrees {small}: expected degrees of at least 1")
+        for order in self.rank_orders or []:
+            missing = [d for d in WORLD_DIMS if d not in order]
+            if missing or len(set(order)) != len(order):
+                raise ValueError(f"rank_orders {order}: expected each of {list(WORLD_DIMS)} "
+                                 "once (ep optional)")
+        default = FrameworkProfile.model_fields
+        cited = set(self.sources)
+        uncited = [f for f in RULE_FIELDS if getattr(self, f) != default[f].get_default(
+            call_default_factory=True) and f not in cited]
+        uncited += [r for r in self.rules if r not in cited]
+        if uncited:
+            raise ValueError(f"sources: no citation for {uncited}; every restriction and rule "
+                             "names the framework file and version it follows")
+        return self
+
+    def order(self, fixed: tuple[str, ...] | None = None) -> tuple[str, ...] | None:
+        """The rank order a search uses: ``fixed`` when the framework numbers ranks so (else
+        an InputError), or the framework's first order; None when any placement runs."""
+        if self.rank_orders is None:
+            return fixed
+        world = [tuple(d for d in o if d in WORLD_DIMS) for o in self.rank_orders]
+        if fixed is None:
+            return tuple(self.rank_orders[0])
+        mine = tuple(d for d in fixed if d in WORLD_DIMS)
+        if mine not in world:
+            raise InputError(
+                f"placement.order={'-'.join(fixed)}: framework {self.name} numbers ranks "
+                + " or ".join("-".join(o) for o in self.rank_orders) + " (innermost first)")
+        return fixed
+
+
+DEFAULT_FRAMEWORK = "megatron-core"
+
+
+def load_framework(ref: str | FrameworkProfile | None = None) -> FrameworkProfile:
+    """A catalog profile by name or alias (default :data:`DEFAULT_FRAMEWORK`), a profile
+    YAML file, or a profile object as is."""
+    if isinstance(ref, FrameworkProfile):
+        return ref
+    from pathlib import Path
+
+    from planner.specs.loaders import read_structured, reference
+    from planner.specs.validate import validate
+
+    ref = reference(DEFAULT_FRAMEWORK if ref is None else ref, "framework")
+    if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref:
+        return validate(FrameworkProfile, read_structured(Path(ref)), ref)
+    path = catalog.find("frameworks", ref)
+    if path is None:
+        near = catalog.closest("frameworks", ref)
+        hint = f"; closest: {', '.join(near)}" if near else ""
+        raise InputError(f"--framework '{ref}': unknown framework{hint}; expected one of "
+                         f"{', '.join(catalog.names('frameworks'))} or a profile YAML file")
+    return validate(FrameworkProfile, read_structured(path), f"catalog framework '{ref}'")

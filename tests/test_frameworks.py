@@ -1,0 +1,217 @@
+"""Framework profiles: one statement of what each framework runs, read by the search space
+and by the exporters. Whole restricted spaces of small instances are walked (every plan,
+not a sample) and exported with the profile's exporter; each rule family has a plan that
+breaks it, refused by the exporter and absent from the space."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import planner.catalog as catalog
+from formulations.exhaustive import run_exhaustive
+from formulations.search import run_search
+from formulations.space import SearchSpace, SpaceOptions
+from planner.costmodel.tables import build_tables
+from planner.costmodel.frameworks import MODEL_RULES, RULES, violations
+from planner.errors import InputError
+from planner.export import export_plan
+from planner.specs.cluster import OffloadTier
+from planner.specs.framework import FrameworkProfile, load_framework
+from planner.specs.plan import Plan
+from planner.specs.plan_base import model_defaults
+
+from conftest import small_cluster, tiny_model
+from instances import instances
+
+PROFILES = ("megatron-core", "nemo", "torchtitan", "deepspeed", "pytorch")
+OPTS = SpaceOptions(max_microbatch=2, max_virtual_stages=2, min_cp_tokens=256)
+
+
+def _space(name: str, model=None, cluster=None, fixed=None, base=None) -> SearchSpace:
+    model = model or tiny_model(num_layers=6, hidden_size=512, num_attention_heads=8,
+                                num_kv_heads=4, ffn_hidden_size=1024, seq_len=1024,
+                                global_batch_size=16)
+    cluster = cluster or small_cluster(16, domain=4)
+    profile = load_framework(name)
+    return SearchSpace(model, cluster, {**model_defaults(model), **(base or {})},
+                       dict(fixed or {}), replace(OPTS, framework=profile))
+
+
+def _walk(space: SearchSpace, fmt: str) -> int:
+    n = 0
+    for o, dom, inner in space:
+        plan = space.plan(o, dom, inner)
+        assert not violations(space.options.framework, plan, space.model, space.cluster), plan
+        export_plan(fmt, plan, space.model, space.cluster)  # raises on a refusal
+        n += 1
+    return n
+
+
+def test_catalog_lists_the_five_profiles():
+    assert set(PROFILES) <= set(catalog.names("frameworks"))
+    for name in PROFILES:
+        p = load_framework(name)
+        assert p.kernels.attention_backend in ("cudnn", "flash2", "flash3", "unfused")
+        assert p.export_format is not None
+    assert load_framework(None).name == "megatron-core"  # the default
+    assert load_framework("megatron-bridge").name == "nemo"
+
+
+def test_an_unknown_framework_is_an_input_error():
+    with pytest.raises(InputError, match="--framework 'torchtitn'.*closest: torchtitan"):
+        load_framework("torchtitn")
+
+
+def test_every_restriction_needs_a_citation():
+    data = load_framework("torchtitan").model_dump()
+    data["sources"] = {k: v for k, v in data["sources"].items() if k != "zero_stages"}
+    with pytest.raises(ValueError, match="no citation for \\['zero_stages'\\]"):
+        FrameworkProfile.model_validate(data)
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_whole_space_exports_without_refusal(name):
+    """Every plan of the restricted space of two small instances (a dense model on 16 GPUs
+    in domains of 4, and one whose layers split unevenly on 8) exports with the profile's
+    exporter."""
+    fmt = load_framework(name).export_format
+    total = 0
+    total += _walk(_space(name), fmt)
+    odd = tiny_model(num_layers=5, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
+                     ffn_hidden_size=1024, seq_len=2048, global_batch_size=8)
+    total += _walk(_space(name, odd, small_cluster(8, domain=8)), fmt)
+    assert total > 0
+
+
+def test_whole_space_exports_moe():
+    """An MoE model (dense first layer, experts split over ep) in Megatron-Core and
+    torchtitan: one recomputation for every layer type, expert TP 1 or tp."""
+    m = tiny_model(num_layers=4, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
+                   ffn_hidden_size=1024, seq_len=1024, global_batch_size=8,
+                   moe=dict(num_experts=4, top_k=2, expert_ffn_hidden_size=512,
+                            first_k_dense=1))
+    for name in ("megatron-core", "torchtitan"):
+        space = _space(name, m, small_cluster(8, domain=4))
+        assert all(len(set(rc)) == 1 for rc in space.recompute_options())
+        assert _walk(space, load_framework(name).export_format) > 0
+
+
+#: one plan per rule family that the framework cannot run, and the field its refusal names
+BROKEN = [
+    ("megatron-core", dict(zero_stage=3), "zero_stage=3"),
+    ("megatron-core", dict(zero_stage=1, offload_optimizer=True), "offload_optimizer=true"),
+    ("megatron-core", dict(fused_elementwise=False), "fused_elementwise=false"),
+    ("megatron-core", dict(tp=2, dp=4, sequence_parallel=False, tp_comm="rs_ag"), "tp_comm=rs_ag"),
+    ("megatron-core", dict(tp=2, dp=4, placement={"order": ["tp", "dp", "cp", "pp"]}),
+     "placement.order"),
+    ("megatron-core", dict(tp=2, dp=8, placement={"domain": {"dp": 4}}), "placement.domain"),
+    ("megatron-core", dict(pp=2, dp=4, virtual_stages=2, overlap_p2p_comm=False),
+     "overlap_p2p_comm=false"),
+    ("megatron-core", dict(zero_stage=1, overlap_param_gather=True,
+                           overlap_dp_grad_reduce=False),
+     "overlap_param_gather=true"),
+    ("nemo", dict(dtype="fp16"), "dtype=fp16"),
+    ("nemo", dict(grad_reduce_dtype="bf16"), "grad_reduce_dtype=bf16"),
+    ("nemo", dict(dtype="fp8"), "fp8_params=false"),
+    ("nemo", dict(attention="standard"), "attention=standard"),
+    ("torchtitan", dict(zero_stage=1), "zero_stage=1"),
+    ("torchtitan", dict(zero_stage=0, tp=2, dp=4, sequence_parallel=True), "zero_stage=0"),
+    ("torchtitan", dict(zero_stage=3, tp=2, dp=4, sequence_parallel=False),
+     "sequence_parallel=false"),
+    ("torchtitan", dict(zero_stage=3, recompute="selective"), "recompute=selective"),
+    ("torchtitan", dict(zero_stage=3, cp=2, dp=4, cp_comm="all_to_all"), "cp_comm=all_to_all"),
+    ("torchtitan", dict(zero_stage=3, overlap_dp_grad_reduce=False), "overlap_dp_grad_reduce"),
+    ("torchtitan", dict(zero_stage=3, tp=8, dp=1, sequence_parallel=True,
+                        overlap_tp_comm=False), "zero_stage=3"),
+    ("deepspeed", dict(tp=2, dp=4), "tp=2"),
+    ("deepspeed", dict(zero_stage=1, recompute="half"), "recompute=half"),
+    ("deepspeed", dict(zero_stage=0), "overlap_dp_grad_reduce=true"),
+    ("deepspeed", dict(zero_stage=2, overlap_param_gather=False), "overlap_param_gather=false"),
+    ("pytorch", dict(zero_stage=3, fused_elementwise=True), "fused_elementwise=true"),
+    ("pytorch", dict(zero_stage=0, tp=2, dp=4, overlap_tp_comm=False), "tp=2"),
+    ("megatron-core", dict(pp=2, dp=4, virtual_stages=1, recompute="half", uneven_pipeline=True),
+     "recompute=half"),
+]
+
+
+@pytest.mark.parametrize("name, change, needle", BROKEN)
+def test_a_broken_rule_is_refused_and_absent_from_the_space(name, change, needle):
+    """The exporter refuses the plan naming the field (pytorch, whose export is
+    torchtitan's file, by its violations), and no plan of the space breaks the rule."""
+    profile = load_framework(name)
+    layers = 5 if change.get("recompute") == "half" else 8  # chunks of 2 and 3 layers
+    model = tiny_model(num_layers=layers, hidden_size=512, num_attention_heads=8,
+                       num_kv_heads=8, ffn_hidden_size=1024, seq_len=4096, global_batch_size=16)
+    cluster = small_cluster(16 if "domain" in str(change) else 8, domain=8)
+    cluster = cluster.model_copy(update={"offload": OffloadTier(
+        name="host", capacity_gib_per_gpu=256.0, bandwidth_GBps=64.0, efficiency=0.8,
+        cpu_adam_params_per_s=1e9)})
+    plan = Plan.model_validate({"dp": cluster.num_gpus, "global_batch_size": 16,
+                                "seq_len": 4096, **change})
+    found = violations(profile, plan, model, cluster)
+    assert found and needle in str(found[0]), found
+    if name != "pytorch":
+        with pytest.raises(InputError, match=f"cannot export to {profile.export_format}: ") as e:
+            export_plan(profile.export_format, plan, model, cluster)
+        assert needle in str(e.value)
+    settings = {k: v for k, v in change.items() if k in (
+        "dtype", "grad_reduce_dtype", "attention", "fused_elementwise", "overlap_p2p_comm",
+        "overlap_param_gather", "overlap_dp_grad_reduce", "overlap_tp_comm")}
+    try:
+        space = SearchSpace(model, cluster, {**model_defaults(model), **settings}, {},
+                            replace(OPTS, framework=profile))
+    except InputError as e:  # a setting the framework never runs: no space at all
+        assert needle.split("=")[0] in str(e)
+        return
+    decided = {k: v for k, v in change.items() if k not in settings and k != "placement"}
+    for o, dom, inner in space:
+        p = space.plan(o, dom, inner)
+        assert not violations(profile, p, model, cluster), p
+        assert "placement" in change or not all(getattr(p, k) == v for k, v in decided.items())
+
+
+def test_settings_a_framework_never_runs_are_input_errors():
+    with pytest.raises(InputError, match="--framework nemo: dtype=fp16"):
+        _space("nemo", base={"dtype": "fp16"})
+    with pytest.raises(InputError, match="--framework torchtitan: zero_stage=1"):
+        _space("torchtitan", fixed={"zero_stage": 1})
+    with pytest.raises(InputError, match="placement.order=tp-dp-cp-pp: framework megatron-core"):
+        _space("megatron-core", fixed={"placement": {"order": ["tp", "dp", "cp", "pp"]}})
+
+
+def test_every_named_rule_is_implemented_and_used():
+    used = {r for n in PROFILES for r in load_framework(n).rules}
+    assert used <= set(RULES) | set(MODEL_RULES)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=instances(max_gpus=8), name=st.sampled_from(PROFILES))
+def test_backends_agree_on_framework_spaces(case, name):
+    """CP-SAT and MILP find the exhaustive optimum of a framework's space (its per-point
+    recomputation, sp and state options are masks the three backends share)."""
+    space, objective, top_k = case
+    fixed = {k: v for k, v in space.fixed.items() if k not in ("zero_stage", "tp")}
+    try:
+        space = SearchSpace(space.model, space.cluster, space.base, fixed,
+                            replace(space.options, framework=load_framework(name)))
+    except InputError:
+        return
+    ref = run_exhaustive(space, objective, top_k)
+    if not space.outers:
+        assert ref.status == "infeasible"
+        return
+    ref_vals = [c.objective for c in ref.candidates]
+    tb = build_tables(space, objective)
+    for backend in ("cpsat", "milp"):
+        res = run_search(tb, backend, top_k, time_limit_s=120)
+        vals = [c.objective for c in res.candidates]
+        assert len(vals) == len(ref_vals) and all(
+            math.isclose(a, b, rel_tol=1e-9) for a, b in zip(vals, ref_vals)), (backend, vals)
+        for c in res.candidates:
+            assert not violations(space.options.framework, c.plan, space.model, space.cluster)
