@@ -5,6 +5,9 @@
 # plan: tp8 cp2 pp16 dp64 v7 mbs1 gbs2048 seq8192 zero1 recompute=none sp=true bf16
 # Add data, tokenizer, optimizer and checkpoint arguments (or pass them to this
 # script: "$@"). Run once per node with NODE_RANK and MASTER_ADDR set.
+# validate_args asserts this for tp > 1 or cp > 1 before Blackwell (arguments.py);
+# Megatron-LM's examples export it for every run.
+export CUDA_DEVICE_MAX_CONNECTIONS=1
 torchrun --nnodes 2048 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" --master-port 6000 pretrain_gpt.py \
   --num-layers 126 \
   --hidden-size 16384 \
@@ -14,6 +17,7 @@ torchrun --nnodes 2048 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" --master
   --num-query-groups 8 \
   --normalization RMSNorm \
   --position-embedding-type rope \
+  --rotary-base 500000 \
   --swiglu \
   --disable-bias-linear \
   --untie-embeddings-and-output-weights \

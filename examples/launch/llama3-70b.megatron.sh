@@ -5,6 +5,9 @@
 # plan: tp4 cp2 pp2 dp64 v8 mbs1 gbs512 seq8192 zero1 recompute=none sp=true bf16
 # Add data, tokenizer, optimizer and checkpoint arguments (or pass them to this
 # script: "$@"). Run once per node with NODE_RANK and MASTER_ADDR set.
+# validate_args asserts this for tp > 1 or cp > 1 before Blackwell (arguments.py);
+# Megatron-LM's examples export it for every run.
+export CUDA_DEVICE_MAX_CONNECTIONS=1
 torchrun --nnodes 128 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" --master-port 6000 pretrain_gpt.py \
   --num-layers 80 \
   --hidden-size 8192 \
@@ -14,6 +17,7 @@ torchrun --nnodes 128 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" --master-
   --num-query-groups 8 \
   --normalization RMSNorm \
   --position-embedding-type rope \
+  --rotary-base 500000 \
   --swiglu \
   --disable-bias-linear \
   --untie-embeddings-and-output-weights \

@@ -164,8 +164,12 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     heads, kv = model.num_attention_heads, model.kv_heads
     if heads % plan.tp:
         r.append(f"tp={plan.tp} does not divide num_attention_heads={heads}")
-    elif (plan.tp <= kv and kv % plan.tp) or (plan.tp > kv and plan.tp % kv):
-        r.append(f"tp={plan.tp} and num_kv_heads={kv}: one must divide the other")
+    elif kv % plan.tp:
+        # no KV-head replication: Megatron-Core core_v0.15.3 transformer_config.py
+        # (__post_init__: "num_query_groups must be a multiple of tensor_model_parallel_size")
+        # and torchtitan's attention (its view of n_kv_heads / tp heads) both split whole groups
+        r.append(f"tp={plan.tp} does not divide num_kv_heads={kv} (the query groups: "
+                 "Megatron-Core and torchtitan give each TP rank whole KV heads)")
     if "dense" in model.layer_types and model.ffn_hidden_size % plan.tp:
         r.append(f"tp={plan.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}")
     if plan.seq_len % plan.cp:

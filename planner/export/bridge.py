@@ -21,7 +21,7 @@ recipes cannot state as a string override).
 from __future__ import annotations
 
 from planner.costmodel.pipeline import chunk_sizes
-from planner.export.common import Target, half_block_layers, header, launch_shape, refuse
+from planner.export.common import Target, half_block_or_refuse, header, launch_shape
 from planner.export.megatron import CP_COMM, layout_string, normalized
 from planner.specs.plan import Plan
 
@@ -60,11 +60,14 @@ def overrides(plan: Plan, target: Target) -> list[str]:
             f"mixed_precision={mp}",
             f"ddp.use_distributed_optimizer={_b(p.zero_stage == 1)}",
             f"optimizer.use_distributed_optimizer={_b(p.zero_stage == 1)}",
-            f"comm_overlap.tp_comm_overlap={_b(p.overlap_tp_comm is True)}",
-            f"comm_overlap.overlap_grad_reduce={_b(p.overlap_dp_grad_reduce)}",
-            f"comm_overlap.overlap_param_gather={_b(p.zero_stage == 1 and p.overlap_param_gather)}"]
+            # the model's and DDP config's own switches: comm_overlap.* cannot be overridden
+            # in a recipe without a CommOverlapConfig (every Llama 3 8B recipe, v0.6.0
+            # recipes/llama/llama3.py)
+            f"model.tp_comm_overlap={_b(p.overlap_tp_comm is True)}",
+            f"ddp.overlap_grad_reduce={_b(p.overlap_dp_grad_reduce)}",
+            f"ddp.overlap_param_gather={_b(p.zero_stage == 1 and p.overlap_param_gather)}"]
     if p.virtual_stages > 1:
-        out.append(f"comm_overlap.overlap_p2p_comm={_b(p.overlap_p2p_comm)}")
+        out.append(f"model.overlap_p2p_comm={_b(p.overlap_p2p_comm)}")
     return out
 
 
@@ -76,10 +79,15 @@ def _layers(p: Plan, target: Target) -> list[str]:
     if not p.uneven_pipeline:
         return []
     sizes = chunk_sizes(target.model.num_layers, p.pp * p.virtual_stages, True) or []
+    # the planner's splits count layers only; a recipe's provider may count the embedding
+    # and the loss as layers, which Megatron-Core refuses with an explicit layout
+    # (transformer_config.py) and which moves layers with first/last stage sizes
+    out = ["model.account_for_embedding_in_pipeline_split=false",
+           "model.account_for_loss_in_pipeline_split=false"]
     if p.virtual_stages == 1 and len(set(sizes[1:-1])) <= 1:
-        return [f"model.num_layers_in_first_pipeline_stage={sizes[0]}",
-                f"model.num_layers_in_last_pipeline_stage={sizes[-1]}"]
-    return [f"model.pipeline_model_parallel_layout='{layout_string(sizes)}'"]
+        return out + [f"model.num_layers_in_first_pipeline_stage={sizes[0]}",
+                      f"model.num_layers_in_last_pipeline_stage={sizes[-1]}"]
+    return out + [f"model.pipeline_model_parallel_layout='{layout_string(sizes)}'"]
 
 
 def _recompute(p: Plan, target: Target) -> list[str]:
@@ -89,8 +97,8 @@ def _recompute(p: Plan, target: Target) -> list[str]:
     if value == "selective":
         return ["model.recompute_granularity=selective"]
     if value == "half":
-        n = half_block_layers(target.model.num_layers, p.pp * p.virtual_stages,
-                              p.uneven_pipeline)
+        n = half_block_or_refuse(target.model.num_layers, p.pp * p.virtual_stages,
+                                 p.uneven_pipeline, FMT)
         return ["model.recompute_granularity=full", "model.recompute_method=block",
                 f"model.recompute_num_layers={n}"]
     return ["model.recompute_granularity=full", "model.recompute_method=uniform",
@@ -102,7 +110,8 @@ def render(plan: Plan, target: Target) -> str:
     lines = overrides(plan, target)
     nodes, per_node = launch_shape(plan, target.cluster, FMT)
     head = header(FMT, VERSION, SOURCE, target, plan)
-    head += ["# usage, on each node (comm_overlap.* needs a recipe with a CommOverlapConfig):",
+    head += ["# usage, on each node (a recipe's CommOverlapConfig, where it has one, sets the",
+             "# overlap switches again at setup: Megatron-Bridge training/comm_overlap.py):",
              f"#   torchrun --nnodes {nodes} --nproc-per-node {per_node} "
              "scripts/training/run_recipe.py --recipe YOUR_RECIPE --mode pretrain \\",
              "#     $(grep -v '^#' THIS_FILE)"]

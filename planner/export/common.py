@@ -16,7 +16,11 @@ from typing import Any, NoReturn
 from planner.costmodel.evaluator import evaluate
 from planner.costmodel.frameworks import placement_violations, plan_violations
 from planner.costmodel.network import PlacementError, domain_factors, fill_level
-from planner.costmodel.pipeline import chunk_sizes
+from planner.costmodel.pipeline import (
+    block_recompute_layers,
+    block_recompute_runs_half,
+    chunk_sizes,
+)
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.framework import FrameworkProfile, load_framework
@@ -67,8 +71,22 @@ def half_block_layers(num_layers: int, n_chunks: int, uneven: bool) -> int:
     the first n layers of every chunk (Megatron ``--recompute-method block``): half of the
     largest chunk, rounded up (an odd chunk recomputes one layer more than the plan counts:
     a little slower, never more memory)."""
+    return block_recompute_layers(chunk_sizes(num_layers, n_chunks, uneven) or [num_layers])
+
+
+def half_block_or_refuse(num_layers: int, n_chunks: int, uneven: bool, fmt: str) -> int:
+    """:func:`half_block_layers`, refused when block recomputation would recompute more
+    layers than ``recompute="half"`` costs (unequal chunks: one ``n`` for all of them)."""
     sizes = chunk_sizes(num_layers, n_chunks, uneven) or [num_layers]
-    return -(-max(sizes) // 2)
+    n = block_recompute_layers(sizes)
+    if not block_recompute_runs_half(sizes):
+        ran = sum(min(n, c) for c in sizes)
+        refuse(fmt, "recompute", "half",
+               f"block recomputation of the first {n} layers of chunks of {min(sizes)} and "
+               f"{max(sizes)} layers recomputes {ran} of {num_layers} layers, where the plan "
+               f"costs half ({num_layers / 2:g}); fix recompute=full or selective, or a "
+               "pp x virtual_stages that divides the layers")
+    return n
 
 
 def recompute_field(value: str, model: ModelSpec) -> str | dict[str, str]:

@@ -21,7 +21,7 @@ import re
 import shlex
 from typing import Any
 
-from planner.costmodel.pipeline import chunk_sizes
+from planner.costmodel.pipeline import block_recompute_runs_half, chunk_sizes
 from planner.errors import InputError
 from planner.export.common import (
     MEGATRON_ORDER,
@@ -31,12 +31,14 @@ from planner.export.common import (
     canonical_placement,
     check_rank_order,
     half_block_layers,
+    half_block_or_refuse,
     header,
     launch_shape,
     recompute_field,
     refuse,
     refuse_violations,
 )
+from planner.export.shell import command_words, unresolved_names
 from planner.specs.plan import Plan
 from planner.specs.validate import _short
 
@@ -46,6 +48,9 @@ SOURCE = "megatron/training/arguments.py (NVIDIA/Megatron-LM, tag core_v0.15.3)"
 #: planner cp_comm -> --cp-comm-type; passed to TransformerConfig.cp_comm_type, whose values are
 #: "p2p", "all_gather", "a2a", "a2a+p2p" (transformer_config.py; the arguments.py help says "allgather")
 CP_COMM = {"ring": "p2p", "all_to_all": "a2a", "all_gather": "all_gather"}
+#: --moe-token-dispatcher-type the cost model costs (planner/costmodel/moe.py: all-to-all
+#: over the EP group); Megatron's default is "allgather" (arguments.py, core_v0.15.3)
+DISPATCHER = "alltoall"
 
 
 def refusals(plan: Plan, target: Target, fmt: str = FMT) -> None:
@@ -98,6 +103,8 @@ def _arch_args(target: Target) -> list[str]:
     m = target.model
     out = ["--normalization", "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm",
            "--position-embedding-type", POSITION[m.position_embedding]]
+    if m.position_embedding == "rope":
+        out += ["--rotary-base", _rotary_base(m.rope_theta)]
     out += [flag for flag, on in (("--swiglu", m.ffn_type == "swiglu"),
                                   ("--disable-bias-linear", not m.bias),
                                   ("--untie-embeddings-and-output-weights", not m.tied_embeddings))
@@ -116,14 +123,24 @@ def _arch_args(target: Target) -> list[str]:
     return out + _moe_args(target)
 
 
+def _rotary_base(theta: float) -> str:
+    """``--rotary-base`` is an integer argument (arguments.py, default 10000)."""
+    if theta != int(theta):
+        raise InputError(f"cannot export to {FMT}: rope_theta={theta!r}: Megatron-LM's "
+                         "--rotary-base takes an integer")
+    return str(int(theta))
+
+
 def _moe_args(target: Target) -> list[str]:
     """Experts, their FFN, shared experts, capacity and which layers are MoE
     (``--moe-layer-freq`` as a pattern such as ``([0]*3+[1]*58)``, 1 = MoE)."""
     m, moe = target.model, target.model.moe
     if moe is None:
         return []
+    # the cost model costs all-to-all token dispatch; Megatron's default is allgather
     out = ["--num-experts", str(moe.num_experts), "--moe-router-topk", str(moe.top_k),
-           "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden_size)]
+           "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden_size),
+           "--moe-token-dispatcher-type", DISPATCHER]
     if moe.num_shared_experts:
         size = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
         out += ["--moe-shared-expert-intermediate-size", str(moe.num_shared_experts * size)]
@@ -199,8 +216,8 @@ def _recompute_args(p: Plan, target: Target) -> list[str]:
                 "--recompute-num-layers", "1"]
     if value == "half":  # block: the first n layers of every chunk, n = half the largest
         return ["--recompute-granularity", "full", "--recompute-method", "block",
-                "--recompute-num-layers", str(half_block_layers(
-                    target.model.num_layers, p.pp * p.virtual_stages, p.uneven_pipeline))]
+                "--recompute-num-layers", str(half_block_or_refuse(
+                    target.model.num_layers, p.pp * p.virtual_stages, p.uneven_pipeline, FMT))]
     return []
 
 
@@ -238,7 +255,10 @@ def render(plan: Plan, target: Target) -> str:
     nodes, per_node = launch_shape(plan, target.cluster, FMT)
     lines = ["#!/usr/bin/env bash"] + header(FMT, VERSION, SOURCE, target, plan)
     lines += ["# Add data, tokenizer, optimizer and checkpoint arguments (or pass them to this",
-              "# script: \"$@\"). Run once per node with NODE_RANK and MASTER_ADDR set."]
+              "# script: \"$@\"). Run once per node with NODE_RANK and MASTER_ADDR set.",
+              "# validate_args asserts this for tp > 1 or cp > 1 before Blackwell (arguments.py);",
+              "# Megatron-LM's examples export it for every run.",
+              "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
     launch = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} "
               '--node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
               "--master-port 6000 pretrain_gpt.py")
@@ -271,7 +291,8 @@ _INT = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": 
         "--nproc-per-node": "nproc", "--nproc_per_node": "nproc"}
 _STR = {"--recompute-granularity": "granularity", "--recompute-method": "method",
         "--fp8-format": "fp8", "--attention-backend": "attention",
-        "--pipeline-model-parallel-layout": "layout"}
+        "--pipeline-model-parallel-layout": "layout",
+        "--moe-token-dispatcher-type": "dispatcher"}
 _LIST = {"--cp-comm-type": "cp_comm_type", "--recompute-modules": "recompute_modules"}
 _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
           "--overlap-param-gather", "--tp-comm-overlap", "--no-overlap-p2p-communication",
@@ -284,7 +305,7 @@ _ARCH = {"--normalization", "--position-embedding-type", "--swiglu", "--disable-
          "--kv-channels", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
          "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--moe-ffn-hidden-size",
          "--moe-layer-freq", "--moe-shared-expert-intermediate-size",
-         "--moe-expert-capacity-factor"}
+         "--moe-expert-capacity-factor", "--rotary-base"}
 #: arguments that change what runs in ways the planner does not model: refused by name
 UNSUPPORTED = {
     "--optimizer-cpu-offload": "CPU offload of Megatron's optimizer is not modelled",
@@ -307,33 +328,47 @@ def tokenize(text: str) -> tuple[dict[str, Any], list[str]]:
     """Arguments (flag -> value, True for switches, a list for ``nargs='+'``) and the
     arguments ignored; a launcher before ``*.py`` contributes only its node shape."""
     try:
-        toks = split_shell(text.replace("\\\n", " "))  # line continuations
-    except ValueError as e:  # an unclosed quote
-        raise InputError(f"--from megatron: cannot split the arguments: {e}") from None
-    launcher: list[str] = []
-    for k, t in enumerate(toks):
-        if t.endswith(".py"):
-            launcher, toks = toks[:k], toks[k + 1:]
-            break
+        launcher, toks = command_words(text)
+    except ValueError as e:  # an unclosed quote, shell syntax beyond assignments
+        raise InputError(f"--from megatron: cannot read the script: {e}") from None
     got: dict[str, Any] = {}
     ignored: list[str] = []
     for flag, vals in _groups(launcher):
         if flag in ("--nnodes", "--nproc-per-node", "--nproc_per_node"):
-            got[flag] = _one(flag, vals)
+            got[flag] = _one(flag, _resolved(flag, vals))
     for flag, vals in _groups(toks):
+        if unresolved_names(flag):
+            raise InputError(f"--from megatron: {_unresolved_message(flag)} where an argument "
+                             "name is expected; define it in the script")
         if flag in UNSUPPORTED:
             raise InputError(f"--from megatron: {flag}: {UNSUPPORTED[flag]}")
         if flag in _FLAGS:
             got[flag] = True
         elif flag in _LIST:
-            got[flag] = vals
+            got[flag] = _resolved(flag, vals)
         elif flag in _INT or flag in _STR:
-            got[flag] = _one(flag, vals)
+            got[flag] = _one(flag, _resolved(flag, vals))
         elif flag in _ARCH:
-            got[flag] = vals
+            got[flag] = _resolved(flag, vals)
         else:
             ignored.append(flag)
     return got, ignored
+
+
+def _unresolved_message(word: str) -> str:
+    names = unresolved_names(word)
+    return (f"{', '.join(_short(n) for n in names)}: not defined in the script (the planner "
+            "expands the script's own assignments and arrays, not the environment, "
+            "positional arguments, arithmetic or command output)")
+
+
+def _resolved(flag: str, vals: list[str]) -> list[str]:
+    """The values of an argument the planner reads, refused when one holds a variable the
+    script does not define."""
+    for v in vals:
+        if unresolved_names(v):
+            raise InputError(f"--from megatron: {flag}: {_unresolved_message(v)}")
+    return vals
 
 
 _WORD_RUN = re.compile(r"[^ \t\r\n'\"\\#]+")  # characters a word takes as they are
@@ -467,7 +502,67 @@ def parse_args(text: str, target: Target) -> tuple[Plan, list[str]]:
         raise InputError(f"--from megatron: {e}") from None
     plan = plan.model_copy(update={"placement": plan.placement.model_validate(
         canonical_placement(plan, target.cluster, order))})
+    _check_defaults(got, target)
     return Plan.model_validate(plan.to_dict()), ignored
+
+
+def _check_defaults(got: dict[str, Any], target: Target) -> None:
+    """Architecture arguments with Megatron-LM's defaults for the absent ones
+    (arguments.py, core_v0.15.3: LayerNorm, learned absolute positions, GELU, biases, tied
+    embeddings, dropout 0.1, RoPE base 10000; allgather token dispatch) must be the model's
+    and what the cost model costs."""
+    m = target.model
+    said = {f: " ".join(got[f]) if f in got else d for f, d in (
+        ("--normalization", "LayerNorm"), ("--position-embedding-type", "learned_absolute"))}
+    want = {"--normalization": "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm",
+            "--position-embedding-type": POSITION[m.position_embedding]}
+    for flag, value in said.items():
+        if value != want[flag]:
+            raise InputError(f"--from megatron: {flag} {value} (Megatron-LM's default when "
+                             f"absent) describes a different model than '{m.name}' "
+                             f"({want[flag]}); add {flag} {want[flag]} or pass the matching -m")
+    for flag, on, what in (("--swiglu", m.ffn_type == "swiglu", f"ffn_type {m.ffn_type}"),
+                           ("--disable-bias-linear", not m.bias, f"bias {str(m.bias).lower()}"),
+                           ("--untie-embeddings-and-output-weights", not m.tied_embeddings,
+                            f"tied_embeddings {str(m.tied_embeddings).lower()}")):
+        if (flag in got) != on:
+            raise InputError(f"--from megatron: {'with' if flag in got else 'without'} {flag} "
+                             f"the model differs from '{m.name}' ({what}); "
+                             f"{'drop' if flag in got else 'add'} {flag} or pass the matching -m")
+    rates = [_float(got, f, 0.1) for f in ("--attention-dropout", "--hidden-dropout")]
+    if any(r > 0 for r in rates) != m.dropout:
+        raise InputError(f"--from megatron: --attention-dropout {rates[0]:g} --hidden-dropout "
+                         f"{rates[1]:g} (Megatron-LM's default 0.1 when absent): '{m.name}' has "
+                         f"dropout {str(m.dropout).lower()}; "
+                         + ("add --attention-dropout 0.0 --hidden-dropout 0.0" if not m.dropout
+                            else "set a dropout above 0") + " or pass the matching -m")
+    if m.position_embedding == "rope":
+        base = _float(got, "--rotary-base", 10000.0)
+        if base != m.rope_theta:
+            raise InputError(f"--from megatron: --rotary-base {base:g} (Megatron-LM's default "
+                             f"10000 when absent) describes a different model than '{m.name}' "
+                             f"(rope_theta {m.rope_theta:g}); add --rotary-base "
+                             f"{m.rope_theta:g} or pass the matching -m")
+    if m.moe is not None:
+        d = got.get("--moe-token-dispatcher-type", "allgather")
+        if d != DISPATCHER:
+            raise InputError(f"--from megatron: --moe-token-dispatcher-type {d}"
+                             f"{' (Megatron-LM default when absent)' if d == 'allgather' else ''}"
+                             f": not costed; the cost model costs {DISPATCHER} token dispatch "
+                             f"over the EP group (add --moe-token-dispatcher-type {DISPATCHER})")
+
+
+def _float(got: dict[str, Any], flag: str, default: float) -> float:
+    if flag not in got:
+        return default
+    try:
+        v = float(_one(flag, got[flag]))
+    except ValueError:
+        raise InputError(f"--from megatron: {flag}: expected a number, got "
+                         f"{_short(' '.join(got[flag]))}") from None
+    if not 0 <= v < float("inf"):
+        raise InputError(f"--from megatron: {flag}: expected a finite number >= 0, got {v}")
+    return v
 
 
 def _check_model(got: dict[str, Any], target: Target) -> None:
@@ -672,6 +767,13 @@ def _recompute_from(got: dict[str, Any], data: dict[str, Any], model: ModelSpec)
     half = half_block_layers(model.num_layers, data["pp"] * data["virtual_stages"],
                              data["uneven_pipeline"]) if method == "block" else None
     if n == half:
+        sizes = chunk_sizes(model.num_layers, data["pp"] * data["virtual_stages"],
+                            data["uneven_pipeline"]) or [model.num_layers]
+        if not block_recompute_runs_half(sizes):
+            raise InputError(f"--from megatron: --recompute-method block --recompute-num-layers "
+                             f"{n} on chunks of {min(sizes)} and {max(sizes)} layers recomputes "
+                             f"{sum(min(n, c) for c in sizes)} of {model.num_layers} layers, "
+                             "not half of each chunk: the planner does not model it")
         return "half"
     raise InputError(f"--from megatron: --recompute-method {method} --recompute-num-layers "
                      f"{n}: the planner's full recomputation is uniform over 1 layer, its half "

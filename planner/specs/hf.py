@@ -79,7 +79,17 @@ def _llama_like(cfg: dict[str, Any], source: str, family: str) -> dict[str, Any]
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "norm_type": "rmsnorm",
         "position_embedding": "rope",
+        "rope_theta": _rope_theta(cfg, source),
     }
+
+
+def _rope_theta(cfg: dict[str, Any], source: str) -> float:
+    """The RoPE base; 10000 when absent (the transformers default for these families)."""
+    value = cfg.get("rope_theta", 10000.0)
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0 < value < float("inf")):
+        raise InputError(f"{source}: rope_theta {_short(value)}: expected a positive number")
+    return float(value)
 
 
 def _llama(cfg: dict[str, Any], source: str) -> dict[str, Any]:

@@ -68,6 +68,9 @@ class ModelSpec(Spec):
     tied_embeddings: bool = False
     norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
     position_embedding: Literal["rope", "learned", "none"] = "rope"
+    rope_theta: float = Field(10000.0, gt=0, allow_inf_nan=False,
+                              description="RoPE base (Hugging Face rope_theta; Su et al. 2021 "
+                              "and Megatron-LM's --rotary-base default: 10000)")
     bias: bool = Field(False, description="linear layers carry biases (GPT-2/3)")
     dropout: bool = Field(False, description="dropout layers store masks (GPT-3-era Megatron)")
     moe: MoESpec | None = None
