@@ -14,7 +14,7 @@ from formulations.dlrm_local import local_plan, local_state, state_plan
 from formulations.linear import CpsatSession, MilpSession, SolverOutcome
 from planner.costmodel.dlrm import Option, links, table_options
 from planner.costmodel.dlrm_eval import DLRMEstimate, Loads, compose, evaluate_dlrm
-from planner.errors import InfeasibleError, InputError
+from planner.errors import InfeasibleError, InputError, ResourceError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMPlan, DLRMSpec
 
@@ -31,11 +31,35 @@ MAX_EXHAUSTIVE = 200_000
 #: its warm start; on small instances it stops much earlier (no improving move left).
 LOCAL_SHARE = 0.5
 #: Variables (one per option, and per rank or node for placed options) beyond which the
-#: exact model is not built: building takes about 1.2 KB per variable (measured: 4.2M
-#: variables, 2,000 distinct tables on 512 GPUs, 4.9 GB and 33 s) and CP-SAT needs
-#: several times that. Above it the local search answers alone, with the gap to the LP
-#: bound (status ``heuristic``).
-MAX_MODEL_VARS = 2_000_000
+#: exact model is not built. Measured on zionex-128 with 8 CP-SAT workers and a 4 s limit
+#: (peak resident / address space): 162k variables (400 distinct tables) 0.54 / 0.80 GB,
+#: 406k 1.1 / 1.4 GB, 812k 2.0 / 2.3 GB (std::bad_alloc under a 2 GiB address-space cap):
+#: about 2.3 KB per variable over 0.4 GB; CP-SAT's search then grows (162k: 2.4 / 3.3 GB
+#: after 60 s; :data:`CPSAT_MEMORY_MB` stops it). 250k keeps building and loading under
+#: 1 GB. Above it the local search answers alone, with the gap to the LP bound (status
+#: ``heuristic``).
+MAX_MODEL_VARS = 250_000
+#: CP-SAT's memory grows with its search, about 1.4-1.7 KB per variable per search worker
+#: within seconds (162k variables, 8 workers: 0.45 GB loaded, 2.2 GB resident and 3.4 GB
+#: of address space 12 s later; 3 workers: 1.2 and 1.9 GB after 40 s; 2 workers: 1.0 and
+#: 1.6 GB), and a std::bad_alloc in one
+#: of its threads aborts the process (uncatchable). So the workers are as many as
+#: :data:`CPSAT_SEARCH_BYTES` holds at :data:`CPSAT_WORKER_BYTES_PER_VAR` (at least one),
+#: and CP-SAT's own memory limit (:data:`CPSAT_MEMORY_MB`, resident, checked as it
+#: searches) stops it with its best plan.
+CPSAT_WORKER_BYTES_PER_VAR = 2_000
+CPSAT_SEARCH_BYTES = 768 << 20
+CPSAT_MEMORY_MB = 1000
+#: Seconds per variable of the work before CP-SAT searches (building the model, completing
+#: the warm start, loading it into CP-SAT): 21 us measured on a shared 2-core machine (406k
+#: variables: 2.3 + 1.4 + 4.8 s), none of it interruptible. The exact model is built only
+#: when that work fits in :data:`EXACT_SHARE` of the time limit; else the local search
+#: answers (500 distinct tables on 128 GPUs, 203k variables, stay exact at 10 s).
+EXACT_S_PER_VAR = 2e-5
+EXACT_SHARE = 0.5
+#: ... but a model this small is always exact (0.2 s of building at most; the local search
+#: is no faster there, and proves nothing).
+MIN_EXACT_VARS = 10_000
 #: ... and then the search may use this share of the time limit, the LP bound the rest.
 HEURISTIC_SEARCH_SHARE = 0.6
 #: Share of the time limit the LP bound may take beside the exact model.
@@ -77,9 +101,32 @@ def solve_sharding(model: DLRMSpec, cluster: ClusterSpec, backend: str = "cpsat"
     if backend not in ("cpsat", "milp"):
         raise InputError(f"backend {backend!r}: expected cpsat, milp or exhaustive")
     t0 = time.perf_counter()
-    size = model_vars(model, cluster, kinds)
-    if size > MAX_MODEL_VARS:
-        return _heuristic(model, cluster, backend, time_limit_s, kinds, size, t0)
+    options = [table_options(model, cluster, i, kinds) for i in range(len(model.tables))]
+    size = _vars_of(model, cluster, options)
+    if size > max_exact_vars(time_limit_s):
+        return _heuristic(model, cluster, backend, time_limit_s, kinds, size, t0, options)
+    del options  # the exact model makes its own
+    try:
+        return _exact(model, cluster, backend, time_limit_s, kinds, workers, t0)
+    except MemoryError:  # std::bad_alloc from CP-SAT or HiGHS comes back as MemoryError
+        pass  # the exception (and with it the model) released before the message
+    raise ResourceError(
+        f"out of memory solving the exact DLRM sharding model ({size:,} variables; the "
+        f"exact model is built up to {MAX_MODEL_VARS:,}): give the process more memory, or "
+        "repeat identical tables with 'count' (one entry per shape keeps the model small)")
+
+
+def max_exact_vars(time_limit_s: float) -> int:
+    """The largest exact model built under ``time_limit_s``: :data:`MAX_MODEL_VARS`
+    (memory), fewer (down to :data:`MIN_EXACT_VARS`) when building it would take more than
+    :data:`EXACT_SHARE` of the limit."""
+    by_time = max(MIN_EXACT_VARS, int(EXACT_SHARE * time_limit_s / EXACT_S_PER_VAR))
+    return min(MAX_MODEL_VARS, by_time)
+
+
+def _exact(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s: float,
+           kinds: tuple[str, ...] | None, workers: int, t0: float) -> DLRMSolution:
+    """The exact model, warm-started (CP-SAT) from the greedy plans and the local search."""
     lm, vm = build(model, cluster, kinds)
     # 0.4 s at 500 tables (cut short: no LP bound), never more than half the limit
     lp_limit_s = min(max(LP_SHARE * time_limit_s, 0.5), 0.5 * time_limit_s)
@@ -115,25 +162,30 @@ def model_vars(model: DLRMSpec, cluster: ClusterSpec,
                kinds: tuple[str, ...] | None = None) -> int:
     """Variables of the exact model :func:`formulations.dlrm.build` would make (its
     assignment variables; the phase and indicator variables are a handful more)."""
+    return _vars_of(model, cluster, [table_options(model, cluster, i, kinds)
+                                     for i in range(len(model.tables))])
+
+
+def _vars_of(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]]) -> int:
     ln = links(model, cluster)
     per = {"ranks": ln.ranks, "node": ln.nodes, "all": 0}
-    return sum(1 + per[o.scope] for i in range(len(model.tables))
-               for o in table_options(model, cluster, i, kinds))
+    return sum(1 + per[o.scope] for opts in options for o in opts)
 
 
 def _heuristic(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s: float,
-               kinds: tuple[str, ...] | None, size: int, t0: float) -> DLRMSolution:
-    """Too large to build (:data:`MAX_MODEL_VARS`): the local search's plan, checked by
+               kinds: tuple[str, ...] | None, size: int, t0: float,
+               options: list[list[Option]]) -> DLRMSolution:
+    """Too large to build (:func:`max_exact_vars`): the local search's plan, checked by
     the evaluator, with the best of the work and LP bounds beside it."""
-    options = [table_options(model, cluster, i, kinds) for i in range(len(model.tables))]
     st = local_state(model, cluster, options, t0 + HEURISTIC_SEARCH_SHARE * time_limit_s)
     plan = state_plan(model, options, st) if st is not None else None
     est = evaluate_dlrm(model, cluster, plan) if plan is not None else None
     if est is None or not est.feasible:
         err = _infeasible(model, cluster)
         err.reasons.append(f"the exact model would have {size:,} variables (more than "
-                           f"{MAX_MODEL_VARS:,}), and the local search found no plan within "
-                           "memory" + (f": {est.reasons[0]}" if est else ""))
+                           f"{max_exact_vars(time_limit_s):,}: memory, time limit), and the "
+                           "local search found no plan within memory"
+                           + (f": {est.reasons[0]}" if est else ""))
         err.hints.append("repeat identical tables with 'count' (one entry per shape keeps "
                          "the exact model small)")
         err.status = "time_limit"  # a plan may exist: the search is not a proof
@@ -181,12 +233,14 @@ def _cpsat(lm, vm: DLRMVars, hint: dict[int, int] | None, deadline: float,
     ``objective`` is CP-SAT's best bound (the objective itself when proven optimal)."""
     from ortools.sat.python import cp_model
 
+    workers = search_workers(workers, len(lm.vars))
     session = CpsatSession(lm, workers=workers)
     for i, v in (hint or {}).items():
         session.model.add_hint(session.xs[i], v)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.05)
     solver.parameters.num_workers = workers
+    solver.parameters.max_memory_in_mb = CPSAT_MEMORY_MB
     # presolve off as in CpsatSession.solve: on 100 tables x 128 ranks it took 14 s
     solver.parameters.cp_model_presolve = False
     t0 = time.perf_counter()
@@ -198,6 +252,13 @@ def _cpsat(lm, vm: DLRMVars, hint: dict[int, int] | None, deadline: float,
         return SolverOutcome(name, [int(solver.value(x)) for x in session.xs],
                              solver.best_objective_bound, wall)
     return SolverOutcome(name, None, None, wall)
+
+
+def search_workers(workers: int, num_vars: int) -> int:
+    """CP-SAT's search workers on a model of ``num_vars`` variables: ``workers``, fewer
+    when their memory would pass :data:`CPSAT_SEARCH_BYTES`."""
+    fit = CPSAT_SEARCH_BYTES // (CPSAT_WORKER_BYTES_PER_VAR * max(num_vars, 1))
+    return max(1, min(workers, fit))
 
 
 def complete_hint(lm, hint: dict[int, int]) -> dict[int, int]:

@@ -29,3 +29,10 @@ class InfeasibleError(PlannerError):
         self.reasons = reasons or []
         self.hints = hints or []
         self.status = status
+
+
+class ResourceError(PlannerError):
+    """The machine ran out of a resource (memory) before an answer: not the input's fault,
+    and no proof that no plan exists."""
+
+    exit_code = 1

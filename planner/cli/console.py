@@ -100,6 +100,15 @@ class LazyStatus:
             self.status.stop()
 
 
+def say_overrun(fields: dict[str, Any], time_limit_s: float) -> None:
+    """One stderr line when an answer ran more than 10 % past ``--time-limit``."""
+    from planner.orchestration.overrun import overrun_line
+
+    line = overrun_line(fields, time_limit_s)
+    if line is not None:
+        err.print(escape(line), highlight=False, soft_wrap=True)
+
+
 def print_error(e: PlannerError) -> None:
     """An error as ``main`` shows it on stderr: infeasible with its reasons and hints, or
     one line for bad input."""

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from planner.cli.console import _emit_json, out
+from planner.cli.console import _emit_json, out, say_overrun
 from planner.errors import InfeasibleError
 from planner.orchestration.dlrm import STATUS_TEXT
 
@@ -28,10 +27,7 @@ def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
                         "solver": {"backend": backend, "status": e.status},
                         "message": str(e), "reasons": e.reasons, "hints": e.hints})
         raise
-    over = getattr(res, "time_limit_overrun_s", None)
-    if over is not None:
-        print(f"planner: ran {over:.2f} s past --time-limit {time_limit:g} (building the model "
-              "and the warm start take a minimum)", file=sys.stderr)
+    say_overrun(res.overrun_fields(), time_limit)
     if out_path:
         _write(res, out_path, force)
     if json_:

@@ -87,7 +87,9 @@ def procure(
                                                "(sequences); default from the model."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help=SEQ_LEN_HELP),
     dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
-    time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds per inner solve."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds per inner solve (one "
+                                     "per option answered), not for the whole command: "
+                                     "the total is reported (stats.wall_s)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Inner solves at once "
                                           "(default: the CPUs)."),
     serve: bool = typer.Option(False, "--serve", help="Serving: cheapest fleet (docs/serving.md)."),

@@ -14,9 +14,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_json, check_files,
-                                 err, out)
+                                 err, out, say_overrun)
 from planner.errors import InfeasibleError, InputError
 from planner.report.serve import serve_notes
+
+SERVE_TIME_LIMIT_HELP = ("Seconds for the whole search, the tables included; when they run "
+                         "out, the best plan found so far (not proven optimal).")
 
 
 class ServeObjective(str, Enum):
@@ -104,6 +107,7 @@ def serve(
                                  "N Poisson requests (needs --rate; N <= 1e6, N x --osl <= 5e7)."),
     launch: bool = typer.Option(False, "--launch", help="Print vLLM, SGLang and TensorRT-LLM "
                                 "launch commands for the plan's pools."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help=SERVE_TIME_LIMIT_HELP),
     weight_dtypes: str = typer.Option(
         "bf16,fp8", "--weight-dtypes", metavar="LIST", help="Weight formats to search "
         "(comma-separated: bf16, fp8, int4, fp4); fp8 only where the GPU has it. int4 and "
@@ -129,7 +133,7 @@ def serve(
         res = plan_serve(m, _clusters(cluster, gpus), w,
                          objective=objective.value if objective else None, gpus=gpus,
                          fix=fixes, backend=backend.value, pareto=pareto or bool(plot),
-                         space=space)
+                         time_limit_s=time_limit, space=space)
     except InfeasibleError as e:
         if json_:  # scripts still get one object, then the reasons on stderr and exit 1
             _emit_json({"plan": None, "estimate": None,
@@ -142,6 +146,7 @@ def serve(
         err.print(f"[yellow]calibration:[/] {escape(n)}")
     for n in quant:
         err.print(f"[yellow]quantization:[/] {escape(n)}")
+    say_overrun(res.solver, time_limit)
     sim = _simulate(load_model(model), _clusters(cluster, gpus), res, w, simulate)
     if plot:
         from planner.report.serve import plot_serve_pareto

@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from planner.cli.console import (
     FORCE_HELP,
+    say_overrun,
     check_files,
     warn_calibration,
     warn_context_length,
@@ -100,6 +101,7 @@ def solve(
         raise
     finally:
         status.stop()
+    say_overrun(res.overrun_fields(), time_limit)
     if out_path:
         _write_plan(res.best.plan, out_path, force)
     notes = warn_calibration(c, res.best.plan)

@@ -46,7 +46,16 @@ class Loads:
     def add(self, opt: Option, ranks: dict[int, int] | range, copies: int) -> None:
         """``copies`` copies of ``opt``; ``ranks`` maps a rank to its shard count."""
         c = opt.cost
-        items = ranks.items() if isinstance(ranks, dict) else ((r, copies) for r in ranks)
+        if isinstance(ranks, range):  # every rank alike: whole slices (the same sums)
+            at = slice(ranks.start, ranks.stop, ranks.step)
+            for arr, v in ((self.lookup_fwd_s, c.lookup_fwd_s), (self.lookup_bwd_s,
+                           c.lookup_bwd_s), (self.comm_fwd_s, c.comm_fwd_s),
+                           (self.comm_bwd_s, c.comm_bwd_s)):
+                arr[at] += copies * v
+            for r in ranks:
+                self.memory_bytes[r] += copies * c.memory_bytes
+                self.host_bytes[r] += copies * c.host_bytes
+        items = ranks.items() if isinstance(ranks, dict) else ()
         for r, n in items:
             self.lookup_fwd_s[r] += n * c.lookup_fwd_s
             self.lookup_bwd_s[r] += n * c.lookup_bwd_s

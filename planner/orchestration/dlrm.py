@@ -9,6 +9,7 @@ from typing import Any
 
 from formulations.dlrm_search import DLRMSolution, solve_sharding
 from planner.errors import InputError
+from planner.orchestration.overrun import overrun_fields, overrun_s
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import MAX_GLOBAL_BATCH, DLRMSpec
 from planner.specs.validate import _short
@@ -30,9 +31,13 @@ class DLRMSolveResult:
     def time_limit_overrun_s(self) -> float | None:
         """Seconds past the time limit when over 10 % past it (set-up, the warm start and
         decoding need a minimum whatever the limit), else None."""
-        if self.time_limit_s is None or self.solution.solve_time_s <= 1.1 * self.time_limit_s:
-            return None
-        return self.solution.solve_time_s - self.time_limit_s
+        return overrun_s(self.solution.solve_time_s, self.time_limit_s)
+
+    def overrun_fields(self) -> dict[str, Any]:
+        why = ("listing every table's options, the local search's set-up and evaluating its "
+               "plan take a minimum whatever the limit" if self.solution.status == "heuristic"
+               else "building the model and the warm start take a minimum whatever the limit")
+        return overrun_fields(self.solution.solve_time_s, self.time_limit_s, why)
 
     @property
     def best(self) -> DLRMSolution:
@@ -57,10 +62,7 @@ class DLRMSolveResult:
                        "model_objective_s": s.model_objective_s,
                        "evaluator_objective_s": est.iteration_time_s,
                        "optimality_gap": gap,
-                       **({"time_limit_overrun_s": self.time_limit_overrun_s,
-                           "overrun_note": "building the model and the warm start take a "
-                                           "minimum whatever the limit"}
-                          if self.time_limit_overrun_s is not None else {}),
+                       **self.overrun_fields(),
                        **({"bound_note": "the LP bound was cut by the time limit: the gap "
                                          "is to a weaker bound"} if s.bound_cut else {})},
         }

@@ -23,11 +23,15 @@ from planner.costmodel.serve_eval import (
     replica_perf,
 )
 from planner.errors import InfeasibleError, InputError
+from planner.orchestration.overrun import overrun_fields
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.serve import MAX_REPLICAS, ServeEngine, ServePlan, ServeWorkload
 
 OBJECTIVES = ("throughput", "cost", "gpus", "energy")
+#: A mode's solve starts with at least this much time, even past the deadline (it then
+#: stops at its first plan; the overrun is reported).
+MIN_SOLVE_S = 0.05
 
 
 @dataclass
@@ -208,9 +212,10 @@ def _candidates(tabs: dict):
 
 
 def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, backend: str,
-            time_limit_s: float, max_layouts: int):
+            time_limit_s: float, max_layouts: int, deadline: float | None = None):
     """The best (mode, problem, solution) over the modes; the offline question without a
-    rate or budget is the best layout per GPU, one replica."""
+    rate or budget is the best layout per GPU, one replica. Each mode's solve gets the time
+    left until ``deadline`` (the whole limit when None)."""
     if objective == "throughput" and gpus is None:
         rows = tabs.get("aggregated", {}).get("aggregated") or []
         if not rows:
@@ -223,7 +228,8 @@ def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, back
     rate = None if w.rate_rps is None else rate_units(w.rate_rps)
     for mode, pools in _candidates(tabs):
         problem = presolve(ServeProblem(pools, objective, rate, gpus, max_layouts))
-        sol = solve(problem, backend, time_limit_s)
+        left_s = time_limit_s if deadline is None else deadline - time.perf_counter()
+        sol = solve(problem, backend, max(left_s, MIN_SOLVE_S))
         if sol.status == "time_limit":
             timed_out.append(mode)
         if _better(objective, best[2] if best else None, sol):
@@ -254,6 +260,9 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
     """The best plan (module docstring), its estimate from the evaluator and the solver's
     report. Raises InputError on bad arguments, InfeasibleError when nothing meets them."""
     objective = _check_args(w, objective, gpus)
+    if isinstance(time_limit_s, bool) or not (isinstance(time_limit_s, (int, float))
+                                              and 0 < time_limit_s < 1e7):  # NaN included
+        raise InputError(f"--time-limit {time_limit_s!r}: expected seconds > 0 (below 1e7)")
     transformer(model)
     if not clusters:
         raise InputError("-c/--cluster: give at least one cluster")
@@ -266,7 +275,7 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
     t0 = time.perf_counter()
     tabs = tables(model, clusters, w, space, engine)
     t_tables = time.perf_counter() - t0
-    found = _search(tabs, objective, w, gpus, backend, time_limit_s, 1)
+    found = _search(tabs, objective, w, gpus, backend, time_limit_s, 1, t0 + time_limit_s)
     if found is None:
         raise _infeasible(w, gpus, _why_no_layout(model, clusters, space, tabs),
                           reachable(model, clusters, w, space, engine), fix, space, tabs)
@@ -279,7 +288,11 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
               "objective_value": sol.objective if objective != "throughput"
               else sol.objective / SCALE, "mode": mode, "rows": rows,
               "tables_s": t_tables, "solve_s": sol.wall_s,
-              "wall_s": time.perf_counter() - t0}
+              "wall_s": time.perf_counter() - t0, "time_limit_s": time_limit_s}
+    solver.update(overrun_fields(
+        solver["wall_s"], time_limit_s,
+        f"tabulating {rows:,} layouts took {t_tables:.2f} s (not interruptible), solving and "
+        "evaluating the rest"))
     front = pareto_front(model, tabs.get("aggregated", {}).get("aggregated", []), w, engine) \
         if pareto else []
     return ServeResult(plan, est, solver, front)

@@ -23,6 +23,7 @@ from planner.costmodel.evaluator import Estimate, check_structure, evaluate
 from planner.costmodel.frameworks import framework_defaults
 from planner.costmodel.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
+from planner.orchestration.overrun import overrun_fields
 from planner.specs.plan_base import model_defaults, require_batch
 from planner.specs.cluster import ClusterSpec
 from planner.specs.loaders import apply_overrides, load_cluster, plan_from_dict
@@ -91,6 +92,15 @@ class SolveResult:
             return None
         return max(b - self.proven_bound, 0.0) / b
 
+    def overrun_fields(self) -> dict[str, Any]:
+        """``time_limit_overrun_s`` and why, when the solve ran over 10 % past its limit."""
+        setup_s = float(self.stats.get("setup_s", 0.0))
+        return overrun_fields(
+            self.solve_time_s, self.time_limit_s,
+            f"enumerating and tabulating {self.space_size:,} plans took {setup_s:.2f} s, the "
+            f"search and evaluating its plans {self.solve_time_s - setup_s:.2f} s; a phase "
+            "that has started runs to its end")
+
     def to_json(self) -> dict[str, Any]:
         b = self.best
         return {
@@ -112,6 +122,7 @@ class SolveResult:
                 "proven_bound": self.proven_bound,
                 "space_size": self.space_size,
                 **self.stats,
+                **self.overrun_fields(),
             },
             "alternatives": [p.to_json() for p in self.plans[1:]],
             **({"totals": self.totals()} if self.tokens else {}),

@@ -100,7 +100,9 @@ def stats_line(res: ProcureResult) -> str:
     return (f"{s['options']} options (template x GPU count): {s['pruned_by_limits']} ruled out "
             f"by lower bounds, {s['solved']} solved, {s['pruned_by_incumbent']} pruned by the "
             f"incumbent, {s['pruned_by_dominance']} by the fronts; {s['solver_calls']} solver "
-            f"calls in {s['wall_s']:.1f} s")
+            f"calls in {s['wall_s']:.1f} s"
+            + (f" (--time-limit {s['time_limit_per_solve_s']:g} s is per solve)"
+               if "time_limit_per_solve_s" in s else ""))
 
 
 def print_procurement(console: Console, res: ProcureResult, pareto: bool) -> None:

@@ -9,6 +9,7 @@ table, lookups of a batch) leaves the range where doubles count exactly.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
@@ -109,8 +110,8 @@ class DLRMSpec(Spec):
         bad = [w for w in (*self.bottom_mlp, *self.top_mlp) if w > MAX_MLP_WIDTH]
         if bad:
             raise ValueError(f"MLP widths must be at most {MAX_MLP_WIDTH}, got {bad[:3]}")
-        names = [t.name for t in self.tables]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        counts = Counter(t.name for t in self.tables)  # list.count: 3 s at 14,500 tables
+        dup = sorted(n for n, k in counts.items() if k > 1)
         if dup:
             raise ValueError(f"tables: names must be unique, repeated: {dup[:5]}")
         if self.num_tables > MAX_TABLES:
