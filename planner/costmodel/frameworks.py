@@ -390,11 +390,12 @@ def setting_problems(profile: FrameworkProfile, fields: dict[str, Any]) -> list[
 def framework_defaults(profile: FrameworkProfile, base: dict[str, Any],
                        given: set[str]) -> dict[str, Any]:
     """``base`` with each setting the caller did not give (``given``) at the framework's
-    default (its first listed value) where the model's default is one it does not run."""
+    default, its first listed value (the precision: the model's, where the framework runs
+    it)."""
     out = dict(base)
     for field, key in SETTINGS.items():
         allowed = getattr(profile, key)
         current = out.get(field, Plan.model_fields[field].default)
-        if field not in given and current not in allowed:
+        if field not in given and not (field == "dtype" and current in allowed):
             out[field] = allowed[0]
     return out
