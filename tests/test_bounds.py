@@ -532,3 +532,19 @@ def test_bounded_fuzz(tmp_path):
     print(f"bounded fuzz: {runs or 12} cases, {len(failures)} failures, peak resident "
           f"{peak_rss_bytes / 2**20:.0f} MiB, largest stated overrun {max(overruns_s):.2f} s")
     assert not failures, failures
+
+
+def test_out_of_memory_anywhere_is_one_line(monkeypatch, capsys):
+    import planner.orchestration.solver as solver
+
+    from test_cli import run
+
+    def bad_alloc(*a, **k):
+        raise MemoryError("std::bad_alloc")
+
+    monkeypatch.setattr(solver, "build_space", bad_alloc)
+    code, out, err = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod",
+                         "--gpus", "8")
+    assert code == 1 and err.strip().splitlines() == [
+        "planner: out of memory (the process's memory limit, or the machine's); give it "
+        "more, or a smaller input"]

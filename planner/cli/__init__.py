@@ -100,6 +100,10 @@ def main() -> None:
         except PlannerError as e:
             print_error(e)
             sys.exit(e.exit_code)
+        except MemoryError:  # a std::bad_alloc that reached Python too, wherever it surfaced
+            print("planner: out of memory (the process's memory limit, or the machine's); "
+                  "give it more, or a smaller input", file=sys.stderr)
+            sys.exit(1)
         except Interrupted as e:
             for s in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C: still one line
                 signal.signal(s, signal.SIG_IGN)
