@@ -296,7 +296,7 @@ def test_fixed_offload_without_a_tier_is_explained(llama70b_8gpu):
 def test_cli_fix_offload_json(capsys):
     code, out, _ = run(capsys, "solve", "-m", "llama3-70b", "-c", SUPERPOD,
                        "--gpus", "8", "--global-batch", "64", "--fix", "offload_optimizer=true",
-                       "--fix", "offload_params=false", "--json")
+                       "--fix", "offload_params=false", "--json", "--framework", "deepspeed")
     assert code == 0
     data = json.loads(out)
     assert data["plan"]["offload_optimizer"] is True and "offload_params" not in data["plan"]
