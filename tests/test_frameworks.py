@@ -248,3 +248,25 @@ def test_cli_framework_options(capsys, tmp_path):
     assert {r["name"] for r in json.loads(out)} >= set(PROFILES)
     code, _, err = run(capsys, "solve", *common, "--framework", "titan2")
     assert code == 2 and "--framework 'titan2'" in err
+
+
+def test_sweep_axis_over_frameworks():
+    """A sweep axis over frameworks: each point's plan is one its framework runs, and a
+    point without one keeps the key it had before the field existed."""
+    from planner.sweep.point import run_point
+    from planner.sweep.spec import PointSpec, expand, sweep_from_dict
+
+    spec = sweep_from_dict({"base": {"model": "llama3-8b", "cluster": "dgx-h100-superpod",
+                                     "gpus": 8, "global_batch_size": 64, "time_limit_s": 20,
+                                     "max_microbatch": 2, "max_virtual_stages": 2},
+                            "axes": {"framework": ["megatron-core", "torchtitan"]}}, "test")
+    rows = [run_point(p.spec.model_dump()) for p in expand(spec)]
+    assert rows[0]["zero_stage"] in (0, 1) and rows[1]["zero_stage"] in (0, 3)
+    import hashlib
+
+    plain = PointSpec(model="llama3-8b")
+    data = plain.model_dump(mode="json")
+    data.pop("framework")  # the settings as hashed before the field existed
+    old = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
+    assert plain.key() == old.hexdigest()[:16]
+    assert PointSpec(model="llama3-8b", framework="nemo").key() != plain.key()
