@@ -528,7 +528,8 @@ def test_bounded_fuzz(tmp_path):
         budget = ((max(limit * 1.1, limit + stated * 1.1) if limit else 20.0) + START_UP_S
                   + IO_S_PER_MB * size_mb)
         if code not in (0, 1, 2) or "Traceback" in err or wall > budget:
-            failures.append((args[-4:], code, round(wall, 2), err[-1000:]))
+            failures.append((args[-4:], code, round(wall, 2), round(budget, 2), err[-500:]))
+            print("bounded fuzz failure:", failures[-1], flush=True)  # the assert cuts it
     print(f"bounded fuzz: {runs or 12} cases, {len(failures)} failures, peak resident "
           f"{peak_rss_bytes / 2**20:.0f} MiB, largest stated overrun {max(overruns_s):.2f} s")
     assert not failures, failures
