@@ -159,21 +159,25 @@ def serve(
                     **({"simulation": sim} if sim else {}),
                     **({"launch": _launch(model, res.plan)} if launch else {})})
     else:
-        _print(res, pareto)
-        if sim:
-            out.print(f"simulation ({sim['requests']:,} requests after warm-up, seed 0): TTFT "
-                      f"P50 {sim['ttft_p50_ms']:.1f} / P99 {sim['ttft_p99_ms']:.1f} ms, TPOT "
-                      f"P50 {sim['tpot_p50_ms']:.2f} / P99 {sim['tpot_p99_ms']:.2f} ms")
-        if launch:
-            for engine, pools in _launch(model, res.plan).items():
-                for pool in pools:
-                    out.print(f"[bold]{engine}[/bold] {pool['pool']} x {pool['replicas']} "
-                              f"({pool['gpus_per_replica']} x {escape(str(pool['gpu']))} each):")
-                    print("  " + pool["command"])
-                    for note in pool["notes"]:
-                        print("  # " + note)
+        _print_text(res, pareto, sim, _launch(model, res.plan) if launch else None)
     if not res.estimate.feasible:
         raise typer.Exit(1)
+
+
+def _print_text(res: Any, pareto: bool, sim: dict | None, launch: dict | None) -> None:
+    """The plan, then the simulation's percentiles and the launch commands if asked."""
+    _print(res, pareto)
+    if sim:
+        out.print(f"simulation ({sim['requests']:,} requests after warm-up, seed 0): TTFT "
+                  f"P50 {sim['ttft_p50_ms']:.1f} / P99 {sim['ttft_p99_ms']:.1f} ms, TPOT "
+                  f"P50 {sim['tpot_p50_ms']:.2f} / P99 {sim['tpot_p99_ms']:.2f} ms")
+    for engine, pools in (launch or {}).items():
+        for pool in pools:
+            out.print(f"[bold]{engine}[/bold] {pool['pool']} x {pool['replicas']} "
+                      f"({pool['gpus_per_replica']} x {escape(str(pool['gpu']))} each):")
+            print("  " + pool["command"])
+            for note in pool["notes"]:
+                print("  # " + note)
 
 
 def _space(weight_dtypes: str, fix: dict):
