@@ -237,8 +237,20 @@ def test_cli_framework_options(capsys, tmp_path):
     code, out, err = run(capsys, "solve", *common, "--export", "deepspeed", "--export-out",
                          str(tmp_path / "ds.json"))
     assert code == 0 and json.loads(out)["framework"] == "deepspeed", err
+    # no framework: every plan, and the frameworks that run the answer, each checked
     code, out, err = run(capsys, "solve", *common)
-    assert code == 0 and json.loads(out)["framework"] == "megatron-core"
+    res = json.loads(out)
+    assert code == 0 and res["framework"] is None and res["frameworks_that_run_it"]
+    from planner.costmodel.frameworks import violations
+    from planner.specs.framework import load_framework
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.plan import Plan
+
+    plan, m = Plan.model_validate(res["plan"]), load_model("llama3-8b")
+    c = load_cluster("dgx-h100-superpod", 8)
+    for name in PROFILES:
+        broken = violations(load_framework(name), plan, m, c)
+        assert (name in res["frameworks_that_run_it"]) == (not broken), name
     code, out, err = run(capsys, "evaluate", "-m", "llama3-8b", "-c", "dgx-h100-superpod",
                          "--gpus", "8", "--tp", "2", "--set", "zero_stage=1", "--json",
                          "--framework", "torchtitan")

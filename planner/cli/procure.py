@@ -99,9 +99,10 @@ def procure(
     ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help="--serve: P99 TTFT SLO."),
     tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="--serve: P99 TPOT SLO."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-    framework: str = typer.Option("megatron-core", "--framework", help="The training "
-                                  "framework (planner catalog frameworks): each option's "
-                                  "plan is one it can run."),
+    framework: Optional[str] = typer.Option(None, "--framework", help="The training "
+                                            "framework (planner catalog frameworks): each "
+                                            "option's plan is one it can run (default: any "
+                                            "plan the cost model accepts)."),
 ) -> None:
     """Choose what to buy or rent: the cheapest cluster and plan that train a model on a
     token budget within a deadline (or the fastest within a budget)."""

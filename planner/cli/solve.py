@@ -28,11 +28,11 @@ from planner.cli.console import (
     out,
 )
 from planner.errors import InfeasibleError
-from planner.specs.framework import DEFAULT_FRAMEWORK
 
 FRAMEWORK_HELP = ("The training framework the plan is for (planner catalog frameworks): "
                   "only plans it can run are searched. Default: the framework of --export "
-                  f"FORMAT, else {DEFAULT_FRAMEWORK}.")
+                  "FORMAT, else none: every plan the cost model accepts, and the output "
+                  "names the frameworks that run the best one.")
 
 
 def solve(
@@ -105,14 +105,31 @@ def solve(
     if out_path:
         _write_plan(res.best.plan, out_path, force)
     notes = warn_calibration(c, res.best.plan)
+    runs_on, closest = _runs_on(res, m, c)
     if json_:
-        _emit_json({**res.to_json(), "calibration_notes": notes})
+        _emit_json({**res.to_json(), "calibration_notes": notes,
+                    "frameworks_that_run_it": runs_on})
     else:
         _print_result(res, m, c, out_path)
+        if res.framework is None:
+            out.print("frameworks that run this plan: " + (", ".join(runs_on) or (
+                f"none of the catalog's as it stands (closest: {closest}); "
+                "--framework NAME searches only the plans NAME runs")), highlight=False)
     if export:
         from planner.cli.export import write_export
 
         write_export(export, res.best.plan, m, c, export_out, force, "--export-out")
+
+
+def _runs_on(res: Any, m: Any, c: Any) -> tuple[list[str], str]:
+    """The catalog frameworks whose rules the best plan breaks none of, and the closest
+    one with the first rule it breaks (for when none runs it)."""
+    from planner.costmodel.frameworks import catalog_violations
+
+    broken = catalog_violations(res.best.plan, m, c)
+    name = min(broken, key=lambda n: len(broken[n]))
+    closest = f"{name}: {broken[name][0]}" if broken[name] else name
+    return [n for n, v in broken.items() if not v], escape(closest)
 
 
 def _solve_dlrm(m: Any, c: Any, backend: str, time_limit: float, global_batch: Optional[int],
@@ -127,16 +144,19 @@ def _solve_dlrm(m: Any, c: Any, backend: str, time_limit: float, global_batch: O
 
 def _check_export(fmt: Optional[str], path: Optional[str], json_: bool,
                   framework: Optional[str]) -> tuple[Any, Optional[str]]:
-    """The --framework profile (default: that of the --export format, else the default
-    framework) and the --export format (``framework``: the profile's); with --json the
+    """The --framework profile (default: that of the --export format, else None: no
+    restriction) and the --export format (``framework``: the profile's); with --json the
     file must go to --export-out."""
     from planner.errors import InputError
     from planner.export import FORMATS
     from planner.export.common import FORMAT_FRAMEWORK
     from planner.specs.framework import load_framework
 
-    profile = load_framework(framework or FORMAT_FRAMEWORK.get(fmt or "", DEFAULT_FRAMEWORK))
+    name = framework or FORMAT_FRAMEWORK.get(fmt or "")
+    profile = None if name is None else load_framework(name)
     if fmt == "framework":  # the format of the framework's exporter
+        if profile is None:
+            raise InputError("--export framework: needs --framework NAME")
         fmt = profile.export_format
         if fmt is None:
             raise InputError(f"--export framework: framework {profile.name} has no exporter")

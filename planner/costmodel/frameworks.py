@@ -252,6 +252,16 @@ def violations(profile: FrameworkProfile, plan: Plan, model: ModelSpec,
     return out + plan_violations(profile, plan, model)
 
 
+def catalog_violations(plan: Plan, model: ModelSpec, cluster: ClusterSpec
+                       ) -> dict[str, list[Violation]]:
+    """Every catalog framework with the rules ``plan`` breaks there (none: it runs)."""
+    import planner.catalog as catalog
+    from planner.specs.framework import load_framework
+
+    return {name: violations(load_framework(name), plan, model, cluster)
+            for name in catalog.names("frameworks")}
+
+
 def plan_violations(profile: FrameworkProfile, plan: Plan, model: ModelSpec
                     ) -> list[Violation]:
     """:func:`violations` without the placement rules (they need the cluster)."""
