@@ -52,6 +52,10 @@ def _counts(text: str | None) -> list[int] | None:
     return vals
 
 
+PROCURE_FRAMEWORK_HELP = ("The training framework (planner catalog frameworks): each option's "
+                          "plan is one it can run (default: any plan the cost model accepts).")
+
+
 def procure(
     model: str = typer.Option(..., "--model", "-m", help="Catalog name, model YAML, or "
                               "Hugging Face config.json."),
@@ -99,10 +103,7 @@ def procure(
     ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help="--serve: P99 TTFT SLO."),
     tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="--serve: P99 TPOT SLO."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-    framework: Optional[str] = typer.Option(None, "--framework", help="The training "
-                                            "framework (planner catalog frameworks): each "
-                                            "option's plan is one it can run (default: any "
-                                            "plan the cost model accepts)."),
+    framework: Optional[str] = typer.Option(None, "--framework", help=PROCURE_FRAMEWORK_HELP),
 ) -> None:
     """Choose what to buy or rent: the cheapest cluster and plan that train a model on a
     token budget within a deadline (or the fastest within a budget)."""

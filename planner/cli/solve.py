@@ -104,21 +104,27 @@ def solve(
     say_overrun(res.overrun_fields(), time_limit)
     if out_path:
         _write_plan(res.best.plan, out_path, force)
+    _report(res, m, c, out_path, json_)
+    if export:
+        from planner.cli.export import write_export
+
+        write_export(export, res.best.plan, m, c, export_out, force, "--export-out")
+
+
+def _report(res: Any, m: Any, c: Any, out_path: Optional[str], json_: bool) -> None:
+    """The answer as JSON or tables, with its calibration notes and the frameworks that
+    run it."""
     notes = warn_calibration(c, res.best.plan)
     runs_on, closest = _runs_on(res, m, c)
     if json_:
         _emit_json({**res.to_json(), "calibration_notes": notes,
                     "frameworks_that_run_it": runs_on})
-    else:
-        _print_result(res, m, c, out_path)
-        if res.framework is None:
-            out.print("frameworks that run this plan: " + (", ".join(runs_on) or (
-                f"none of the catalog's as it stands (closest: {closest}); "
-                "--framework NAME searches only the plans NAME runs")), highlight=False)
-    if export:
-        from planner.cli.export import write_export
-
-        write_export(export, res.best.plan, m, c, export_out, force, "--export-out")
+        return
+    _print_result(res, m, c, out_path)
+    if res.framework is None:
+        out.print("frameworks that run this plan: " + (", ".join(runs_on) or (
+            f"none of the catalog's as it stands (closest: {closest}); "
+            "--framework NAME searches only the plans NAME runs")), highlight=False)
 
 
 def _runs_on(res: Any, m: Any, c: Any) -> tuple[list[str], str]:
