@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A network architect's question, end to end (docs/procure.md, docs/seeds.md RAMP):
-#   "We will pre-train Llama 3 70B on 15T tokens within 30 days on A100s that we buy.
+#   "We will pre-train Llama 3 70B on 15T tokens within 59 days on A100s that we buy.
 #    Should the cluster's network be RAMP (optical, flat, 12.8 Tb/s per GPU) or an
 #    electrical fat tree (the DGX A100 SuperPOD, NVSwitch + 200 Gb/s HDR per GPU)?
 #    What if we have 90 days? What if RAMP's transceivers cost the high end of the
@@ -22,19 +22,19 @@ run() {
     echo
 }
 
-# 1. Both networks, 30 days: the cheapest cluster, and the fronts of days against cost and energy.
-run --model llama3-70b --tokens 15e12 --days 30 --pricing own --cluster "$BOTH" --pareto \
+# 1. Both networks, 59 days: the cheapest cluster, and the fronts of days against cost and energy.
+run --model llama3-70b --tokens 15e12 --days 59 --pricing own --cluster "$BOTH" --pareto \
     --plot docs/pareto-ramp.png --force
-# 2. The fat tree alone, 30 days: what the electrical network would cost.
-run --model llama3-70b --tokens 15e12 --days 30 --pricing own \
+# 2. The fat tree alone, 59 days: what the electrical network would cost.
+run --model llama3-70b --tokens 15e12 --days 59 --pricing own \
     --cluster examples/ramp-baseline-fat-tree.yaml
 # 3. Both, 90 days: fewer GPUs suffice on either network.
 run --model llama3-70b --tokens 15e12 --days 90 --pricing own --cluster "$BOTH"
-# 4. Both, 30 days, RAMP at $6.12 per Gb/s (Table 3's high end: OCS transceivers at 6x).
-run --model llama3-70b --tokens 15e12 --days 30 --cluster "$BOTH" \
+# 4. Both, 59 days, RAMP at $6.12 per Gb/s (Table 3's high end: OCS transceivers at 6x).
+run --model llama3-70b --tokens 15e12 --days 59 --cluster "$BOTH" \
     --prices examples/prices-ramp-high.yaml
-# 5. Both, 30 days, the least energy instead of the least cost.
-run --model llama3-70b --tokens 15e12 --days 30 --pricing own --cluster "$BOTH" --objective energy
-# 6. Both, 30 days, with Llama 3's 16M-token batch at scale (2,048 x 8,192) instead of the
+# 5. Both, 59 days, the least energy instead of the least cost.
+run --model llama3-70b --tokens 15e12 --days 59 --pricing own --cluster "$BOTH" --objective energy
+# 6. Both, 59 days, with Llama 3's 16M-token batch at scale (2,048 x 8,192) instead of the
 #    catalog's 4M: more data parallelism, less traffic per token; does the fat tree win back?
-run --model llama3-70b --tokens 15e12 --days 30 --pricing own --cluster "$BOTH" --global-batch 2048
+run --model llama3-70b --tokens 15e12 --days 59 --pricing own --cluster "$BOTH" --global-batch 2048
