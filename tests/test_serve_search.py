@@ -93,3 +93,24 @@ def test_presolve_keeps_the_optimum():
         assert all(len(small.pools[p]) <= len(problem.pools[p]) for p in problem.pools)
         a, b = solve(problem, "exhaustive"), solve(small, "cpsat")
         assert a.status == b.status and a.objective == b.objective
+
+
+def test_a_fleet_mixing_gpu_types_is_evaluated_on_each_types_own_cluster():
+    """The search tabulates each GPU type on its own catalog cluster; the evaluator must
+    cost each pool there too. Llama 3 70B at 200 requests/s over one cluster per catalog
+    GPU type picks MI300X decode with B200 prefill; evaluated with the B200 pool on the
+    MI300X cluster's network its prefill ran at 1.5x its capacity ("saturates")."""
+    from planner import catalog
+    from planner.orchestration.serve import plan_serve
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.serve import ServeWorkload
+
+    seen = {}
+    for name in catalog.names("clusters"):
+        c = load_cluster(name)
+        seen.setdefault(c.gpu.name, c)
+    w = ServeWorkload(isl=2048, osl=256, rate_rps=200, ttft_ms=500, tpot_ms=30)
+    res = plan_serve(load_model("llama3-70b"), list(seen.values()), w, objective="cost")
+    assert res.plan.prefill is not None and res.plan.prefill.gpu != res.plan.gpu
+    assert res.estimate.feasible, res.estimate.reasons
+    assert res.estimate.usd_per_hour == pytest.approx(res.solver["objective_value"] / 1e6)

@@ -215,7 +215,7 @@ def _simulate(model, clusters, res, w, n: int) -> dict | None:
     from planner.validation.serve_sim import simulate
 
     main = next(c for c in clusters if res.plan.gpu in (c.gpu.name, *c.gpu.aliases))
-    return simulate(model, main, res.plan, w, n).to_json()
+    return simulate(model, main, res.plan, w, n, others=tuple(clusters)).to_json()
 
 
 def _pool(plan, role: str) -> str:

@@ -120,12 +120,21 @@ def layout_reasons(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan) -> l
     return out + ([bad] if bad else [])
 
 
-def cluster_for(cluster: ClusterSpec, plan: ServePlan) -> ClusterSpec:
-    """The cluster with the plan's GPU type (``plan.gpu``; the cluster's own when None):
-    a pool of another SKU sits on the same network."""
-    if plan.gpu is None or plan.gpu.lower() in [cluster.gpu.name.lower(),
-                                                 *map(str.lower, cluster.gpu.aliases)]:
+def _has_gpu(cluster: ClusterSpec, gpu: str) -> bool:
+    return gpu.lower() in [cluster.gpu.name.lower(), *map(str.lower, cluster.gpu.aliases)]
+
+
+def cluster_for(cluster: ClusterSpec, plan: ServePlan,
+                others: tuple[ClusterSpec, ...] = ()) -> ClusterSpec:
+    """The cluster a pool of ``plan`` runs on: ``cluster`` when it has the plan's GPU type
+    (``plan.gpu``; always when None), else the first of ``others`` that has it (each GPU
+    type on its own cluster, as the search tabulated it), else ``cluster``'s network with
+    that GPU."""
+    if plan.gpu is None or _has_gpu(cluster, plan.gpu):
         return cluster
+    own = next((c for c in others if _has_gpu(c, plan.gpu)), None)
+    if own is not None:
+        return own
     from planner.specs.loaders import load_gpu
 
     return cluster.model_copy(update={"gpu": load_gpu(plan.gpu)})
@@ -410,17 +419,21 @@ def _latency(f: _Fleet, w: ServeWorkload, rate: float) -> Latency:
                                  rate / plan.replicas, f.transfer_s)
 
 
-def _pools(cluster: ClusterSpec, plan: ServePlan) -> list[tuple[str, ServePlan, ClusterSpec]]:
-    out = [("" if plan.prefill is None else "decode pool: ", plan, cluster_for(cluster, plan))]
+def _pools(cluster: ClusterSpec, plan: ServePlan, others: tuple[ClusterSpec, ...] = ()
+           ) -> list[tuple[str, ServePlan, ClusterSpec]]:
+    out = [("" if plan.prefill is None else "decode pool: ", plan,
+            cluster_for(cluster, plan, others))]
     if plan.prefill is not None:
-        out.append(("prefill pool: ", plan.prefill, cluster_for(cluster, plan.prefill)))
+        out.append(("prefill pool: ", plan.prefill, cluster_for(cluster, plan.prefill, others)))
     return out
 
 
 def _fleet(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, w: ServeWorkload,
-           engine: ServeEngine) -> tuple[_Fleet | None, list[str]]:
+           engine: ServeEngine, others: tuple[ClusterSpec, ...] = ()
+           ) -> tuple[_Fleet | None, list[str]]:
     why, perfs = [], []
-    for label, p, c in _pools(cluster, plan):
+    pools = _pools(cluster, plan, others)
+    for label, p, c in pools:
         bad = layout_reasons(model, c, p)
         perf = None if bad else replica_perf(model, c, p, w.isl, w.osl, engine)
         why += [label + r for r in bad] or ([] if perf else [label + "the replica cannot be placed"])
@@ -430,14 +443,15 @@ def _fleet(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, w: ServeWork
         return None, why
     if plan.prefill is None:
         return _Fleet(plan, perfs[0], perfs[0], plan.replicas, 0.0), why
-    transfer = kv_transfer_s(model, _pools(cluster, plan)[1][2], plan.prefill, w.isl)
+    transfer = kv_transfer_s(model, pools[1][2], plan.prefill, w.isl)
     return _Fleet(plan, perfs[0], perfs[1], plan.prefill.replicas, transfer), why
 
 
-def _money(cluster: ClusterSpec, plan: ServePlan) -> tuple[float | None, float]:
+def _money(cluster: ClusterSpec, plan: ServePlan, others: tuple[ClusterSpec, ...]
+           ) -> tuple[float | None, float]:
     """($ per hour or None without prices, watts at full load with PUE) of every pool."""
     usd, watts = 0.0, 0.0
-    for _, p, c in _pools(cluster, plan):
+    for _, p, c in _pools(cluster, plan, others):
         gpus = p.gpus_per_replica * p.replicas
         price = price_per_gpu_hour(c)
         usd = None if usd is None or price is None else usd + price * gpus
@@ -447,14 +461,16 @@ def _money(cluster: ClusterSpec, plan: ServePlan) -> tuple[float | None, float]:
 
 
 def evaluate_serve(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
-                   w: ServeWorkload, engine: ServeEngine = ServeEngine()) -> ServeEstimate:
+                   w: ServeWorkload, engine: ServeEngine = ServeEngine(),
+                   others: tuple[ClusterSpec, ...] = ()) -> ServeEstimate:
     """Latencies, throughput, memory and cost of ``plan`` serving ``w`` on ``cluster``
-    (each pool on its ``gpu``; module docstring). Infeasible with the reasons when a layout
+    (each pool on its ``gpu``, on the cluster of ``others`` that has it where the plan
+    mixes GPU types; module docstring). Infeasible with the reasons when a layout
     cannot run, does not fit, saturates or misses an SLO. Without a rate the fleet is
     offered its capacity: under the SLOs when there are SLOs, at saturation otherwise."""
     base = dict(plan=plan.to_dict(), num_gpus=plan.num_gpus, percentile=w.percentile,
                 offline=w.rate_rps is None)
-    f, reasons = _fleet(model, cluster, plan, w, engine)
+    f, reasons = _fleet(model, cluster, plan, w, engine, tuple(others))
     if f is None:
         return ServeEstimate(feasible=False, reasons=reasons, **base)
     slo = bool(w.ttft_ms or w.tpot_ms)
@@ -465,7 +481,7 @@ def evaluate_serve(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
     else:
         reasons += slo_reasons(lat, w)
     tokens = rate * w.osl
-    usd_h, watts = _money(cluster, plan)
+    usd_h, watts = _money(cluster, plan, tuple(others))
     mem = max((f.perf_d.memory, f.perf_p.memory), key=lambda m: m.total)
     e2e = None if lat.ttft_s is None or lat.tpot_s is None else lat.ttft_s + (w.osl - 1) * lat.tpot_s
     return ServeEstimate(

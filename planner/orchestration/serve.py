@@ -282,7 +282,7 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
     mode, problem, sol = found
     plan = _plan_of(problem, sol)
     main = next(c for c in clusters if plan.gpu in (c.gpu.name, *c.gpu.aliases))
-    est = evaluate_serve(model, main, plan, w, engine)
+    est = evaluate_serve(model, main, plan, w, engine, tuple(clusters))
     rows = sum(len(r) for pools in tabs.values() for r in pools.values())
     solver = {"backend": sol.backend, "status": sol.status, "objective": objective,
               "objective_value": sol.objective if objective != "throughput"

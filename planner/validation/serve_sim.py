@@ -182,12 +182,14 @@ def _disaggregated(arrivals: list[float], f, w: ServeWorkload, rng: random.Rando
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, w: ServeWorkload,
              requests: int = 20000, seed: int = 0,
-             engine: ServeEngine = ServeEngine()) -> SimResult:
-    """P50/P99 of TTFT and TPOT over ``requests`` Poisson arrivals at ``w.rate_rps``."""
+             engine: ServeEngine = ServeEngine(),
+             others: tuple[ClusterSpec, ...] = ()) -> SimResult:
+    """P50/P99 of TTFT and TPOT over ``requests`` Poisson arrivals at ``w.rate_rps``
+    (``others``: the clusters of a fleet's other GPU types, as for ``evaluate_serve``)."""
     if w.rate_rps is None:
         raise InputError("--simulate needs --rate (the Poisson arrival rate)")
     check_requests(requests, w.osl)
-    f, reasons = _fleet(model, cluster, plan, w, engine)
+    f, reasons = _fleet(model, cluster, plan, w, engine, tuple(others))
     if f is None:
         raise InputError("cannot simulate: " + "; ".join(reasons))
     rng = random.Random(seed)
