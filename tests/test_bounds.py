@@ -137,10 +137,24 @@ def test_split_shell_is_shlex():
         assert got == want, repr(text)
 
 
-def test_split_shell_is_linear():
-    t0 = time.perf_counter()
-    assert split_shell("--x " + "a" * 2**20) == ["--x", "a" * 2**20]
-    assert time.perf_counter() - t0 < 5  # shlex: 56 s (quadratic in the token's length)
+def test_split_shell_takes_each_run_of_word_characters_at_once(monkeypatch):
+    """shlex grows a token one character at a time (a 1 MB token took 56 s): split_shell
+    takes a run of ordinary characters in one regex match, so the work is one step per run
+    and per quote, not per character."""
+    from planner.export import megatron
+
+    calls = []
+    run = megatron._WORD_RUN
+
+    class Counting:
+        def match(self, text, pos):
+            calls.append(pos)
+            return run.match(text, pos)
+
+    monkeypatch.setattr(megatron, "_WORD_RUN", Counting())
+    text = "--x " + "a" * 2**20 + " 'b c'd" + "e" * 2**16
+    assert split_shell(text) == ["--x", "a" * 2**20, "b cd" + "e" * 2**16]
+    assert len(calls) == 3  # --x, the 1 MB run, and d + the 64 KB run
 
 
 def test_huge_layout_count_is_a_clean_error():
@@ -178,9 +192,21 @@ def test_simulate_is_bounded_before_the_search():
     with pytest.raises(InputError, match=r"--simulate 400,000: .* at most 195,312 requests"):
         check_requests(400_000, 256)
     check_requests(MAX_TOKENS // 256, 256)
-    code, _, err, wall = _planner([*SERVE, "--rate", "20", "--simulate", "10000000"])
+    code, _, err, _ = _planner([*SERVE, "--rate", "20", "--simulate", "10000000"])
     assert code == 2 and "--simulate" in err and "Traceback" not in err
-    assert wall < 60  # refused up front (was 125 s and 1.7 GB)
+
+
+def test_simulate_is_refused_before_any_search(monkeypatch, capsys):
+    """The count is checked before the solver runs (it took 125 s and 1.7 GB)."""
+    import planner.orchestration.serve as orchestration
+    from test_cli import run
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched before refusing --simulate")
+
+    monkeypatch.setattr(orchestration, "plan_serve", no_search)
+    code, _, err = run(capsys, *SERVE, "--rate", "20", "--simulate", "10000000")
+    assert code == 2 and "--simulate" in err
 
 
 def test_serve_milp_time_limited_incumbent_is_not_optimal(monkeypatch):
@@ -219,9 +245,7 @@ def test_large_lp_is_stopped_at_its_deadline():
     child that is stopped at the deadline."""
     from formulations.dlrm_bound import _with_deadline
 
-    t0 = time.perf_counter()
-    assert _with_deadline(_hang, (30.0,), 0.5) == (None, False)
-    assert time.perf_counter() - t0 < 5
+    assert _with_deadline(_hang, (30.0,), 0.5) == (None, False)  # stopped, not awaited
     assert _with_deadline(_hang, (0.0,), 20.0) == (1.0, True)
 
 
@@ -431,7 +455,8 @@ def test_procure_time_limit_is_per_solve_and_the_total_is_reported(capsys):
     code, out, err = run(capsys, "procure", "-m", "llama3-8b", "--tokens", "1e9", "--gpus",
                          "h100", "--counts", "8", "--time-limit", "5", "--json")
     stats = json.loads(out)["stats"]
-    assert code == 0 and stats["time_limit_per_solve_s"] == 5 and stats["wall_s"] > 0
+reported = {"time_limit_per_solve_s", "wall_s"}  # the limit is per solve
+assert code == 0 and stats["time_limit_per_solve_s"] == 5 and reported <= set(stats)
     code, out, _ = run(capsys, "procure", "--help")
     assert "per inner solve" in " ".join(out.split())
 
@@ -456,11 +481,11 @@ def test_spec_yaml_is_parsed_by_libyaml(monkeypatch, tmp_path):
         load_model(str(p))
 
 
-def test_many_table_names_are_checked_in_linear_time():
-    """The unique-name check counted each name in the list: 3.3 s at 14,500 tables."""
-    t0 = time.perf_counter()
-    assert len(_many_tables_model(50_000).tables) == 50_000  # quadratic: about 40 s
-    assert time.perf_counter() - t0 < 20
+def test_many_table_names_are_checked():
+    """50,000 distinct names pass (the check counted each name in the list, quadratic:
+    about 40 s here; its speed is the bounded fuzz's business, with its 19,000-table
+    files)."""
+    assert len(_many_tables_model(50_000).tables) == 50_000
 
 
 # ---- bounded fuzz ------------------------------------------------------------------------------
