@@ -455,8 +455,8 @@ def test_procure_time_limit_is_per_solve_and_the_total_is_reported(capsys):
     code, out, err = run(capsys, "procure", "-m", "llama3-8b", "--tokens", "1e9", "--gpus",
                          "h100", "--counts", "8", "--time-limit", "5", "--json")
     stats = json.loads(out)["stats"]
-reported = {"time_limit_per_solve_s", "wall_s"}  # the limit is per solve
-assert code == 0 and stats["time_limit_per_solve_s"] == 5 and reported <= set(stats)
+    reported = {"time_limit_per_solve_s", "wall_s"}  # the limit is per solve
+    assert code == 0 and stats["time_limit_per_solve_s"] == 5 and reported <= set(stats)
     code, out, _ = run(capsys, "procure", "--help")
     assert "per inner solve" in " ".join(out.split())
 
