@@ -14,8 +14,13 @@ from functools import lru_cache
 from typing import Any, NoReturn
 
 from planner.costmodel.evaluator import evaluate
-from planner.costmodel.frameworks import placement_violations, plan_violations
-from planner.costmodel.network import PlacementError, domain_factors, fill_level
+from planner.costmodel.frameworks import (
+    placement_domain,
+    placement_violations,
+    plan_violations,
+    world_order,
+)
+from planner.costmodel.network import PlacementError, domain_factors
 from planner.costmodel.pipeline import (
     block_recompute_layers,
     block_recompute_runs_half,
@@ -26,7 +31,7 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.framework import FrameworkProfile, load_framework
 from planner.specs.model import ModelSpec
 from planner.specs.names import comment_text
-from planner.specs.plan import WORLD_DIMS, Plan
+from planner.specs.plan import Plan
 
 FORMATS: tuple[str, ...] = ("megatron", "megatron-bridge", "torchtitan", "deepspeed")
 
@@ -96,10 +101,6 @@ def recompute_field(value: str, model: ModelSpec) -> str | dict[str, str]:
     return value if len(types) == 1 else {t: value for t in types}
 
 
-def world_order(order: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    return tuple(d for d in order if d in WORLD_DIMS)
-
-
 def check_rank_order(plan: Plan, cluster: ClusterSpec, fmt: str,
                      profile: FrameworkProfile | None = None) -> tuple[str, ...]:
     """The framework order (one of ``profile``'s rank orders; default: ``fmt``'s profile)
@@ -136,17 +137,12 @@ def refuse_violations(fmt: str, plan: Plan, model: ModelSpec,
         refuse(fmt, v.field, v.value, v.why)
 
 
-def framework_domain(plan: Plan, cluster: ClusterSpec, order: tuple[str, ...]) -> dict[str, int]:
-    degrees = {d: plan.degree(d) for d in WORLD_DIMS}
-    return fill_level(degrees, min(cluster.domain_size, plan.world_size), order)
-
-
 def canonical_placement(plan: Plan, cluster: ClusterSpec, order: tuple[str, ...]) -> dict:
     """The placement as the search space writes it: the order, and the domain factors only
     when the job spans more than one domain."""
     out: dict[str, Any] = {"order": list(order)}
     if plan.world_size > cluster.domain_size:
-        out["domain"] = framework_domain(plan, cluster, world_order(order))
+        out["domain"] = placement_domain(plan, cluster, world_order(order))
     return out
 
 
