@@ -330,7 +330,10 @@ _BASE = dict(tp=4, pp=2, cp=2, dp=64, global_batch_size=512, seq_len=8192, virtu
     ("deepspeed", dict(tp=1, pp=1, cp=1, dp=1024, global_batch_size=1024, virtual_stages=1,
                        sequence_parallel=False, dtype="fp8"), "dtype=fp8"),
     ("deepspeed", dict(tp=1, pp=1, cp=1, dp=1024, global_batch_size=1024, virtual_stages=1,
-                       sequence_parallel=False, zero_stage=0), "overlap_dp_grad_reduce=true"),
+                       sequence_parallel=False, zero_stage=0, grad_reduce_dtype="bf16"),
+     "overlap_dp_grad_reduce=true"),
+    ("deepspeed", dict(tp=1, pp=1, cp=1, dp=1024, global_batch_size=1024, virtual_stages=1,
+                       sequence_parallel=False), "grad_reduce_dtype=fp32"),
 ])
 def test_refusals_name_field_and_value(fmt, change, field):
     m, c = load_model("llama3-70b"), load_cluster("examples/superpod.yaml")

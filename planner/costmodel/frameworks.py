@@ -159,6 +159,28 @@ def _fp8_needs_fp8_params(p: Plan) -> tuple[str, Any, str] | None:
     return None
 
 
+def _bf16_optimizer(p: Plan) -> tuple[str, Any, str] | None:
+    # DeepSpeed's engine picks its optimizer wrapper from the dtypes and the stage
+    # (_do_optimizer_sanity_check): bf16 with fp32 gradient accumulation below ZeRO-2
+    # (stage 1 only without CPU offload) is BF16_Optimizer, not ZeRO-0/1 as costed
+    if (p.dtype == "bf16" and p.grad_reduce_dtype == "fp32" and p.zero_stage <= 1
+            and not (p.zero_stage == 1 and p.offload_optimizer) and p.dp * p.cp > 1):
+        return ("grad_reduce_dtype", "fp32", f"bf16 with fp32 gradient accumulation at "
+                f"ZeRO stage {p.zero_stage} runs BF16_Optimizer, which all-reduces the "
+                "gradients after backward (overlap_comm has no effect) and shards the "
+                "optimizer states even at stage 0, not the plan costed; fix "
+                "grad_reduce_dtype=bf16 or zero_stage>=2")
+    return None
+
+
+def _fp16_needs_zero(p: Plan) -> tuple[str, Any, str] | None:
+    if p.dtype == "fp16" and p.zero_stage == 0:
+        return ("zero_stage", 0, f"an fp16 model with {p.grad_reduce_dtype} gradient "
+                "accumulation without ZeRO is an unsupported mix (NotImplementedError); fix "
+                "zero_stage>=1")
+    return None
+
+
 def _block_half(p: Plan, model: ModelSpec) -> tuple[str, Any, str] | None:
     if model.num_layers % (p.pp * p.virtual_stages) == 0 or "half" not in {
             p.recompute_for(t) for t in model.layer_types}:
@@ -189,6 +211,8 @@ RULES: dict[str, Rule] = {
     "zero0_reduces_after_backward": _zero0_after_backward,
     "one_dp_overlap_switch": _one_dp_switch,
     "fp8_needs_fp8_params": _fp8_needs_fp8_params,
+    "bf16_fp32_below_zero2_runs_bf16_optimizer": _bf16_optimizer,
+    "fp16_needs_zero": _fp16_needs_zero,
 }
 
 
@@ -314,6 +338,8 @@ def _state_violations(pr: FrameworkProfile, p: Plan, model: ModelSpec) -> list[V
     if p.dtype not in pr.dtypes:
         f.bad("dtype", p.dtype, pr.dtypes, "dtypes", "precisions")
     f.rule("fp16_no_bf16_grad_reduce")
+    f.rule("fp16_needs_zero")
+    f.rule("bf16_fp32_below_zero2_runs_bf16_optimizer")
     if p.grad_reduce_dtype not in pr.grad_reduce_dtypes:
         f.bad("grad_reduce_dtype", p.grad_reduce_dtype, pr.grad_reduce_dtypes,
               "grad_reduce_dtypes", "gradient reductions in")
