@@ -92,10 +92,18 @@ def _callable(name: str, value: Any) -> None:
 
 
 def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Plan | dict[str, Any],
-             allow_idle_gpus: bool = False) -> Estimate:
-    """Cost of one plan. ``model`` and ``cluster`` may be catalog names or file paths."""
+             allow_idle_gpus: bool = False,
+             framework: str | FrameworkProfile | None = None) -> Estimate:
+    """Cost of one plan. ``model`` and ``cluster`` may be catalog names or file paths.
+    ``framework`` (as in :func:`solve`) costs it with that framework's kernels (its rules:
+    ``planner evaluate --framework`` reports the ones the plan breaks)."""
     m, c = _resolve(model, cluster)
     _flag("allow_idle_gpus", allow_idle_gpus)
+    if framework is not None:
+        from planner.costmodel.frameworks import framework_cluster
+        from planner.specs.framework import load_framework
+
+        c = framework_cluster(c, load_framework(framework))
     return _evaluate(m, c, _plan(plan, "plan"), allow_idle_gpus=allow_idle_gpus)
 
 

@@ -366,12 +366,44 @@ TORCHREC_TYPES = {"data_parallel", "table_wise", "column_wise", "row_wise", "tab
                   "table_column_wise", "grid_shard"}
 
 
+def _tbe_sized(m: DLRMSpec, c):
+    """The instance with every table 8x wider (and 8x the HBM): column shards of 2 and 4
+    are then multiples of 4, as FBGEMM needs."""
+    tables = [t.model_copy(update={"dim": 8 * t.dim}) for t in m.tables]
+    gpu = c.gpu.model_copy(update={"hbm_gib": 8 * c.gpu.hbm_gib})
+    return m.model_copy(update={"tables": tables}), c.model_copy(update={"gpu": gpu})
+
+
+def test_torchrec_export_refuses_shards_fbgemm_cannot_hold():
+    """FBGEMM's kernels take dims that are multiples of 4 (dlrm-a's 94 is not); a
+    data-parallel table is written with TorchRec's sharding_spec None."""
+    from planner.report.torchrec import torchrec_plan
+
+    m = DLRMSpec(name="d", tables=[dict(name="a", rows=1000, dim=94, pooling=2),
+                                   dict(name="b", rows=1000, dim=40, pooling=2)],
+                 bottom_mlp=[64, 32], top_mlp=[32, 1], interaction=dict(kind="none"),
+                 global_batch_size=64)
+    c = small_cluster(4, 2)
+    tw = dict(sharding_type="table_wise", ranks={0: 1})
+    dp = dict(sharding_type="data_parallel")
+    plan = DLRMPlan(tables=[dict(table="a", **tw), dict(table="b", **dp)])
+    with pytest.raises(InputError, match=r"table 'a' \(table_wise, dim 94\): 94 is not a multiple of 4.*dim 96"):
+        torchrec_plan(m, c, plan)
+    cw = dict(sharding_type="column_wise", shards=4, ranks={0: 1, 1: 1, 2: 1, 3: 1})
+    with pytest.raises(InputError, match=r"table 'b' \(column_wise, dim 40 in 4 column shards of 10\): 10 is not a "
+                       "multiple of 4.*dim 48"):
+        torchrec_plan(m, c, DLRMPlan(tables=[dict(table="a", **dp), dict(table="b", **cw)]))
+    out = torchrec_plan(m, c, DLRMPlan(tables=[dict(table="a", **dp), dict(table="b", **tw)]))
+    assert out["sharding_plan"]["a"]["sharding_spec"] is None
+    assert out["sharding_plan"]["b"]["sharding_spec"][0]["shard_sizes"] == [1000, 40]
+
+
 def test_torchrec_export_covers_every_shard():
     from planner.report.torchrec import torchrec_plan
 
     covered = 0
     for seed in range(40):
-        m, c = random_instance(seed)
+        m, c = _tbe_sized(*random_instance(seed))
         try:
             s = solve_sharding(m, c, "cpsat", 20)
         except InfeasibleError:

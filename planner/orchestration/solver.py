@@ -20,7 +20,7 @@ from planner.costmodel.constants import GiB
 from planner.costmodel.energy import price_per_gpu_hour
 from planner.costmodel.objective import Objective
 from planner.costmodel.evaluator import Estimate, check_structure, evaluate
-from planner.costmodel.frameworks import framework_defaults
+from planner.costmodel.frameworks import framework_cluster, framework_defaults
 from planner.costmodel.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
 from planner.orchestration.overrun import overrun_fields
@@ -176,7 +176,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, fixed: dict[str, Any] | 
     base_data = _validated(base_data, plan)
     if opts.framework is not None:  # settings the caller left open: the framework's defaults
         base_data = framework_defaults(opts.framework, base_data, set(base or {}) | set(fixed))
-    return SearchSpace(model, cluster, base_data, fixed, opts)
+    return SearchSpace(model, framework_cluster(cluster, opts.framework), base_data, fixed, opts)
 
 
 def _validated(fields: dict[str, Any], plan: Plan) -> dict[str, Any]:

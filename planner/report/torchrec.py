@@ -13,19 +13,52 @@ assumes; "fused_uvm_caching": the table in host memory behind an HBM cache, with
 ``ParameterConstraints.cache_params`` a ``CacheParams`` whose ``load_factor`` sizes the
 cache (torchrec/distributed/types.py); "dense" for data-parallel tables). Shards are ``ShardMetadata`` (shard_offsets,
 shard_sizes, placement ``rank:R/cuda:L``). A table entry with ``count`` > 1 becomes
-tables ``NAME_0 .. NAME_{count-1}``.
+tables ``NAME_0 .. NAME_{count-1}``. Data-parallel tables have ``sharding_spec: null``, as
+``torchrec/distributed/sharding_plan.py`` ``_get_parameter_sharding`` writes them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMPlan, DLRMSpec, EmbeddingTable, TablePlacement
 
 
+#: FBGEMM's table-batched embedding kernels take only embedding dims that are multiples of 4
+#: (fbgemm_gpu/split_table_batched_embeddings_ops_training.py construct_split_state,
+#: v1.8.0), and TorchRec asserts it per shard (``local_cols % 4 == 0`` in
+#: torchrec/distributed/batched_embedding_kernel.py BatchedFusedEmbeddingBag, @a48cef79);
+#: data-parallel tables train in the dense kernel, which has no such rule
+TBE_DIM_MULTIPLE = 4
+
+
+def shard_dim(t: EmbeddingTable, p: TablePlacement) -> int:
+    """Columns of each shard of ``t`` placed as ``p``."""
+    return t.dim // p.shards if p.sharding_type == "column_wise" else t.dim
+
+
+def check_tbe_dims(model: DLRMSpec, plan: DLRMPlan) -> None:
+    """Refuse a plan whose sharded tables FBGEMM's kernels cannot hold."""
+    tables = {t.name: t for t in model.tables}
+    for p in plan.tables:
+        t = tables[p.table]
+        d = shard_dim(t, p)
+        if p.sharding_type != "data_parallel" and d % TBE_DIM_MULTIPLE:
+            split = f" in {p.shards} column shards of {d}" if d != t.dim else ""
+            pad = -(-t.dim // (TBE_DIM_MULTIPLE * p.shards)) * TBE_DIM_MULTIPLE * p.shards
+            raise InputError(
+                f"cannot write the TorchRec plan: table {t.name!r} ({p.sharding_type}, dim "
+                f"{t.dim}{split}): {d} is not a multiple of {TBE_DIM_MULTIPLE}, which FBGEMM's "
+                "embedding kernels require (fbgemm_gpu construct_split_state; TorchRec "
+                f"asserts local_cols % 4 == 0); give the table dim {pad} in the model file")
+
+
 def torchrec_plan(model: DLRMSpec, cluster: ClusterSpec, plan: DLRMPlan) -> dict[str, Any]:
-    """``{"parameter_constraints": {table: {...}}, "sharding_plan": {table: {...}}}``."""
+    """``{"parameter_constraints": {table: {...}}, "sharding_plan": {table: {...}}}``;
+    :class:`InputError` when a sharded table's shards are not FBGEMM-sized."""
+    check_tbe_dims(model, plan)
     tables = {t.name: t for t in model.tables}
     used = {t.name: 0 for t in model.tables}
     constraints: dict[str, Any] = {}
@@ -84,8 +117,9 @@ def _sharding(t: EmbeddingTable, p: TablePlacement, ranks: list[int],
         shards = [([0, i * w], [t.rows, w]) for i in range(k)]
     elif p.sharding_type == "table_wise":
         shards = [([0, 0], [t.rows, t.dim])]
-    else:
-        shards = []
+    else:  # data-parallel: TorchRec's ParameterSharding has no spec (sharding_plan.py)
+        return {"sharding_type": p.sharding_type, "compute_kernel": p.torchrec_kernel,
+                "ranks": ranks, "sharding_spec": None}
     return {"sharding_type": p.sharding_type, "compute_kernel": p.torchrec_kernel, "ranks": ranks,
             "sharding_spec": [{"shard_offsets": off, "shard_sizes": size,
                                "placement": f"rank:{r}/cuda:{r % node}"}
