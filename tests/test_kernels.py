@@ -28,20 +28,43 @@ def test_every_hopper_gpu_has_a_full_table(gpu):
 
 
 @pytest.mark.parametrize("gpu", GPUS)
-def test_interpolation_returns_the_measurement_at_every_grid_point(gpu):
+def test_interpolation_returns_the_measurement_at_every_measured_shape(gpu):
+    """On and off the grid, every measured shape returns its measurement; where a reference
+    run measured it too (merged by tools/merge_kernel_reference.py), the reference's."""
     t = kernel_table(gpu)
+    ref_gemm = {(r.m, r.n, r.k, r.dtype): r.tflops for r in t.gemm if r.ref}
     for r in t.gemm:
-        got = gemm_tflops(t, r.dtype, r.m, r.n, r.k)
-        if r.m in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768) and \
-                {r.n, r.k} <= {512, 1024, 2048, 4096, 8192, 16384, 28672}:
-            assert got == pytest.approx(r.tflops, rel=1e-12), r
+        want = ref_gemm.get((r.m, r.n, r.k, r.dtype), r.tflops)
+        assert gemm_tflops(t, r.dtype, r.m, r.n, r.k) == pytest.approx(want, rel=1e-12), r
+    ref_attn = {(r.backend, r.seq, r.heads, r.kv_heads, r.head_dim, r.causal):
+                (r.fwd_tflops, r.bwd_tflops) for r in t.attention if r.ref}
     for r in t.attention:
         case = [x for x in t.attention if x.backend == r.backend and x.head_dim == r.head_dim
-                and x.causal == r.causal and (x.kv_heads < x.heads) == (r.kv_heads < r.heads)]
-        assert len({x.seq for x in case}) == len(case)  # one row per length in a case
+                and x.causal == r.causal and (x.kv_heads < x.heads) == (r.kv_heads < r.heads)
+                and x.ref == r.ref]
+        assert len({x.seq for x in case}) == len(case)  # one row per length in a case and run
+        want = ref_attn.get((r.backend, r.seq, r.heads, r.kv_heads, r.head_dim, r.causal),
+                            (r.fwd_tflops, r.bwd_tflops))
         fwd, bwd = attention_tflops(t, r.backend, r.seq, r.head_dim, r.causal,
                                     r.kv_heads < r.heads)
-        assert (fwd, bwd) == pytest.approx((r.fwd_tflops, r.bwd_tflops), rel=1e-12)
+        assert (fwd, bwd) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_shape_measured_off_the_grid_corrects_its_neighbourhood_only():
+    """(8192, 6144, 4096) was measured off the grid (n = 6144): it returns its measurement,
+    its correction fades with distance, and shapes more than an octave away keep the grid's
+    interpolation."""
+    from planner.costmodel.kernels import OFF_GRID_REACH, _gemm_grid, _grid_tflops
+
+    t = kernel_table("h100-sxm")
+    grid = _gemm_grid(t, "bf16")
+    at = gemm_tflops(t, "bf16", 8192, 6144, 4096)
+    row = [r.tflops for r in t.gemm if (r.m, r.n, r.k, r.dtype) == (8192, 6144, 4096, "bf16")]
+    assert at == pytest.approx(row[-1], rel=1e-12)
+    assert abs(at / _grid_tflops(grid, 8192, 6144, 4096) - 1) > 0.01  # it does correct
+    far = 2 ** (OFF_GRID_REACH + 0.5)
+    assert gemm_tflops(t, "bf16", 8192 * far, 6144, 4096) == pytest.approx(
+        _grid_tflops(grid, 8192 * far, 6144, 4096), rel=1e-12)
 
 
 def test_gemm_interpolates_in_log_shape_between_neighbours():
@@ -90,7 +113,11 @@ def test_tables_agree_with_an_independent_run(gpu):
     were mixed up differs by far more (H200 copies 40 % faster than H100, cuDNN attention
     runs 1.8x FlashAttention-2, fp8 GEMMs 1.7x bf16)."""
     ref = yaml.safe_load(SHARED.read_text())
-    t = kernel_table(gpu)
+    full = kernel_table(gpu)
+    assert any(r.ref for r in full.gemm)  # merged by tools/merge_kernel_reference.py
+    # the table's own run alone (the reference rows merged in are what it is compared with)
+    t = full.model_copy(update={k: [r for r in getattr(full, k) if r.ref is None]
+                                for k in ("gemm", "attention", "memory")})
     ratios = [gemm_tflops(t, r["dtype"], r["m"], r["n"], r["k"]) / r["tflops"]
               for r in ref["gemm"][gpu] if min(r["m"], r["n"], r["k"]) >= 4096]
     assert len(ratios) >= 10 and all(0.8 <= x <= 1.25 for x in ratios), ratios

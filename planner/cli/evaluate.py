@@ -127,6 +127,11 @@ def evaluate(
     p = (_plan_from(from_, args, plan, m, c, warnings) if from_ or args
          else build_plan(m, c, plan, overrides, warnings))
     broken = _framework_violations(framework, p, m, c)
+    if framework is not None:  # costed with the framework's kernels
+        from planner.costmodel.frameworks import framework_cluster
+        from planner.specs.framework import load_framework
+
+        c = framework_cluster(c, load_framework(framework))
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     est = run_evaluate(m, c, p)

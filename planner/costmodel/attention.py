@@ -64,7 +64,10 @@ def attention_core(model: ModelSpec, gpu: GPUSpec, shape: LayerShape, strat: Lay
     batch = shape.mbs * heads
     if strat.attention == "flash":
         flops = 4 * batch * sq * sk * dh * C.FLASH_CAUSAL_FRACTION
-        t_f, t_b = flash_attention_time_s(gpu, strat.dtype, flops)
+        # a context-parallel rank runs its query block against key blocks of its own length
+        # (ring attention); its kernels run at the speed of that length
+        t_f, t_b = flash_attention_time_s(gpu, strat.dtype, flops, seq=sq, head_dim=dh,
+                                          grouped=model.kv_heads < model.num_attention_heads)
         return t_f, t_b, flops
     # Unfused Megatron attention: two batched GEMMs plus fused softmax (and dropout).
     dt = "bf16" if strat.dtype == "fp8" else strat.dtype

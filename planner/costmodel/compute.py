@@ -4,10 +4,49 @@ from __future__ import annotations
 
 import numpy as np
 
+from functools import lru_cache
+
 from planner.costmodel import constants as C
+from planner.costmodel import kernels as K
 from planner.costmodel.constants import FLASH_BWD_FLOP_RATIO
 from planner.specs.gpu import GPUSpec
+from planner.specs.kernels import kernel_table
 from planner.specs.model import ModelSpec
+
+#: the kernel table's name for each attention backend a GPU efficiency may name
+#: (flash3 was not measured: it falls back to the fitted fractions)
+TABLE_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "flash2": "FLASH_ATTENTION"}
+#: the table's GEMM dtype a plan dtype runs at: fp16 and bf16 share Hopper's tensor-core rate
+#: (H100 datasheet: 989.4 dense TFLOP/s each)
+TABLE_GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+
+
+@lru_cache(maxsize=1 << 16)
+def measured_gemm_tflops(table: str | None, dtype: str, m: float, n: float, k: float
+                         ) -> float | None:
+    """Microbenchmarked throughput (TFLOP/s) of an (m x k) @ (k x n) GEMM on the GPU whose
+    kernel table is ``table``; None without a table or a measured ``dtype``."""
+    t = kernel_table(table) if table else None
+    dt = TABLE_GEMM_DTYPES.get(dtype)
+    return None if t is None or dt is None else K.gemm_tflops(t, dt, m, n, k)
+
+
+@lru_cache(maxsize=1 << 14)
+def measured_attention_tflops(table: str | None, backend: str, seq: float, head_dim: int,
+                              grouped: bool) -> tuple[float, float] | None:
+    """Microbenchmarked (forward, backward) causal fused-attention throughput (TFLOP/s);
+    None without a table or a measured ``backend``."""
+    t = kernel_table(table) if table else None
+    name = TABLE_BACKENDS.get(backend)
+    if t is None or name is None:
+        return None
+    return K.attention_tflops(t, name, seq, head_dim, causal=True, grouped=grouped)
+
+
+@lru_cache(maxsize=1 << 14)
+def measured_copy_GBps(table: str | None, nbytes: float) -> float | None:
+    t = kernel_table(table) if table else None
+    return None if t is None else K.copy_GBps(t, nbytes)
 
 
 def gemm_efficiency(gpu: GPUSpec, dtype: str, m: float, n: float, k: float) -> float:
@@ -29,11 +68,20 @@ def gemm_efficiency(gpu: GPUSpec, dtype: str, m: float, n: float, k: float) -> f
 
 def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float,
                 batch: float = 1.0, elem_bytes: float = 2.0) -> float:
-    """Roofline time of ``batch`` GEMMs of shape (m, n, k): max of math and HBM time."""
+    """Roofline time of ``batch`` GEMMs of shape (m, n, k): max of math and HBM time.
+
+    The math time comes from the GPU's kernel table where it has one (``batch`` GEMMs run
+    as one grouped GEMM of ``batch * m`` rows, as grouped and batched cuBLAS kernels tile
+    them), scaled by the framework's ``kernel_fraction``; otherwise from the fitted curve.
+    """
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     flops = 2.0 * m * n * k * batch
-    t_math = flops / (gpu.peak_flops(dtype) * gemm_efficiency(gpu, dtype, m, n, k))
+    tflops = measured_gemm_tflops(gpu.kernel_table, dtype, m * batch, n, k)
+    if tflops is not None:
+        t_math = flops / (tflops * 1e12 * gpu.efficiency.kernel_fraction)
+    else:
+        t_math = flops / (gpu.peak_flops(dtype) * gemm_efficiency(gpu, dtype, m, n, k))
     t_mem = elementwise_time_s(gpu, (m * k + k * n + m * n) * elem_bytes * batch)
     return max(t_math, t_mem) + gpu.efficiency.kernel_overhead_us * 1e-6
 
@@ -57,20 +105,38 @@ def op_bytes(model: ModelSpec, fused: bool) -> tuple[float, float, float]:
 
 
 def elementwise_time_s(gpu: GPUSpec, nbytes: float) -> float:
-    """Memory-bound kernel time at the achievable HBM bandwidth."""
+    """Memory-bound kernel time: at the kernel table's measured copy bandwidth for a
+    transfer of that size where the GPU has a table, else at ``hbm_fraction`` of HBM."""
     if nbytes <= 0:
         return 0.0
+    gbps = measured_copy_GBps(gpu.kernel_table, nbytes)
+    if gbps is not None:
+        return nbytes / (gbps * 1e9)
     return nbytes / (gpu.hbm_Bps * gpu.efficiency.hbm_fraction)
 
 
-def flash_attention_time_s(gpu: GPUSpec, dtype: str, fwd_flops: float) -> tuple[float, float]:
-    """(forward, backward) time of a FlashAttention kernel doing ``fwd_flops`` in forward."""
+def flash_attention_time_s(gpu: GPUSpec, dtype: str, fwd_flops: float,
+                           seq: float | None = None, head_dim: int = 128,
+                           grouped: bool = False) -> tuple[float, float]:
+    """(forward, backward) time of a fused causal attention kernel doing ``fwd_flops`` in
+    forward, over query blocks of ``seq`` tokens. Attention runs in bf16 under FP8 training
+    (Transformer Engine's FP8 attention is off by default). With a kernel table and a
+    sequence length, the speed of the GPU efficiency's ``attention_backend`` measured at
+    that length and head dimension (scaled by ``kernel_fraction``); otherwise the fitted
+    fractions of peak."""
     if fwd_flops <= 0:
         return 0.0, 0.0
-    peak = gpu.peak_flops("bf16" if dtype == "fp8" else dtype)
     eff = gpu.efficiency
-    t_f = fwd_flops / (peak * eff.attention_fwd_fraction) + eff.kernel_overhead_us * 1e-6
-    t_b = FLASH_BWD_FLOP_RATIO * fwd_flops / (peak * eff.attention_bwd_fraction)
+    rates = None if seq is None else measured_attention_tflops(
+        gpu.kernel_table, eff.attention_backend, float(seq), int(head_dim), bool(grouped))
+    if rates is not None:
+        fwd_Fps = rates[0] * 1e12 * eff.kernel_fraction
+        bwd_Fps = rates[1] * 1e12 * eff.kernel_fraction
+    else:
+        peak = gpu.peak_flops("bf16" if dtype == "fp8" else dtype)
+        fwd_Fps, bwd_Fps = peak * eff.attention_fwd_fraction, peak * eff.attention_bwd_fraction
+    t_f = fwd_flops / fwd_Fps + eff.kernel_overhead_us * 1e-6
+    t_b = FLASH_BWD_FLOP_RATIO * fwd_flops / bwd_Fps
     return t_f, t_b + eff.kernel_overhead_us * 1e-6
 
 

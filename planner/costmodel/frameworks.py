@@ -51,6 +51,21 @@ def _values(vals: list[Any]) -> str:
     return ", ".join(show(v) for v in vals)
 
 
+def framework_cluster(cluster: ClusterSpec, profile: FrameworkProfile | None) -> ClusterSpec:
+    """``cluster`` as ``profile`` runs it: the GPU's kernels become the framework's (its
+    fused-attention backend, read from the GPU's kernel table). ``None``, or a framework
+    whose kernels are the GPU's defaults, returns ``cluster`` itself."""
+    if profile is None:
+        return cluster
+    backend = profile.kernels.attention_backend
+    eff = cluster.gpu.efficiency
+    if backend == "unfused" or backend == eff.attention_backend:
+        return cluster  # unfused attention is the plan's attention=standard, costed as such
+    gpu = cluster.gpu.model_copy(update={"efficiency": eff.model_copy(
+        update={"attention_backend": backend})})
+    return cluster.model_copy(update={"gpu": gpu})
+
+
 # ---- relevance: when a field changes what runs ------------------------------------------
 def dp_reduces(p: Plan) -> bool:
     """Gradients are reduced across data-parallel ranks (dp x cp > 1)."""

@@ -37,7 +37,9 @@ def _bracket(grid: tuple[float, ...], x: float) -> tuple[int, int, float]:
 def _gemm_grid(table: KernelTable, dtype: str) -> tuple[tuple[float, ...], ...] | None:
     """(m values, n values, k values, flat TFLOP/s) of the full grid of ``dtype``; None
     where the table has no complete grid."""
-    rows = {(r.m, r.n, r.k): r.tflops for r in table.gemm if r.dtype == dtype}
+    # a shape measured by the table's run and by a merged reference: the reference's figure
+    rows = {(r.m, r.n, r.k): r.tflops for r in sorted(
+        (r for r in table.gemm if r.dtype == dtype), key=lambda r: r.ref is not None)}
     if not rows:
         return None
     # the grid's values recur across the other two axes; a model shape measured on its own
@@ -57,12 +59,60 @@ def _gemm_grid(table: KernelTable, dtype: str) -> tuple[tuple[float, ...], ...] 
         tuple(float(x) for x in ks), vals
 
 
+#: how far (in octaves of shape, Euclidean over log2 m, n, k) a GEMM measured off the grid
+#: reaches in correcting the grid's interpolation
+OFF_GRID_REACH = 1.0
+
+
+@lru_cache(maxsize=None)
+def _off_grid(table: KernelTable, dtype: str) -> tuple[tuple[float, float, float, float], ...]:
+    """(log2 m, log2 n, log2 k, measured / grid) of the ``dtype`` GEMMs measured off the
+    grid (model shapes): each corrects the grid near its own shape."""
+    grid = _gemm_grid(table, dtype)
+    if grid is None:
+        return ()
+    ms, ns, ks = (set(a) for a in grid[:3])
+    off = {(r.m, r.n, r.k): r.tflops for r in sorted(
+        (r for r in table.gemm if r.dtype == dtype and not (r.m in ms and r.n in ns and r.k in ks)),
+        key=lambda r: r.ref is not None)}  # a reference measurement wins
+    return tuple((math.log2(m), math.log2(n), math.log2(k), tf / _grid_tflops(grid, m, n, k))
+                 for (m, n, k), tf in off.items())
+
+
 def gemm_tflops(table: KernelTable, dtype: str, m: float, n: float, k: float) -> float | None:
-    """Measured throughput of an (m x k) @ (k x n) GEMM in ``dtype`` (TFLOP/s), interpolated;
-    None where the table has no grid for ``dtype``."""
+    """Measured throughput of an (m x k) @ (k x n) GEMM in ``dtype`` (TFLOP/s): interpolated
+    over the grid, times a correction from the shapes measured off the grid within
+    :data:`OFF_GRID_REACH` (inverse-square-distance weights over those shapes, whose
+    correction is measured / grid, and the grid points around the shape, whose correction
+    is 1), so every measured shape returns its measurement; None where the table has no
+    grid for ``dtype``."""
     grid = _gemm_grid(table, dtype)
     if grid is None or min(m, n, k) <= 0:
         return None
+    at = (math.log2(m), math.log2(n), math.log2(k))
+    near = [(math.dist(at, p[:3]), p[3]) for p in _off_grid(table, dtype)]
+    near = [x for x in near if x[0] < OFF_GRID_REACH]
+    out = _grid_tflops(grid, m, n, k)
+    if not near:
+        return out
+    corners = {tuple(math.log2(axis[j]) for axis, j in zip(grid[:3], pick))
+               for pick in _corners(grid, m, n, k)}
+    points = near + [(math.dist(at, c), 1.0) for c in corners]
+    exact = [c for d, c in points if d == 0]
+    if exact:
+        return out * exact[0]
+    w = [(1 / d ** 2, c) for d, c in points]
+    return out * sum(a * c for a, c in w) / sum(a for a, _ in w)
+
+
+def _corners(grid: tuple[tuple[float, ...], ...], m: float, n: float, k: float):
+    """Index triples of the grid points around (m, n, k) (clamped to the grid)."""
+    idx = [_bracket(axis, min(max(x, axis[0]), axis[-1]))[:2]
+           for axis, x in zip(grid[:3], (m, n, k))]
+    return {(a, b, c) for a in idx[0] for b in idx[1] for c in idx[2]}
+
+
+def _grid_tflops(grid: tuple[tuple[float, ...], ...], m: float, n: float, k: float) -> float:
     axes, vals = grid[:3], np.asarray(grid[3]).reshape(len(grid[0]), len(grid[1]), len(grid[2]))
     floor = 1.0
     idx = []
@@ -96,7 +146,9 @@ def attention_tflops(table: KernelTable, backend: str, seq: float, head_dim: int
                 (r.kv_heads < r.heads) != grouped)
 
     best = min(distance(r) for r in rows)
-    case = sorted((r for r in rows if distance(r) == best), key=lambda r: r.seq)
+    by_seq = {r.seq: r for r in sorted((r for r in rows if distance(r) == best),
+                                       key=lambda r: r.ref is not None)}  # reference wins
+    case = [by_seq[s] for s in sorted(by_seq)]
     seqs = tuple(float(r.seq) for r in case)
     lo, hi, w = _bracket(seqs, min(max(seq, seqs[0]), seqs[-1]))
     fwd = (1 - w) * case[lo].fwd_tflops + w * case[hi].fwd_tflops
@@ -107,7 +159,9 @@ def attention_tflops(table: KernelTable, backend: str, seq: float, head_dim: int
 def copy_GBps(table: KernelTable, nbytes: float) -> float | None:
     """Measured device-copy bandwidth (bytes read plus written per second, GB/s) for a copy
     of ``nbytes``; None where the table has no copies."""
-    rows = sorted((r for r in table.memory if r.op == "copy"), key=lambda r: r.bytes)
+    by_size = {r.bytes: r for r in sorted((r for r in table.memory if r.op == "copy"),
+                                          key=lambda r: r.ref is not None)}  # reference wins
+    rows = [by_size[b] for b in sorted(by_size)]
     if not rows or nbytes <= 0:
         return None
     sizes = tuple(float(r.bytes) for r in rows)

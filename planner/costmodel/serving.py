@@ -273,7 +273,8 @@ def prefill_attention_s(model: ModelSpec, gpu: GPUSpec, plan: ServePlan, isl: fl
     half of the score matrix)."""
     _, _, _, heads = local_dims(model, plan.tp)
     flops = 4 * heads * isl * isl * model.dim_head * C.FLASH_CAUSAL_FRACTION
-    return flash_attention_time_s(gpu, "bf16", flops)[0]
+    return flash_attention_time_s(gpu, "bf16", flops, seq=isl, head_dim=model.dim_head,
+                                  grouped=model.kv_heads < model.num_attention_heads)[0]
 
 
 def _stage_s(model: ModelSpec, gpu: GPUSpec, plan: ServePlan, net: ReplicaNet, m: float,

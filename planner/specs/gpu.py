@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 
+from typing import Literal
+
 from pydantic import Field, PositiveFloat, model_validator
 
 from planner.specs.base import Spec
@@ -31,6 +33,16 @@ class GPUEfficiency(Spec):
     overlap_slowdown: float = Field(
         0.0, ge=0, le=1, description="share of overlapped communication time lost to compute"
     )
+    attention_backend: Literal["cudnn", "flash2", "flash3"] = Field(
+        "cudnn", description="fused-attention kernel whose measured speed the cost model reads "
+        "from the GPU's kernel table: the framework's (its profile's kernels.attention_backend; "
+        "cuDNN fused attention is what Megatron-Core runs through Transformer Engine on Hopper). "
+        "A backend the table lacks falls back to attention_fwd/bwd_fraction")
+    kernel_fraction: float = Field(
+        1.0, gt=0, le=1, description="share of the kernel table's microbenchmarked throughput "
+        "(GEMM, fused attention) a training step sustains: clocks under sustained power draw, "
+        "gaps between kernels; a framework-level parameter (the profile's fit), unused where "
+        "the GPU has no kernel table")
 
 
 class GPUSpec(Spec):
@@ -49,6 +61,11 @@ class GPUSpec(Spec):
     price_per_gpu_hour: float | None = Field(None, ge=0, description="indicative rental, USD")
     capex_usd: float | None = Field(None, ge=0, description="indicative purchase price per GPU")
     efficiency: GPUEfficiency
+    kernel_table: Name | None = Field(
+        None, description="name of the measured kernel table (hardware_catalog/kernels/<name>"
+        ".yaml, written by tools/microbench.py) the cost model reads GEMM, fused-attention and "
+        "copy speeds from; None: the fitted efficiency curves (gemm_peak_fraction, "
+        "attention_*_fraction, hbm_fraction)")
     aliases: list[Name] = Field(default_factory=list)
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -56,6 +73,13 @@ class GPUSpec(Spec):
     def _check(self) -> "GPUSpec":
         if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
             raise ValueError("peak_tflops needs at least bf16 or fp16")
+        if self.kernel_table is not None:
+            import planner.catalog as catalog
+
+            have = sorted(p.stem for p in (catalog.catalog_root() / "kernels").glob("*.yaml"))
+            if self.kernel_table not in have:
+                raise ValueError(f"kernel_table '{self.kernel_table}': no such measured table; "
+                                 f"expected one of {', '.join(have)} or none")
         return self
 
     def peak_flops(self, dtype: str) -> float:

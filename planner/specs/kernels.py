@@ -25,6 +25,9 @@ class GemmRow(Spec):
     dtype: Literal["bf16", "fp8"] = Field(..., description="input precision")
     us: PositiveFloat = Field(..., description="mean time per GEMM, microseconds")
     tflops: PositiveFloat = Field(..., description="2mnk / time, TFLOP/s")
+    ref: str | None = Field(None, description="where the row came from when not from this "
+                            "table's own run: the reference measurement it was merged from "
+                            "(tools/merge_kernel_reference.py)")
 
 
 class AttentionRow(Spec):
@@ -43,6 +46,8 @@ class AttentionRow(Spec):
     bwd_us: PositiveFloat = Field(..., description="backward time, microseconds")
     fwd_tflops: PositiveFloat = Field(..., description="forward TFLOP/s (causal FLOPs halved)")
     bwd_tflops: PositiveFloat = Field(..., description="backward TFLOP/s (2.5x the forward's FLOPs)")
+    ref: str | None = Field(None, description="the reference measurement the row was merged "
+                            "from; None: this table's own run")
 
 
 class MemoryRow(Spec):
@@ -55,6 +60,8 @@ class MemoryRow(Spec):
     hidden: PositiveInt | None = Field(None, description="columns, for element-wise operators")
     us: PositiveFloat = Field(..., description="mean time per call, microseconds")
     GBps: PositiveFloat = Field(..., description="bytes / time, GB/s")
+    ref: str | None = Field(None, description="the reference measurement the row was merged "
+                            "from; None: this table's own run")
 
 
 class DecodeGemmRow(Spec):

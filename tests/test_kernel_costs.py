@@ -1,0 +1,103 @@
+"""The cost model's kernel speeds come from the measured kernel tables: GEMM, fused attention
+by the framework's backend, and copies (planner.costmodel.compute); the framework-level
+``kernel_fraction`` is the only factor between a microbenchmark and a training step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.costmodel.attention import attention_core
+from planner.costmodel.compute import elementwise_time_s, flash_attention_time_s, gemm_time_s
+from planner.costmodel.frameworks import framework_cluster
+from planner.costmodel.shapes import LayerShape, LayerStrategy
+from planner.specs.framework import load_framework
+from planner.specs.loaders import load_cluster, load_gpu, load_model
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "calibration" / \
+    "hopper_microbench_2026-11.yaml"
+BACKENDS = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}
+
+
+def kernel_speed(gpu_name: str, **eff):
+    """The GPU as the cost model sees it, at the kernels' own speed (kernel_fraction 1)."""
+    gpu = load_gpu(gpu_name)
+    return gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(
+        update={"kernel_fraction": 1.0, "kernel_overhead_us": 0.0, **eff})})
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="the shared calibration folder is absent")
+@pytest.mark.parametrize("gpu_name", ["h100-sxm", "h200"])
+def test_gemm_attention_and_copy_speeds_are_the_microbenchmarks(gpu_name):
+    """Every GEMM shape, attention backend and copy in the shared Hopper file, timed by the
+    cost model's own kernel functions: within 10 % (they are read, not fitted)."""
+    ref = yaml.safe_load(SHARED.read_text())
+    gpu = kernel_speed(gpu_name)
+    for r in ref["gemm"][gpu_name]:
+        flops = 2 * r["m"] * r["n"] * r["k"]
+        t = gemm_time_s(gpu, r["dtype"], r["m"], r["n"], r["k"],
+                        elem_bytes=1 if r["dtype"] == "fp8" else 2)
+        assert flops / t / 1e12 == pytest.approx(r["tflops"], rel=0.10), r
+    for r in ref["attention"].get(gpu_name, []):
+        g = kernel_speed(gpu_name, attention_backend=BACKENDS[r["backend"]])
+        flops = 4 * r["batch"] * r["heads"] * r["seq"] ** 2 * r["head_dim"] / 2
+        t_f, t_b = flash_attention_time_s(g, "bf16", flops, seq=r["seq"], head_dim=r["head_dim"])
+        assert flops / t_f / 1e12 == pytest.approx(r["fwd_tflops"], rel=0.10), r
+        assert 2.5 * flops / t_b / 1e12 == pytest.approx(r["bwd_tflops"], rel=0.10), r
+    copy = ref["copy"][gpu_name]
+    t = elementwise_time_s(gpu, copy["bytes"])
+    assert copy["bytes"] / t / 1e9 == pytest.approx(copy["read_plus_write_GBps"], rel=0.10)
+
+
+def test_without_a_table_the_fitted_curves_stand():
+    """The switch: the same GPU without its table falls back to the fitted fractions, which
+    differ from the measurement (so the test above fails if the table is not read)."""
+    gpu = kernel_speed("h100-sxm")
+    bare = gpu.model_copy(update={"kernel_table": None})
+    m = n = k = 8192
+    measured = 2 * m * n * k / gemm_time_s(gpu, "bf16", m, n, k) / 1e12
+    fitted = 2 * m * n * k / gemm_time_s(bare, "bf16", m, n, k) / 1e12
+    assert abs(measured / fitted - 1) > 0.15
+    assert load_gpu("a100-sxm-80gb").kernel_table is None
+
+
+def test_kernel_fraction_scales_kernel_time_and_nothing_else():
+    gpu = kernel_speed("h100-sxm")
+    slow = gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(
+        update={"kernel_fraction": 0.5})})
+    assert gemm_time_s(slow, "bf16", 8192, 8192, 8192) == pytest.approx(
+        2 * gemm_time_s(gpu, "bf16", 8192, 8192, 8192))
+    assert flash_attention_time_s(slow, "bf16", 1e12, seq=8192)[0] == pytest.approx(
+        2 * flash_attention_time_s(gpu, "bf16", 1e12, seq=8192)[0])
+    assert elementwise_time_s(slow, 1e9) == elementwise_time_s(gpu, 1e9)
+
+
+def test_the_framework_picks_the_attention_kernel():
+    """torchtitan runs SDPA's FlashAttention-2, Megatron-Core cuDNN's fused attention: the
+    same layer's attention core is costed with each one's measured speed (cuDNN ~1.8x on
+    H100 at 8K), and a framework without its own kernels leaves the cluster as it is."""
+    model = load_model("llama3-8b")
+    base = load_cluster("dgx-h100-superpod")
+    titan = framework_cluster(base, load_framework("torchtitan"))
+    assert framework_cluster(base, load_framework("megatron-core")) is base
+    assert titan.gpu.efficiency.attention_backend == "flash2"
+    shape, strat = LayerShape(tp=1, cp=1, mbs=1, seq=8192), LayerStrategy()
+    fwd_cudnn, bwd_cudnn, _ = attention_core(model, base.gpu, shape, strat)
+    fwd_flash, bwd_flash, _ = attention_core(model, titan.gpu, shape, strat)
+    assert 1.5 < fwd_flash / fwd_cudnn < 2.2
+    assert 1.3 < bwd_flash / bwd_cudnn < 2.0
+
+
+def test_context_parallel_ranks_run_attention_at_their_block_length():
+    """A CP rank's ring steps are blocks of seq/cp tokens: at 128K with cp=16 the kernel
+    runs at the 8K speed, not the 128K one (the two differ in the H100 table)."""
+    model = load_model("llama3-8b")
+    gpu = load_cluster("dgx-h100-superpod").gpu
+    strat = LayerStrategy()
+    t16, _, f16 = attention_core(model, gpu, LayerShape(tp=1, cp=16, mbs=1, seq=131072), strat)
+    t1, _, f1 = attention_core(model, gpu, LayerShape(tp=1, cp=1, mbs=1, seq=8192), strat)
+    # same kernel length (8K blocks), 16x the FLOPs per rank of a lone 8K sequence
+    assert f16 == pytest.approx(16 * f1)
+    assert t16 == pytest.approx(16 * (t1 - 4e-6) + 4e-6, rel=1e-9)
