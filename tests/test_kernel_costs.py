@@ -101,3 +101,43 @@ def test_context_parallel_ranks_run_attention_at_their_block_length():
     # same kernel length (8K blocks), 16x the FLOPs per rank of a lone 8K sequence
     assert f16 == pytest.approx(16 * f1)
     assert t16 == pytest.approx(16 * (t1 - 4e-6) + 4e-6, rel=1e-9)
+
+
+def test_a_frameworks_own_fit_replaces_the_gpus_on_that_gpu_only():
+    """A profile fitted on its own runs on a GPU costs that GPU with its parameters; other
+    GPUs keep their files' values (Megatron-Core's fit)."""
+    from planner.specs.framework import FrameworkFit
+
+    titan = load_framework("torchtitan")
+    fitted = titan.model_copy(update={"fit": {"h100-sxm": FrameworkFit(
+        kernel_fraction=0.5, overlap_slowdown=0.4, source="test")}})
+    h100 = framework_cluster(load_cluster("dgx-h100-superpod"), fitted)
+    assert (h100.gpu.efficiency.kernel_fraction, h100.gpu.efficiency.overlap_slowdown) == \
+        (0.5, 0.4)
+    b200 = load_cluster("dgx-b200-superpod")
+    assert framework_cluster(b200, fitted).gpu.efficiency.kernel_fraction == \
+        b200.gpu.efficiency.kernel_fraction
+    base = load_cluster("dgx-h100-superpod")
+    plan = dict(tp=1, pp=1, dp=8, cp=1, microbatch_size=1, global_batch_size=8,
+                seq_len=4096, zero_stage=3, recompute="full")
+    from planner.api import evaluate
+
+    small = base.resized(8)
+    slow = evaluate("llama3-8b", framework_cluster(small, fitted), plan).iteration_time_s
+    fast = evaluate("llama3-8b", framework_cluster(small, titan), plan).iteration_time_s
+    assert slow > 1.25 * fast  # compute at 0.8/0.5 of the speed; communication unchanged
+
+
+def test_a_gpu_scaled_from_the_measured_one_runs_its_kernels_at_the_same_fraction():
+    """What-if sweeps scale a GPU's peak and bandwidth: the measured kernels keep their
+    fraction of peak, so twice the peak halves GEMM and attention time, and twice the HBM
+    bandwidth halves memory-bound time."""
+    gpu = load_gpu("h100-sxm")
+    fast = gpu.model_copy(update={"peak_tflops": {k: 2 * v for k, v in gpu.peak_tflops.items()},
+                                  "hbm_TBps": 2 * gpu.hbm_TBps})
+    overhead = gpu.efficiency.kernel_overhead_us * 1e-6
+    assert gemm_time_s(fast, "bf16", 8192, 8192, 8192) - overhead == pytest.approx(
+        (gemm_time_s(gpu, "bf16", 8192, 8192, 8192) - overhead) / 2)
+    assert flash_attention_time_s(fast, "bf16", 1e12, seq=8192)[0] - overhead == pytest.approx(
+        (flash_attention_time_s(gpu, "bf16", 1e12, seq=8192)[0] - overhead) / 2)
+    assert elementwise_time_s(fast, 1e9) == pytest.approx(elementwise_time_s(gpu, 1e9) / 2)

@@ -21,6 +21,26 @@ TABLE_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "flash2": "FLASH_ATTENTION"}
 TABLE_GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 
 
+@lru_cache(maxsize=None)
+def _table_gpu(table: str) -> GPUSpec:
+    """The catalog GPU a kernel table was measured on (its peaks and bandwidth)."""
+    from planner.specs.loaders import load_gpu
+
+    return load_gpu(kernel_table(table).gpu)
+
+
+def flops_scale(gpu: GPUSpec, dtype: str) -> float:
+    """``gpu``'s peak over the peak of the GPU its kernel table was measured on: a GPU that
+    differs from the measured one only in peak (a what-if sweep, a clock variant) runs the
+    measured kernels at the same fraction of its own peak."""
+    return gpu.peak_flops(dtype) / _table_gpu(gpu.kernel_table).peak_flops(dtype)
+
+
+def bandwidth_scale(gpu: GPUSpec) -> float:
+    """``gpu``'s HBM bandwidth over that of the GPU its kernel table was measured on."""
+    return gpu.hbm_Bps / _table_gpu(gpu.kernel_table).hbm_Bps
+
+
 @lru_cache(maxsize=1 << 16)
 def measured_gemm_tflops(table: str | None, dtype: str, m: float, n: float, k: float
                          ) -> float | None:
@@ -43,10 +63,14 @@ def measured_attention_tflops(table: str | None, backend: str, seq: float, head_
     return K.attention_tflops(t, name, seq, head_dim, causal=True, grouped=grouped)
 
 
-@lru_cache(maxsize=1 << 14)
-def measured_copy_GBps(table: str | None, nbytes: float) -> float | None:
+@lru_cache(maxsize=None)
+def measured_copy_GBps(table: str | None) -> float | None:
+    """Sustained device-copy bandwidth (bytes read plus written per second, GB/s): the
+    table's largest measured copy. One rate, so that memory-bound time stays linear in
+    bytes (the formulations tabulate it as a slope); launch cost is ``kernel_overhead_us``."""
     t = kernel_table(table) if table else None
-    return None if t is None else K.copy_GBps(t, nbytes)
+    sizes = [] if t is None else [r.bytes for r in t.memory if r.op == "copy"]
+    return None if not sizes else K.copy_GBps(t, float(max(sizes)))
 
 
 def gemm_efficiency(gpu: GPUSpec, dtype: str, m: float, n: float, k: float) -> float:
@@ -79,7 +103,8 @@ def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float,
     flops = 2.0 * m * n * k * batch
     tflops = measured_gemm_tflops(gpu.kernel_table, dtype, m * batch, n, k)
     if tflops is not None:
-        t_math = flops / (tflops * 1e12 * gpu.efficiency.kernel_fraction)
+        t_math = flops / (tflops * 1e12 * gpu.efficiency.kernel_fraction
+                          * flops_scale(gpu, dtype))
     else:
         t_math = flops / (gpu.peak_flops(dtype) * gemm_efficiency(gpu, dtype, m, n, k))
     t_mem = elementwise_time_s(gpu, (m * k + k * n + m * n) * elem_bytes * batch)
@@ -105,13 +130,13 @@ def op_bytes(model: ModelSpec, fused: bool) -> tuple[float, float, float]:
 
 
 def elementwise_time_s(gpu: GPUSpec, nbytes: float) -> float:
-    """Memory-bound kernel time: at the kernel table's measured copy bandwidth for a
-    transfer of that size where the GPU has a table, else at ``hbm_fraction`` of HBM."""
+    """Memory-bound kernel time: at the kernel table's sustained copy bandwidth where the
+    GPU has a table, else at ``hbm_fraction`` of HBM."""
     if nbytes <= 0:
         return 0.0
-    gbps = measured_copy_GBps(gpu.kernel_table, nbytes)
+    gbps = measured_copy_GBps(gpu.kernel_table)
     if gbps is not None:
-        return nbytes / (gbps * 1e9)
+        return nbytes / (gbps * 1e9 * bandwidth_scale(gpu))
     return nbytes / (gpu.hbm_Bps * gpu.efficiency.hbm_fraction)
 
 
@@ -130,8 +155,8 @@ def flash_attention_time_s(gpu: GPUSpec, dtype: str, fwd_flops: float,
     rates = None if seq is None else measured_attention_tflops(
         gpu.kernel_table, eff.attention_backend, float(seq), int(head_dim), bool(grouped))
     if rates is not None:
-        fwd_Fps = rates[0] * 1e12 * eff.kernel_fraction
-        bwd_Fps = rates[1] * 1e12 * eff.kernel_fraction
+        scale = eff.kernel_fraction * flops_scale(gpu, "bf16")
+        fwd_Fps, bwd_Fps = rates[0] * 1e12 * scale, rates[1] * 1e12 * scale
     else:
         peak = gpu.peak_flops("bf16" if dtype == "fp8" else dtype)
         fwd_Fps, bwd_Fps = peak * eff.attention_fwd_fraction, peak * eff.attention_bwd_fraction

@@ -53,16 +53,24 @@ def _values(vals: list[Any]) -> str:
 
 def framework_cluster(cluster: ClusterSpec, profile: FrameworkProfile | None) -> ClusterSpec:
     """``cluster`` as ``profile`` runs it: the GPU's kernels become the framework's (its
-    fused-attention backend, read from the GPU's kernel table). ``None``, or a framework
-    whose kernels are the GPU's defaults, returns ``cluster`` itself."""
+    fused-attention backend, read from the GPU's kernel table) and, where the profile was
+    fitted on runs on this GPU, its framework-level parameters. ``None``, or a framework
+    that changes neither, returns ``cluster`` itself."""
     if profile is None:
         return cluster
-    backend = profile.kernels.attention_backend
     eff = cluster.gpu.efficiency
-    if backend == "unfused" or backend == eff.attention_backend:
-        return cluster  # unfused attention is the plan's attention=standard, costed as such
-    gpu = cluster.gpu.model_copy(update={"efficiency": eff.model_copy(
-        update={"attention_backend": backend})})
+    update: dict[str, Any] = {}
+    backend = profile.kernels.attention_backend
+    if backend != "unfused":  # unfused attention is the plan's attention=standard
+        update["attention_backend"] = backend
+    fit = profile.fit.get(cluster.gpu.name)
+    if fit is not None:
+        update["kernel_fraction"] = fit.kernel_fraction
+        if fit.overlap_slowdown is not None:
+            update["overlap_slowdown"] = fit.overlap_slowdown
+    if all(getattr(eff, k) == v for k, v in update.items()):
+        return cluster
+    gpu = cluster.gpu.model_copy(update={"efficiency": eff.model_copy(update=update)})
     return cluster.model_copy(update={"gpu": gpu})
 
 

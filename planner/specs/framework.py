@@ -60,6 +60,19 @@ class FrameworkKernels(Spec):
     sources: dict[str, str] = Field(default_factory=dict, description="a citation per field")
 
 
+class FrameworkFit(Spec):
+    """Framework-level parameters fitted on the framework's own published runs on one GPU
+    type (``tools/calibrate.py``), over the kernel speeds of the GPU's measured table."""
+
+    kernel_fraction: float = Field(..., gt=0, le=1, description="share of the "
+                                   "microbenchmarked kernel speed a training step sustains")
+    overlap_slowdown: float | None = Field(None, ge=0, le=1, description="share of "
+                                           "overlapped communication time lost to compute; "
+                                           "None: the GPU file's")
+    source: str = Field(..., min_length=1, description="the runs it was fitted on, the "
+                        "calibration file, and the fit's error and leave-one-out error")
+
+
 class FrameworkProfile(Spec):
     """What one framework, at one version, can run (each restriction cited in ``sources``)
     and which kernels it runs. An empty list is never valid: a field lists the values the
@@ -129,6 +142,10 @@ class FrameworkProfile(Spec):
                                   description="conditional rules it obeys (named, "
                                   "planner/costmodel/frameworks.py)")
     kernels: FrameworkKernels
+    fit: dict[Name, FrameworkFit] = Field(
+        default_factory=dict, description="per catalog GPU name: the framework-level "
+        "parameters fitted on this framework's published runs on that GPU; a GPU absent here "
+        "keeps its own file's values (fitted on Megatron-Core runs, the default framework)")
     sources: dict[str, str] = Field(default_factory=dict, description="a citation for every "
                                     "restriction and rule: framework file and version")
 
