@@ -202,6 +202,44 @@ def test_launch_commands_name_each_engines_arguments(capsys):
     assert "--server_role context" in launch["trtllm"][0]["command"]
 
 
+def test_launch_commands_load_the_weights_not_the_catalog_name(capsys, tmp_path):
+    """The engines load a Hugging Face id or a path: the model file's hf_id, a config.json's
+    folder or --model-path; a model that names no weights is refused before the search."""
+    small = ["serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--isl", "2048", "--osl",
+             "256", *FAST, "--launch", "--json"]
+    for extra, weights in (([], "meta-llama/Meta-Llama-3-8B"), (["--model-path", "/ckpt/l3"],
+                                                                 "/ckpt/l3")):
+        code, out, err = run(capsys, *small, *extra)
+        assert code == 0, err
+        launch = json.loads(out)["launch"]
+        assert launch["vllm"][0]["command"].startswith(f"vllm serve {weights} ")
+        assert f"--model-path {weights} " in launch["sglang"][0]["command"]
+        assert launch["trtllm"][0]["command"].startswith(f"trtllm-serve {weights} ")
+    folder = tmp_path / "mixtral"
+    folder.mkdir()
+    (folder / "config.json").write_text((DATA / "mixtral-8x7b-config.json").read_text())
+    code, out, err = run(capsys, "serve", "-m", str(folder / "config.json"), *small[3:])
+    assert code == 0, err
+    assert json.loads(out)["launch"]["vllm"][0]["command"].startswith(f"vllm serve {folder} ")
+    code, _, err = run(capsys, "serve", "-m", "gpt3-175b", *small[3:])
+    assert code == 2 and "no hf_id" in " ".join(err.split()) and "--model-path" in err
+    code, _, err = run(capsys, *small[:-2], "--model-path", "/ckpt/l3")
+    assert code == 2 and "give --launch too" in " ".join(err.split())
+    code, _, err = run(capsys, *small, "--model-path", " ")
+    assert code == 2 and "--model-path: expected" in " ".join(err.split())
+
+
+def test_a_downloaded_config_names_its_weights():
+    from planner.specs.hf import model_from_hf
+
+    cfg = json.loads((DATA / "mixtral-8x7b-config.json").read_text())
+    cfg.pop("_name_or_path", None)
+    assert model_from_hf(cfg, "x").hf_id is None
+    named = model_from_hf({**cfg, "_name_or_path": "mistralai/Mixtral-8x7B-v0.1"}, "x")
+    assert named.hf_id == "mistralai/Mixtral-8x7B-v0.1"
+    assert load_model("llama3-405b").hf_id == "meta-llama/Llama-3.1-405B"
+
+
 def test_python_api():
     import planner
 

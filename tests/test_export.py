@@ -247,7 +247,7 @@ def test_half_recomputation_is_block_recomputation_of_half_a_chunk():
         "mode": "selective", "selective_ac_option": "2"}
     with pytest.raises(InputError, match="recompute"):
         deepspeed.render(plan.model_copy(update={"tp": 1, "pp": 1, "dp": 16384,
-                                                 "sequence_parallel": False,
+                                                 "zero_stage": 2, "sequence_parallel": False,
                                                  "uneven_pipeline": False}), t)
 
 def _yaml(path: Path) -> dict:

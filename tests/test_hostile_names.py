@@ -400,14 +400,15 @@ def test_hugging_face_name_with_shell_characters_is_exported_in_the_comment(caps
 
 
 def test_serve_launch_quotes_the_model_path(capsys, tmp_path):
-    """``serve --launch`` printed ``vllm serve /d/m;touch X;.yaml``: one shell word now."""
+    """``serve --launch`` printed ``vllm serve /d/m;touch X;.yaml``: one shell word now (the
+    weights come from --model-path here; the model file would give its hf_id)."""
     folder = tmp_path / "d"
     folder.mkdir()
     path = folder / "m;touch X;.yaml"
     path.write_text((catalog.find("models", "llama3-8b")).read_text())  # type: ignore[union-attr]
     code, out, err = run(capsys, "serve", "-m", str(path), "-c", "dgx-h100-superpod", "--isl",
                          "2048", "--osl", "256", "--fix", "kv_dtype=fp8", "--fix", "pp=1",
-                         "--launch", "--json")
+                         "--launch", "--json", "--model-path", str(path))
     assert code == 0, err
     for engine, pools in json.loads(out)["launch"].items():
         for pool in pools:
@@ -415,7 +416,7 @@ def test_serve_launch_quotes_the_model_path(capsys, tmp_path):
             _bash_syntax_ok(pool["command"] + "\n")
     code, out, _ = run(capsys, "serve", "-m", str(path), "-c", "dgx-h100-superpod", "--isl",
                        "2048", "--osl", "256", "--fix", "kv_dtype=fp8", "--fix", "pp=1",
-                       "--launch")
+                       "--launch", "--model-path", str(path))
     commands = [ln for ln in out.splitlines()
                 if ln.startswith(("  vllm serve ", "  python -m sglang", "  trtllm-serve "))]
     assert len(commands) == 3

@@ -18,6 +18,9 @@ from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_jso
 from planner.errors import InfeasibleError, InputError
 from planner.report.serve import serve_notes
 
+MODEL_PATH_HELP = ("The weights the --launch commands load: a Hugging Face id or a checkpoint "
+                   "path (default: the folder of a config.json given as -m, else the model "
+                   "file's hf_id).")
 SERVE_TIME_LIMIT_HELP = ("Seconds for the whole search, the tables included; when they run "
                          "out, the best plan found so far (not proven optimal).")
 
@@ -107,6 +110,7 @@ def serve(
                                  "N Poisson requests (needs --rate; N <= 1e6, N x --osl <= 5e7)."),
     launch: bool = typer.Option(False, "--launch", help="Print vLLM, SGLang and TensorRT-LLM "
                                 "launch commands for the plan's pools."),
+    model_path: Optional[str] = typer.Option(None, "--model-path", help=MODEL_PATH_HELP),
     time_limit: float = typer.Option(60.0, "--time-limit", help=SERVE_TIME_LIMIT_HELP),
     weight_dtypes: str = typer.Option(
         "bf16,fp8", "--weight-dtypes", metavar="LIST", help="Weight formats to search "
@@ -129,6 +133,7 @@ def serve(
     fixes = _fixes(fix)
     space = _space(weight_dtypes, fixes)
     m = load_model(model)
+    weights = _weights(model, m, model_path, launch)
     try:
         res = plan_serve(m, _clusters(cluster, gpus), w,
                          objective=objective.value if objective else None, gpus=gpus,
@@ -157,9 +162,9 @@ def serve(
                     "solver": res.solver, "calibration_notes": calib,
                     "quantization_notes": quant, **({"pareto": res.pareto} if pareto else {}),
                     **({"simulation": sim} if sim else {}),
-                    **({"launch": _launch(model, res.plan)} if launch else {})})
+                    **({"launch": _launch(weights, res.plan)} if weights else {})})
     else:
-        _print_text(res, pareto, sim, _launch(model, res.plan) if launch else None)
+        _print_text(res, pareto, sim, _launch(weights, res.plan) if weights else None)
     if not res.estimate.feasible:
         raise typer.Exit(1)
 
@@ -192,13 +197,36 @@ def _space(weight_dtypes: str, fix: dict):
     return ServeSpace(weight_dtype=allowed)
 
 
-def _launch(model: str, plan) -> dict:
+def _weights(model: str, m: Any, model_path: str | None, launch: bool) -> str | None:
+    """What the --launch commands load (None without --launch): --model-path, else the
+    folder of a Hugging Face config.json given as -m, else the model file's hf_id. A
+    catalog name or a planner model file is no checkpoint an engine can load."""
     from pathlib import Path
 
+    from planner.specs.names import check_name
+
+    if not launch:
+        if model_path is not None:
+            raise InputError("--model-path: names the weights of the --launch commands; "
+                             "give --launch too")
+        return None
+    if model_path is not None:
+        if not model_path.strip():
+            raise InputError("--model-path: expected a Hugging Face id or a checkpoint path, "
+                             "got an empty string")
+        return check_name(model_path, "--model-path", max_chars=None)
+    if model.endswith(".json"):
+        return str(Path(model).parent)
+    if m.hf_id:
+        return m.hf_id
+    raise InputError(f"--launch: model {m.name!r} names no weights (no hf_id in its model "
+                     "file); give --model-path HF_ID_OR_PATH")
+
+
+def _launch(weights: str, plan) -> dict:
     from planner.report.serve_launch import launch_commands
 
-    name = Path(model).parent.name if model.endswith(".json") else model  # HF config folder
-    return launch_commands(name or model, plan)
+    return launch_commands(weights, plan)
 
 
 def _simulate_bounds(n: int, osl: int) -> None:

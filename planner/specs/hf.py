@@ -199,6 +199,7 @@ def model_from_hf(cfg: dict[str, Any], source: str, name: str | None = None) -> 
     if isinstance(given, str):  # a downloaded config's name lands in launch scripts
         check_name(given, f"{source}: _name_or_path")
     data["name"] = name or given or f"{kind}-from-config"
+    data["hf_id"] = given if isinstance(given, str) and given else None
     data["source"] = f"Hugging Face config.json ({source})"
     data = {k: v for k, v in data.items() if v is not None}
     return validate(ModelSpec, data, source)

@@ -78,6 +78,9 @@ class ModelSpec(Spec):
     global_batch_size: PositiveInt | None = Field(None, le=MAX_GLOBAL_BATCH,
                                                   description="default batch, sequences")
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    hf_id: Name | None = Field(None, description="the weights: a Hugging Face Hub repository "
+                               "id (org/name) or a checkpoint path, which serving launch "
+                               "commands load (vllm serve, sglang --model-path, trtllm-serve)")
     aliases: list[Name] = Field(default_factory=list)
     source: str | None = None
 
