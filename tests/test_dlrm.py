@@ -387,11 +387,12 @@ def test_torchrec_export_refuses_shards_fbgemm_cannot_hold():
     tw = dict(sharding_type="table_wise", ranks={0: 1})
     dp = dict(sharding_type="data_parallel")
     plan = DLRMPlan(tables=[dict(table="a", **tw), dict(table="b", **dp)])
-    with pytest.raises(InputError, match=r"table 'a' \(table_wise, dim 94\): 94 is not a multiple of 4.*dim 96"):
+    with pytest.raises(InputError, match=r"table 'a' \(table_wise, dim 94\): 94 is not a "
+                       "multiple of 4.*dim 96"):
         torchrec_plan(m, c, plan)
     cw = dict(sharding_type="column_wise", shards=4, ranks={0: 1, 1: 1, 2: 1, 3: 1})
-    with pytest.raises(InputError, match=r"table 'b' \(column_wise, dim 40 in 4 column shards of 10\): 10 is not a "
-                       "multiple of 4.*dim 48"):
+    with pytest.raises(InputError, match=r"table 'b' \(column_wise, dim 40 in 4 column "
+                       r"shards of 10\): 10 is not a multiple of 4.*dim 48"):
         torchrec_plan(m, c, DLRMPlan(tables=[dict(table="a", **dp), dict(table="b", **cw)]))
     out = torchrec_plan(m, c, DLRMPlan(tables=[dict(table="a", **dp), dict(table="b", **tw)]))
     assert out["sharding_plan"]["a"]["sharding_spec"] is None

@@ -16,8 +16,10 @@ from planner.specs.topology import RampSpec, expand_cluster_topology, with_sched
 LevelKind = Literal["switch", "ring", "fully_connected", "ramp"]
 #: Per-dimension collective algorithm (ASTRA-sim 2.0 ``*-implementation`` options); ``auto``
 #: takes the kind's topology-aware one: ring on Ring, direct on FC and RAMP,
-#: halving-doubling on Switch.
-Algorithm = Literal["auto", "ring", "direct", "halving_doubling"]
+#: halving-doubling on Switch. ``nccl`` takes what NCCL picks per message size and group
+#: (ring, tree across nodes, in-network reduction where the level has it;
+#: planner/costmodel/network.py ``nccl_algorithm``).
+Algorithm = Literal["auto", "ring", "direct", "halving_doubling", "nccl"]
 
 
 class TopologyLevel(Spec):
@@ -127,6 +129,14 @@ class ClusterSpec(Spec):
     collective_chunks: PositiveInt = Field(
         64, description="chunks a collective is pipelined in across levels"
     )
+    step_time_cv: float = Field(
+        0.01, ge=0, le=0.5, allow_inf_nan=False,
+        description="spread of one GPU's step time across the cluster's GPUs (coefficient of "
+        "variation, same SKU); a synchronous step waits for the slowest of its N GPUs, "
+        "E[max] = mean (1 + cv E[max of N standard normals]). Default 0.01, assumed from "
+        "Sinha et al. SC'22 ('Not All GPUs Are Created Equal'): ~8 % average performance "
+        "variation between same-SKU GPUs of five clusters, read as a range of ~6-8 sigma over "
+        "hundreds to thousands of GPUs. 0 switches stragglers off")
     ramp: RampSpec | None = Field(None, description="RAMP optical network; expands to its levels")
     offload: OffloadTier | None = Field(
         None, description="optional host/pooled memory tier for optimizer and weight offload")
