@@ -141,3 +141,20 @@ def test_a_gpu_scaled_from_the_measured_one_runs_its_kernels_at_the_same_fractio
     assert flash_attention_time_s(fast, "bf16", 1e12, seq=8192)[0] - overhead == pytest.approx(
         (flash_attention_time_s(gpu, "bf16", 1e12, seq=8192)[0] - overhead) / 2)
     assert elementwise_time_s(fast, 1e9) == pytest.approx(elementwise_time_s(gpu, 1e9) / 2)
+
+
+def test_a_serving_engine_runs_the_kernels_at_its_own_fraction():
+    """Serving costs the GPU's measured kernels at the engine's kernel_fraction, not at the
+    training framework's in the GPU file: a compute-bound prefill slows in proportion."""
+    from planner.costmodel.serving import prefill
+    from planner.specs.serve import ServeEngine, ServePlan
+
+    model = load_model("llama3-8b")
+    cluster = load_cluster("dgx-h100-superpod").resized(8)
+    plan = ServePlan(tp=1, prefill_chunk=8192)
+    full = prefill(model, cluster, plan, 8192, ServeEngine(kernel_fraction=1.0)).latency_s
+    half = prefill(model, cluster, plan, 8192, ServeEngine(kernel_fraction=0.5)).latency_s
+    assert 1.6 < half / full <= 2.0
+    gpu_fraction = cluster.gpu.efficiency.kernel_fraction
+    assert prefill(model, cluster, plan, 8192,
+                   ServeEngine(kernel_fraction=gpu_fraction)).latency_s != pytest.approx(full)

@@ -53,20 +53,23 @@ def test_weight_bytes_hand_checked():
     assert int4 == pytest.approx(layers * (0.5 + 2 / 128) + ends * 2.0)
 
 
-def test_decode_batch_one_reads_the_weights_at_hbm_speed():
-    """A batch-1 decode step of Llama 2 7B in bf16 is bound by reading 13.5 GB at the
-    H100's achievable 3.35 x 0.87 TB/s (4.6 ms), plus launches and small kernels."""
+def test_decode_batch_one_reads_the_weights_at_the_measured_gemv_speed():
+    """A batch-1 decode step of Llama 2 7B in bf16 is bound by reading 13.5 GB of weights at
+    the speed the H100's kernel table measured for M = 1 GEMMs (2.1-2.9 TB/s by shape,
+    below the 3.35 TB/s datasheet), plus launches and small kernels."""
     plan = ServePlan(tp=1, concurrency=1, weight_dtype="bf16")
     t = decode_step_s(L7, H100, plan, 128)
-    floor = weight_bytes_per_gpu(L7, plan) / (3.35e12 * 0.87)
-    assert floor == pytest.approx(4.65e-3, rel=0.02)
-    assert floor < t < 1.25 * floor
+    weights = weight_bytes_per_gpu(L7, plan)
+    assert weights / 2.9e12 < t < 1.25 * weights / 2.1e12
 
 
-def test_fp8_weights_halve_the_batch_one_decode():
+def test_fp8_weights_shorten_the_batch_one_decode_as_measured():
+    """fp8 weights halve the bytes, but the measured small-M fp8 GEMMs (torch._scaled_mm)
+    run at about the bf16 time on the smaller shapes (H100 table: 4096 x 4096 at M = 16,
+    15.1 us either way): the step shortens by a third, not a half."""
     bf16 = decode_step_s(L7, H100, ServePlan(concurrency=1), 128)
     fp8 = decode_step_s(L7, H100, ServePlan(concurrency=1, weight_dtype="fp8"), 128)
-    assert 0.45 < fp8 / bf16 < 0.65
+    assert 0.5 < fp8 / bf16 < 0.8
 
 
 def test_md1_queue_hand_checked():

@@ -14,7 +14,11 @@ whose GEMM curve beats a measured cuBLASLt throughput (``planner.validation.micr
 ``hardware_catalog/calibration/cublas_gemm.yaml``) are dropped: the fit may not buy accuracy
 on the recipes with GEMMs faster than the silicon runs them. The remaining grid
 point with the least mean absolute percentage error is printed beside the shipped values;
-copy it into ``hardware_catalog/gpus/<gpu>.yaml`` by hand (the file cites this tool).
+copy it into ``hardware_catalog/gpus/<gpu>.yaml`` by hand (the file cites this tool), or
+for a framework's own runs into its profile's ``fit`` (hardware_catalog/frameworks/).
+
+- H100, torchtitan: torchtitan's own published runs (Llama 3.1 8B-405B on 8-512 Grand
+  Teton H100s): ``kernel_fraction`` and ``overlap_slowdown`` of the torchtitan profile.
 
     python tools/calibrate.py              # every generation
     python tools/calibrate.py H100         # one
@@ -37,6 +41,9 @@ from planner.specs.gpu import GPUSpec
 from planner.specs.loaders import load_cluster, load_gpu, load_model
 from planner.validation import MODES, calibration_data, calibration_plan
 from planner.validation.microbench import cap_violations
+from planner.costmodel.frameworks import framework_cluster
+from planner.specs.framework import load_framework
+from planner.validation.torchtitan import tokens_per_s_per_gpu as tokens_per_s_per_gpu_tt
 from planner.validation.nemo import (
     nemo_data,
     recipe_cluster,
@@ -85,6 +92,32 @@ def nemo_errors(gen: str) -> Callable[..., list[float]]:
     return errors
 
 
+def torchtitan_errors() -> Callable[..., list[float]]:
+    """torchtitan's own H100 runs (hardware_catalog/calibration/torchtitan_h100.yaml), each
+    costed as torchtitan runs it (its attention kernel; its fit is what is being fitted)."""
+    from planner.validation.torchtitan import plannable_runs, run_cluster, run_model, run_plan
+
+    runs = plannable_runs()
+    models = {r["name"]: run_model(r) for r in runs}
+    plans = {r["name"]: run_plan(r, models[r["name"]]) for r in runs}
+    shipped = load_framework("torchtitan")
+    bare = shipped.model_copy(update={"fit": {}})
+
+    def errors(**eff: float) -> list[float]:
+        """With ``eff``, a grid point over the GPU file's values; without, as shipped (the
+        profile's own fit applied)."""
+        out = []
+        for r in runs:
+            c = with_efficiency(framework_cluster(run_cluster(r), bare if eff else shipped),
+                                **eff)
+            est = evaluate(models[r["name"]], c, plans[r["name"]])
+            out.append(tokens_per_s_per_gpu_tt(r, est) / r["measured_tps_per_gpu"] - 1
+                       if est.feasible else 1.0)
+        return out
+
+    return errors
+
+
 def a100_grid() -> Iterable[dict[str, float]]:
     for g, k in itertools.product([round(0.70 + 0.01 * i, 2) for i in range(16)], SLOWDOWN):
         yield dict(gemm_peak_fraction=g, overlap_slowdown=k)
@@ -113,6 +146,7 @@ GENERATIONS = {
     "A100": ("a100-sxm-80gb", lambda: korthikanti_errors, a100_grid),
     "H100": ("h100-sxm", lambda: nemo_errors("H100"), table_grid),
     "B200": ("b200", lambda: nemo_errors("B200"), lambda: fp8_grid(0.50, 0.40)),
+    "H100 torchtitan": ("h100-sxm", torchtitan_errors, table_grid),
 }
 
 
@@ -166,7 +200,8 @@ def fit(gen: str) -> dict[str, object]:
 
 #: The framework each generation's calibration runs used.
 FRAMEWORKS = {"A100": "Megatron-LM (2022, Korthikanti et al.)",
-              "H100": "NeMo 24.07/25.02 (Megatron-Core)", "B200": "NeMo 25.02 (Megatron-Core)"}
+              "H100": "NeMo 24.07/25.02 (Megatron-Core)", "B200": "NeMo 25.02 (Megatron-Core)",
+              "H100 torchtitan": "torchtitan (2024-08 to 2025-06, Grand Teton H100)"}
 SUMMARY = Path(__file__).resolve().parents[1] / "hardware_catalog" / "calibration" / \
     "fit_summary.yaml"
 

@@ -10,23 +10,28 @@ from planner.cli.console import _emit_json, out
 
 def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Run every calibration set (Korthikanti et al. on A100; NVIDIA's NeMo FP8 recipes on
-    H100 and B200): predicted against published time, throughput and memory, with the mean
-    absolute percentage error per GPU generation."""
+    H100 and B200; torchtitan's own H100 runs): predicted against published time,
+    throughput and memory, with the mean absolute percentage error per GPU generation and
+    framework."""
     from planner.validation import run_recipes, run_validation
 
     from planner.validation.serving import run_serving
 
     from planner.validation.fit import fit_summary
+    from planner.validation.torchtitan import run_torchtitan
 
     rep, nemo, serving = run_validation(), run_recipes(), run_serving()
-    mape = _mape_by_generation(rep, nemo)
+    titan = run_torchtitan()
+    mape = _mape_by_generation(rep, nemo, titan)
     if json_:
         _emit_json({"korthikanti2022": rep.to_json(), "nemo_recipes": nemo.to_json(),
-                    "mape_by_generation": mape, "fit": fit_summary(),
-                    "serving": serving.to_json()})
+                    "torchtitan_runs": titan.to_json(), "mape_by_generation": mape,
+                    "fit": fit_summary(), "serving": serving.to_json()})
         return
     _print_korthikanti(rep)
     _print_recipes(nemo)
+    _print_recipes(titan, "H100 BF16/FP8: torchtitan's own runs, tokens/s/GPU predicted vs "
+                   "published", "H100 torchtitan")
     _print_serving(serving)
     _print_fit(mape, fit_summary())
 
@@ -44,8 +49,11 @@ def _print_fit(mape: dict[str, float], fits: dict) -> None:
     out.print(t)
 
 
-def _mape_by_generation(rep, nemo) -> dict[str, float]:
-    return {"A100": rep.mape, **{g: nemo.mape(g) for g in nemo.by_generation()}}
+def _mape_by_generation(rep, nemo, titan) -> dict[str, float]:
+    """Per generation and the framework of its runs (the generation alone: Megatron-LM or
+    NeMo, i.e. Megatron-Core)."""
+    return {"A100": rep.mape, **{g: nemo.mape(g) for g in nemo.by_generation()},
+            **{f"{g} torchtitan": titan.mape(g) for g in titan.by_generation()}}
 
 
 def _print_korthikanti(rep) -> None:
@@ -67,9 +75,9 @@ def _print_korthikanti(rep) -> None:
     out.print(tm)
 
 
-def _print_recipes(nemo) -> None:
-    t = Table(title="H100/B200 FP8: NVIDIA NeMo recipes, tokens/s/GPU predicted vs published",
-              header_style="bold")
+def _print_recipes(nemo, title: str = "H100/B200 FP8: NVIDIA NeMo recipes, tokens/s/GPU "
+                   "predicted vs published", label: str | None = None) -> None:
+    t = Table(title=title, header_style="bold")
     for col in ("run", "GPUs", "predicted", "published", "error"):
         t.add_column(col, justify="left" if col == "run" else "right")
     for r in nemo.rows:
@@ -77,7 +85,7 @@ def _print_recipes(nemo) -> None:
                   f"{r.measured:,.0f}", f"{r.error:+.1%}")
     out.print(t)
     for g in nemo.by_generation():
-        out.print(f"{g}: MAPE {nemo.mape(g):.2%}, max |error| {nemo.max_error(g):.2%}")
+        out.print(f"{label or g}: MAPE {nemo.mape(g):.2%}, max |error| {nemo.max_error(g):.2%}")
 
 
 def _print_serving(serving) -> None:

@@ -52,6 +52,18 @@ def measured_gemm_tflops(table: str | None, dtype: str, m: float, n: float, k: f
 
 
 @lru_cache(maxsize=1 << 14)
+def measured_decode_GBps(table: str | None, dtype: str, m: float, n: float, k: float
+                         ) -> float | None:
+    """Weight-streaming speed (GB/s) of a GEMM with M below the table's grid, from the
+    measured decode-step GEMMs; None for larger M, without a table or a measured dtype."""
+    t = kernel_table(table) if table else None
+    dt = TABLE_GEMM_DTYPES.get(dtype)
+    if t is None or dt is None or not K.small_m(t, dt, m):
+        return None
+    return K.decode_weight_GBps(t, dt, m, n, k)
+
+
+@lru_cache(maxsize=1 << 14)
 def measured_attention_tflops(table: str | None, backend: str, seq: float, head_dim: int,
                               grouped: bool) -> tuple[float, float] | None:
     """Microbenchmarked (forward, backward) causal fused-attention throughput (TFLOP/s);
@@ -108,6 +120,9 @@ def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float,
     else:
         t_math = flops / (gpu.peak_flops(dtype) * gemm_efficiency(gpu, dtype, m, n, k))
     t_mem = elementwise_time_s(gpu, (m * k + k * n + m * n) * elem_bytes * batch)
+    gemv_GBps = measured_decode_GBps(gpu.kernel_table, dtype, m, n, k)
+    if gemv_GBps is not None:  # a decode GEMM streams its weights at the measured GEMV speed
+        t_mem = max(t_mem, k * n * elem_bytes * batch / (gemv_GBps * 1e9 * bandwidth_scale(gpu)))
     return max(t_math, t_mem) + gpu.efficiency.kernel_overhead_us * 1e-6
 
 

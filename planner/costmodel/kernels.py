@@ -2,9 +2,11 @@
 interpolation over shape.
 
 - GEMM throughput: trilinear in (log2 m, log2 n, log2 k) over the measured grid. Above the
-  grid the largest shape's throughput holds (large GEMMs saturate); below it the time of the
-  smallest measured dimension holds (a GEMM that small is bound by its tile and launch floor,
-  not its FLOPs), so throughput falls in proportion.
+  grid the largest shape's throughput holds (large GEMMs saturate); below it in n or k the
+  time of the smallest measured dimension holds (a GEMM that small is bound by its tile and
+  launch floor, not its FLOPs); below it in m (decode steps) the smallest m's throughput
+  holds for the math, and the memory side is the weight-streaming speed the measured
+  decode GEMMs reached (:func:`decode_weight_GBps`).
 - Fused attention throughput: linear in log2(sequence length) for the measured case nearest
   in head dimension, mask and grouping; held constant outside the measured lengths.
 - Copy bandwidth: linear in log2(bytes), held constant outside the measured sizes.
@@ -92,7 +94,7 @@ def gemm_tflops(table: KernelTable, dtype: str, m: float, n: float, k: float) ->
     at = (math.log2(m), math.log2(n), math.log2(k))
     near = [(math.dist(at, p[:3]), p[3]) for p in _off_grid(table, dtype)]
     near = [x for x in near if x[0] < OFF_GRID_REACH]
-    out = _grid_tflops(grid, m, n, k)
+    out = _grid_tflops(grid, max(m, grid[0][0]), n, k)
     if not near:
         return out
     corners = {tuple(math.log2(axis[j]) for axis, j in zip(grid[:3], pick))
@@ -110,6 +112,29 @@ def _corners(grid: tuple[tuple[float, ...], ...], m: float, n: float, k: float):
     idx = [_bracket(axis, min(max(x, axis[0]), axis[-1]))[:2]
            for axis, x in zip(grid[:3], (m, n, k))]
     return {(a, b, c) for a in idx[0] for b in idx[1] for c in idx[2]}
+
+
+def small_m(table: KernelTable, dtype: str, m: float) -> bool:
+    """Whether an M = ``m`` GEMM lies below the grid's smallest M (a decode step's)."""
+    grid = _gemm_grid(table, dtype)
+    return grid is not None and m < grid[0][0]
+
+
+def decode_weight_GBps(table: KernelTable, dtype: str, m: float, n: float, k: float
+                       ) -> float | None:
+    """Weight bytes per second (GB/s) the measured decode-step GEMMs of the (n, k) shape
+    nearest in log scale stream at M = ``m`` (linear in log2 m between measured M, held
+    outside them): the memory side of a small-M GEMM's roofline; None without such rows."""
+    rows = [r for r in table.decode_gemm if r.dtype == dtype]
+    if not rows:
+        return None
+    at = (math.log2(n), math.log2(k))
+    shape = min({(r.n, r.k) for r in rows},
+                key=lambda s: math.dist(at, (math.log2(s[0]), math.log2(s[1]))))
+    bw = {float(r.m): r.weight_GBps for r in rows if (r.n, r.k) == shape}
+    ms = tuple(sorted(bw))
+    lo, hi, w = _bracket(ms, min(max(m, ms[0]), ms[-1]))
+    return (1 - w) * bw[ms[lo]] + w * bw[ms[hi]]
 
 
 def _grid_tflops(grid: tuple[tuple[float, ...], ...], m: float, n: float, k: float) -> float:

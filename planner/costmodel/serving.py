@@ -186,6 +186,16 @@ class ReplicaNet:
     overhead_s: float = 0.0  # per collective (ServeEngine.collective_overhead_us)
 
 
+def engine_gpu(cluster: ClusterSpec, engine: ServeEngine):
+    """The cluster's GPU running the engine's kernels: the engine's ``kernel_fraction`` of
+    the measured kernel speeds (the GPU file's is the training framework's)."""
+    eff = cluster.gpu.efficiency
+    if eff.kernel_fraction == engine.kernel_fraction:
+        return cluster.gpu
+    return cluster.gpu.model_copy(update={"efficiency": eff.model_copy(
+        update={"kernel_fraction": engine.kernel_fraction})})
+
+
 def replica_net(cluster: ClusterSpec, plan: ServePlan,
                 engine: ServeEngine = ServeEngine()) -> ReplicaNet:
     from planner.costmodel.network import subgroup
@@ -295,7 +305,7 @@ def decode_step_s(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
     stages the batch runs as ``pp`` microbatches in flight, so a token passes every stage
     once: pp x the stage time of batch/pp sequences, at least one (pipelining adds
     capacity, not speed). Includes the LM head (bf16)."""
-    gpu, net = cluster.gpu, replica_net(cluster, plan, engine)
+    gpu, net = engine_gpu(cluster, engine), replica_net(cluster, plan, engine)
     size = plan.concurrency if batch is None else batch
     mb = max(size / plan.pp, 1.0)  # fewer sequences than stages: one each
     attn = decode_attention_s(model, gpu, plan, mb, context, engine.gqa_kv_shared)
@@ -316,7 +326,7 @@ class Prefill:
 
 def prefill(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, isl: int,
             engine: ServeEngine = ServeEngine()) -> Prefill:
-    gpu, net = cluster.gpu, replica_net(cluster, plan, engine)
+    gpu, net = engine_gpu(cluster, engine), replica_net(cluster, plan, engine)
     budget = plan.prefill_chunk
     chunks = math.ceil(isl / budget)
     alone = min(isl, budget) if chunks == 1 else isl / chunks

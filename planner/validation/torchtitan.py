@@ -48,7 +48,7 @@ from planner.validation.nemo import RecipeReport, RecipeRow
 FILE = "torchtitan_h100.yaml"
 FRAMEWORK = "torchtitan"
 CLUSTER = "dgx-h100-superpod"
-GENERATION = "h100"
+GENERATION = "H100"
 #: torchtitan activation_checkpoint modes -> plan ``recompute`` (module docstring).
 AC_TO_RECOMPUTE: dict[str, str] = {"none": "none", "full": "full", "selective-op": "half"}
 #: context_parallel_rotate_method -> plan ``cp_comm``.
@@ -69,14 +69,20 @@ def run_model(run: dict) -> ModelSpec:
     return load_model(run["model"])
 
 
+#: HBM bandwidth of the HBM2e H100 SXM in Meta's Grand Teton hosts, TB/s (the 2024-12 and
+#: 2025-06 torchtitan benchmark files: "96 GB HBM2e", 2.4 TB/s; see the data file's header)
+HBM2E_TBps = 2.4
+
+
 def run_cluster(run: dict) -> ClusterSpec:
-    """The DGX H100 SuperPOD at the run's size; the GPU's capacity set to the run's
-    ``hbm_gib`` where it differs (torchtitan's 96 GB HBM2e H100s). Only the capacity: the
-    GPU keeps its name (the profile's fit is looked up by it) and its bandwidth."""
+    """The DGX H100 SuperPOD at the run's size; where the run's ``hbm_gib`` differs
+    (torchtitan's HBM2e H100s), the GPU's capacity and its HBM2e bandwidth (the kernel
+    table's copy speed scales with it). The GPU keeps its name (the profile's fit is looked
+    up by it); its 500 W power limit is not modelled: the fitted kernel_fraction absorbs it."""
     cluster = load_cluster(CLUSTER, run["gpus"])
     hbm = run.get("hbm_gib")
     if hbm is not None and hbm != cluster.gpu.hbm_gib:
-        gpu = cluster.gpu.model_copy(update={"hbm_gib": float(hbm)})
+        gpu = cluster.gpu.model_copy(update={"hbm_gib": float(hbm), "hbm_TBps": HBM2E_TBps})
         cluster = cluster.model_copy(update={"gpu": gpu})
     return cluster
 
