@@ -178,7 +178,9 @@ def build_model(tb: Tables, points: list[int] | None = None,
     A = tb.terms
     pts = list(range(tb.num_points)) if points is None else list(points)
     lm, vm = LinearModel(), VarMap(pts, strategies(tb))
-    w_time, w_busy = A.time_weight[pts], A.busy_weight[pts]
+    # T is the iteration time before stragglers; the step waits (1 + straggler) T for the
+    # slowest GPU (compose.iteration_time_s), so the weight and the time limit carry it
+    w_time, w_busy = A.time_weight[pts] * (1.0 + A.straggler[pts]), A.busy_weight[pts]
     need_busy = bool(np.any(w_busy > 0))
     time_only = not need_busy and np.allclose(w_time, w_time[0])
     st = _setup(tb, pts, time_only)
@@ -194,7 +196,8 @@ def build_model(tb: Tables, points: list[int] | None = None,
         per = {g: _group_terms(A, q, g, [vm.strategies[u] for u in pt.us]) for g in groups}
         T = lm.var(f"T{q}", 0, st.t_ub, dim="time")
         if max_time_s is not None:  # T[q] <= limit y[q]; one tick of slack keeps every plan
-            lm.add({T: 1, pt.y: -min(st.down(max_time_s) + 1, st.t_ub)}, ub=0, dim="time")
+            limit_s = max_time_s / (1.0 + float(A.straggler[q]))
+            lm.add({T: 1, pt.y: -min(st.down(limit_s) + 1, st.t_ub)}, ub=0, dim="time")
         tail = lm.var(f"TAIL{q}", 0, st.t_ub, dim="time")
         s_vars = {}
         for g in groups:
@@ -340,9 +343,10 @@ def _busy_row(lm: LinearModel, st: _Setup, A, pt: _Point, groups: list[int],
 
 def _iteration_rows(lm: LinearModel, T: int, tail: int, s_vars: dict[int, int],
                     counts: list[int], m: int, pp: int, v: int) -> None:
-    """Linearizes :func:`planner.costmodel.compose.iteration_time_s`: for every group g,
-    ``T >= m S_g + c sum_g' count_g' S_g' + TAIL`` with ``c = bubble_coefficient(pp, v)``
-    (the schedule's own bubble), multiplied through by c's denominator."""
+    """Linearizes :func:`planner.costmodel.compose.iteration_time_s` before stragglers: for
+    every group g, ``T >= m S_g + c sum_g' count_g' S_g' + TAIL`` with
+    ``c = bubble_coefficient(pp, v)`` (the schedule's own bubble), multiplied through by
+    c's denominator."""
     c = Fraction(bubble_coefficient(pp, v)).limit_denominator(10**6)
     assert abs(float(c) - bubble_coefficient(pp, v)) <= 1e-12 * max(float(c), 1.0)
     den = c.denominator
@@ -427,7 +431,8 @@ def _time_bound_s(tb: Tables, q: int) -> float:
                      top["dp_param_s"], top["grad_down_s"], 0.0, 0.0, A.group_layers[q], no)
     ok = A.group_valid[q]
     t = iteration_time_s(A.m[q], A.pp[q], A.v[q], np.where(ok, stage.total_s, 0.0),
-                         A.group_count[q] * ok, np.where(ok, tail.total_s, 0.0))
+                         A.group_count[q] * ok, np.where(ok, tail.total_s, 0.0),
+                         straggler=float(A.straggler[q]))
     return float(t) * 1.01
 
 

@@ -203,7 +203,8 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     m, v, pp = A.m[:, None], A.v[:, None], A.pp[:, None]
     cnt = A.group_count[:, :, None] * gmask
     t_lb = iteration_time_s(m, pp, v, np.where(gmask, stage.total_s, 0.0), cnt,
-                            np.where(gmask, tail.total_s, 0.0), axis=1)
+                            np.where(gmask, tail.total_s, 0.0), axis=1,
+                            straggler=A.straggler[:, None])
     out = A.time_weight[:, None] * t_lb
     if np.any(A.busy_weight > 0):
         fb = np.where(feasible, (A.layer_fwd_s + A.layer_bwd_s)[:, None], inf)

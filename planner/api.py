@@ -137,7 +137,8 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
           options: SpaceOptions | None = None, max_iteration_time_s: float | None = None,
           progress: Callable[[str], None] | None = None,
           log: Callable[[str], None] | None = None,
-          framework: str | FrameworkProfile | None = None) -> SolveResult:
+          framework: str | FrameworkProfile | None = None,
+          goodput: str = "on") -> SolveResult:
     """The best plan(s) for ``model`` on ``cluster``, proven optimal over the search space.
 
     ``model`` and ``cluster`` may be catalog names or file paths; ``gpus`` resizes the
@@ -155,6 +156,9 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     solver log) as the search goes. ``framework`` (a catalog name such as ``"torchtitan"``,
     a profile YAML path or a :class:`planner.specs.framework.FrameworkProfile`) searches
     only the plans that framework can run (``None``: every plan the cost model accepts).
+    ``goodput`` (with ``tokens``): ``"on"`` divides the totals by the effective training-time
+    fraction of failures and synchronous checkpoints (ideal ones kept beside them),
+    ``"async"`` with asynchronous checkpoints, ``"off"`` reports the ideal ones only.
 
     Returns a :class:`planner.orchestration.SolveResult` (``.best.plan``, ``.best.estimate``,
     ``.plans``, ``.status``, ``.to_json()``); raises :class:`planner.errors.InfeasibleError`
@@ -182,11 +186,27 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
                           max_virtual_stages=max_virtual_stages,
                           allow_idle_gpus=allow_idle_gpus, even_pipeline=even_pipeline,
                           framework=framework)
-    return _solve(m, c, fixed=_fixed_fields(plan, fix),
-                  base=base_overrides(global_batch_size, seq_len, dtype), objective=objective,
-                  backend=backend, top_k=top_k, time_limit_s=time_limit_s, presolve=presolve,
-                  options=opts, tokens=tokens, progress=progress, log=log,
-                  max_iteration_time_s=max_iteration_time_s)
+    _goodput_setting(goodput)
+    res = _solve(m, c, fixed=_fixed_fields(plan, fix),
+                 base=base_overrides(global_batch_size, seq_len, dtype), objective=objective,
+                 backend=backend, top_k=top_k, time_limit_s=time_limit_s, presolve=presolve,
+                 options=opts, tokens=tokens, progress=progress, log=log,
+                 max_iteration_time_s=max_iteration_time_s)
+    if not tokens:
+        return res
+    from dataclasses import replace
+
+    from planner.costmodel.goodput import training_goodput
+
+    best = res.best.plan
+    return replace(res, goodput=training_goodput(m, c, best.world_size, best, goodput))
+
+
+def _goodput_setting(value: Any) -> None:
+    from planner.costmodel.goodput import GOODPUT_MODES
+
+    if not isinstance(value, str) or value not in GOODPUT_MODES:
+        raise InputError(f"goodput {_short(value)}: expected one of {', '.join(GOODPUT_MODES)}")
 
 
 def _resized(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
@@ -257,7 +277,8 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
             pareto: bool = False, global_batch_size: int | None = None,
             seq_len: int | None = None, dtype: str | None = None,
             time_limit_s: float = 60.0, workers: int | None = 1, options: Any = None,
-            progress: Any = None, framework: str | FrameworkProfile | None = None):
+            progress: Any = None, framework: str | FrameworkProfile | None = None,
+            goodput: str = "on"):
     """The cheapest (``objective``) cluster and plan that train ``model`` on ``tokens``
     tokens within ``days`` (and ``budget_usd``); see docs/procure.md.
 
@@ -269,6 +290,8 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     ``prices``: a pricing YAML path or mapping overriding the catalog's
     (docs/formats.md). ``pareto``: also solve for the fronts of days against cost and
     energy. ``framework`` (as in :func:`solve`) keeps only plans that framework can run.
+    ``goodput`` (as in :func:`solve`): days, dollars, MWh and GPU-hours, and the ``days``
+    limit, are effective ones (failures and checkpoints counted) unless ``"off"``.
     ``workers`` > 1 answers options in parallel processes (the calling script
     needs an ``if __name__ == "__main__":`` guard; None: one per CPU). ``progress`` is called
     with a line of text as the search goes.
@@ -287,6 +310,7 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
 
     m = model if isinstance(model, (ModelSpec, DLRMSpec)) else load_model(model)
     _check_procure(gpus, clusters, counts, prices, workers, pareto, progress)
+    _goodput_setting(goodput)
     names = gpus.split(",") if isinstance(gpus, str) else gpus
     if isinstance(clusters, (str, ClusterSpec)):
         clusters = [clusters]
@@ -309,7 +333,8 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
                                            framework=framework,
                                            max_virtual_stages=None, allow_idle_gpus=None,
                                            even_pipeline=None),
-                    time_limit_s=time_limit_s, workers=workers, progress=progress)
+                    time_limit_s=time_limit_s, workers=workers, progress=progress,
+                    goodput=goodput)
 
 
 def _checked_base(model: ModelSpec, base: dict[str, Any]) -> dict[str, Any]:

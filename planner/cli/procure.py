@@ -23,6 +23,7 @@ from planner.cli.console import (
     warn_calibration,
 )
 from planner.cli.serve import procure_serve_cmd
+from planner.cli.solve import GOODPUT_HELP, GoodputSetting
 from planner.errors import InfeasibleError, InputError
 from planner.procurement import DEFAULT_MAX_GPUS
 from planner.workers import signals_raise
@@ -104,6 +105,8 @@ def procure(
     tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="--serve: P99 TPOT SLO."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     framework: Optional[str] = typer.Option(None, "--framework", help=PROCURE_FRAMEWORK_HELP),
+    goodput: GoodputSetting = typer.Option(
+        GoodputSetting.on, "--goodput", help=GOODPUT_HELP + " --days limits the effective days."),
 ) -> None:
     """Choose what to buy or rent: the cheapest cluster and plan that train a model on a
     token budget within a deadline (or the fastest within a budget)."""
@@ -125,7 +128,7 @@ def procure(
                 counts=_counts(counts), pricing=pricing.value if pricing else None,
                 prices=prices, pareto=fronts, global_batch_size=global_batch,
                 seq_len=seq_len, dtype=dtype, time_limit_s=time_limit, workers=workers,
-                progress=status, framework=framework)
+                progress=status, framework=framework, goodput=goodput.value)
     except InfeasibleError as e:
         failure, result = e, getattr(e, "result", None)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any, Optional
 
 import typer
@@ -28,6 +29,18 @@ from planner.cli.console import (
     out,
 )
 from planner.errors import InfeasibleError
+
+class GoodputSetting(str, Enum):
+    on = "on"
+    async_ = "async"
+    off = "off"
+
+
+GOODPUT_HELP = ("With --tokens: count failures, checkpoints and restarts (the cluster's "
+                "failures_per_gpu_hour, checkpoint_write_GBps_per_gpu, restart_s) in days, "
+                "GPU-hours, energy and cost, with the ideal figures beside them: on "
+                "(synchronous checkpoints), async (asynchronous checkpoints: Megatron-Core "
+                "--async-save, torchtitan checkpoint.async_mode), off (the ideal figures only).")
 
 FRAMEWORK_HELP = ("The training framework the plan is for (planner catalog frameworks): "
                   "only plans it can run are searched. Default: the framework of --export "
@@ -69,6 +82,7 @@ def solve(
     memory_headroom: Optional[float] = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     framework: Optional[str] = typer.Option(None, "--framework", help=FRAMEWORK_HELP),
+    goodput: GoodputSetting = typer.Option(GoodputSetting.on, "--goodput", help=GOODPUT_HELP),
 ) -> None:
     """Find the best parallelization plan, proven optimal over the search space."""
     from planner.api import solve as run_solve
@@ -94,7 +108,7 @@ def solve(
                         presolve=not no_presolve, max_microbatch=max_microbatch,
                         max_virtual_stages=max_virtual_stages, allow_idle_gpus=allow_idle_gpus,
                         even_pipeline=even_pipeline, progress=status, log=log,
-                        framework=profile)
+                        framework=profile, goodput=goodput.value)
     except InfeasibleError as e:
         if json_:  # scripts still get one object, then the reasons on stderr and exit 1
             _emit_infeasible(e, backend.value, obj)

@@ -109,7 +109,8 @@ def evaluate_columns(tb: Tables, q: np.ndarray, rc: np.ndarray, sp: np.ndarray,
     m, v, pp = A.m[q], A.v[q], A.pp[q]
     counts = A.group_count[q] * g_ok
     t_iter = iteration_time_s(m, pp, v, np.where(g_ok, stage.total_s, 0.0), counts,
-                              np.where(g_ok, tail.total_s, 0.0), axis=1)
+                              np.where(g_ok, tail.total_s, 0.0), axis=1,
+                              straggler=A.straggler[q])
     busy = busy_s(m, pp, counts, wf + wb, np.where(g_ok, by_z(A.optimizer_s), 0.0), axis=1)
     mem, host = _memory(tb, q, rc, sp, z, n, g_ok)
     ok = (mem <= cluster.gpu.hbm_bytes) & A.sp_ok[q, sp] & A.state_ok[q, z]

@@ -8,7 +8,7 @@ arrays alike (a leading axis per plan, the stage groups on ``axis``)::
 
     stage  S = compute + p2p + E(p2p_ovl, W_f + W_b) + E(dp_fwd, W_f) + E(dp_bwd, W_b) + E0(fetch, W_f) + E0(fetch, W_b)
     tail   R = optimizer + tied + E(grad, W_b) + E(param, W_f) + E0(down, W_b) + cpu_step
-    T      = m max_g S_g + bubble_factor(pp, v) sum_g count_g S_g / pp + max_g R_g
+    T      = (m max_g S_g + bubble_factor(pp, v) sum_g count_g S_g / pp + max_g R_g) (1 + straggler)
     memory = states + buffers + inflight / v x activations + workspace + head_act + reserve
     busy   = (m sum_g count_g work_g + sum_g count_g optimizer_g) / pp
 
@@ -19,7 +19,9 @@ docs/cost-model.md states the terms.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -165,12 +167,38 @@ def bubble_coefficient(pp, v):
     return bubble_factor(pp, v) / pp
 
 
-def iteration_time_s(m, pp, v, stage_s, counts, tail_s, axis: int = -1):
+#: The straggler share is rounded up to a multiple of 1/STRAGGLER_DEN, so that the linear
+#: rows (formulations/build.py) carry the evaluator's factor exactly as a fraction.
+STRAGGLER_DEN = 1000
+
+
+def expected_max_normal(n: int) -> float:
+    """Expected maximum of ``n`` independent standard normals, Blom's (1958) approximation
+    ``Phi^-1((n - 0.375) / (n + 0.25))`` (within 1 % of the exact value; David & Nagaraja,
+    Order Statistics, 3rd ed., Sec. 4.5); it grows as ``sqrt(2 ln n)`` (Cramer 1946)."""
+    if n <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def straggler_share(step_time_cv: float, num_gpus: int) -> float:
+    """How much longer a synchronous step of ``num_gpus`` GPUs takes than one GPU's
+    mean step: each GPU's step time is ``T (1 + cv X_i)`` with ``X_i`` standard normal, and
+    the step ends with the slowest, ``E[max] = T (1 + cv E[max_i X_i])``. Rounded up to a
+    multiple of ``1 / STRAGGLER_DEN``."""
+    if step_time_cv <= 0 or num_gpus <= 1:
+        return 0.0
+    return math.ceil(step_time_cv * expected_max_normal(num_gpus) * STRAGGLER_DEN
+                     - 1e-9) / STRAGGLER_DEN
+
+
+def iteration_time_s(m, pp, v, stage_s, counts, tail_s, axis: int = -1, straggler=0.0):
     """Iteration time from the stage groups' per-microbatch times ``stage_s``, how many
-    pipeline ranks share each (``counts``; 0 for padding groups) and their tails."""
+    pipeline ranks share each (``counts``; 0 for padding groups) and their tails, times
+    ``1 + straggler`` (:func:`straggler_share`: the slowest GPU sets every step)."""
     steady = m * np.max(stage_s, axis=axis)
     bubble = bubble_coefficient(pp, v) * np.sum(counts * stage_s, axis=axis)
-    out = steady + bubble + np.max(tail_s, axis=axis)
+    out = (steady + bubble + np.max(tail_s, axis=axis)) * (1.0 + np.asarray(straggler))
     return float(out) if np.ndim(out) == 0 else out
 
 

@@ -27,6 +27,7 @@ from planner.costmodel.compose import (
     dp_window_microbatches,
     headroom_bytes,
     iteration_time_s,
+    straggler_share,
     split_p2p,
     stage_memory,
     stage_time,
@@ -74,7 +75,7 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 TIME_KEYS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
-             "dp_comm", "bubble", "optimizer")
+             "dp_comm", "bubble", "optimizer", "straggler")
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "workspace", "comm_buffers",
                "reserve")
 #: Iteration-time component of the offload tier (PCIe/C2C transfers and the CPU optimizer
@@ -355,8 +356,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     stage_s = np.array([r.total_s for r in results])
     counts = np.array([prep.counts[r.stage.rank] for r in results], float)
     tails = np.array([sum(r.tail.values()) for r in results])
-    t_iter = iteration_time_s(m, plan.pp, plan.virtual_stages, stage_s, counts, tails)
+    straggler = straggler_share(cluster.step_time_cv, plan.world_size)
+    t_iter = iteration_time_s(m, plan.pp, plan.virtual_stages, stage_s, counts, tails,
+                              straggler=straggler)
     breakdown = {k: m * bott.time.get(k, 0.0) for k in TIME_KEYS}
+    breakdown["straggler"] = t_iter - t_iter / (1.0 + straggler)
     breakdown["bubble"] = bubble_s(plan.pp, plan.virtual_stages, stage_s, counts)
     breakdown["dp_comm"] += tail.tail["dp_comm"]
     breakdown["optimizer"] = tail.tail["optimizer"]

@@ -36,6 +36,53 @@ def algorithm_of(level: TopologyLevel) -> str:
         level.kind, "halving_doubling")
 
 
+#: NCCL's tree all-reduce bandwidth refinement (``busBw * .92``) and, per power of two of
+#: the message size over 64 bytes, the Simple protocol's ``treeCorrectionFactor`` (NCCL
+#: 2.30.7, src/graph/tuning.cc, ``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``).
+NCCL_TREE_BW_FACTOR = 0.92
+NCCL_TREE_CORRECTION = (0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5,
+                        0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9)
+
+
+def nccl_tree_bw_factor(message_bytes: float) -> float:
+    """Share of the level's bandwidth NCCL's tree all-reduce reaches for a message of this
+    size: 0.92 times the correction for ``log2i(bytes >> 6) < 23`` (NCCL 2.30.7 tuning.cc)."""
+    log_size = int(message_bytes) >> 6
+    log_size = log_size.bit_length() - 1 if log_size > 0 else -1
+    corr = NCCL_TREE_CORRECTION[log_size] if 0 <= log_size < len(NCCL_TREE_CORRECTION) else 1.0
+    return NCCL_TREE_BW_FACTOR * corr
+
+
+def nccl_tree_steps(k: int) -> int:
+    """Latency steps of NCCL's tree all-reduce across ``k`` nodes: up and down the
+    (double binary) tree, ``2 log2i(k)`` (tuning.cc: ``2 * log2i(nNodes) * interLat``)."""
+    return 2 * max(1, k.bit_length() - 1) if k > 1 else 0
+
+
+def nccl_algorithm(op: str, level: TopologyLevel, k: int, message_bytes: float,
+                   outer: bool, top: bool) -> str:
+    """The algorithm NCCL picks for ``op`` over ``k`` members of a level and a message of
+    ``message_bytes`` there: the least of its time model ``lat + bytes / bw`` (NCCL 2.30.7,
+    ``ncclTopoGetAlgoTime``) among ring (2(k-1) steps for all-reduce, k-1 otherwise; all
+    collectives), tree (all-reduce across nodes only: inside an NVLink domain NCCL's tree
+    is a chain, never faster than the ring) and the switch's in-network reduction where the
+    level has it (NVLS/SHARP; all-reduce). ``outer``: the level joins nodes."""
+    if op != "allreduce" or k <= 1:
+        return "ring"
+    lat_s = level.latency_us * 1e-6
+    bw = level_bandwidth_Bps(level, k)
+    frac = (k - 1) / k
+    best = ("ring", 2 * frac * message_bytes / bw + 2 * (k - 1) * lat_s)
+    if outer:
+        t = (2 * message_bytes / (bw * nccl_tree_bw_factor(message_bytes))
+             + nccl_tree_steps(k) * lat_s)
+        best = min(best, ("tree", t), key=lambda x: x[1])
+    if level.in_network_reduction and level.kind == "switch":
+        nbytes = message_bytes if top else message_bytes * (1 + 1 / k)
+        best = min(best, ("in_network", nbytes / bw + 2 * lat_s), key=lambda x: x[1])
+    return best[0]
+
+
 def latency_steps(kind: str, k: int, op: str, algorithm: str = "auto") -> int:
     """Algorithm steps of one phase over ``k`` members: ring k-1, direct 1,
     halving-doubling ceil(log2 k) (ASTRA-sim 2.0, Won et al. 2023: s = p-1, 1, log2 p)."""
@@ -106,15 +153,20 @@ class LevelTraffic:
 
 
 def level_traffic(op: Op, size_bytes: float, spans: Sequence[int],
-                  levels: Sequence[TopologyLevel]) -> list[tuple[float, int]]:
+                  levels: Sequence[TopologyLevel],
+                  message_bytes: float | None = None) -> list[tuple[float, int]]:
     """(bytes sent per GPU, algorithm steps) at each level for one collective.
 
     ``size_bytes`` is the full buffer: the input of all-reduce, reduce-scatter and
     all-to-all, the output of all-gather. Reduce-scatter runs up the levels and
     all-gather down; the data shrinks by the span at each level (ASTRA-sim 2.0, Won et al. 2023).
+    A level with ``algorithm: nccl`` takes NCCL's choice (:func:`nccl_algorithm`) for the
+    message the library is handed, ``message_bytes`` (default ``size_bytes``; ``inf``: the
+    bandwidth-optimal choice of large messages), shrunk as the data is below the level.
     """
     out: list[tuple[float, int]] = []
     data = size_bytes
+    message = size_bytes if message_bytes is None else message_bytes
     active = [i for i, k in enumerate(spans) if k > 1]
     top = active[-1] if active else -1
     for i, (k, level) in enumerate(zip(spans, levels)):
@@ -123,9 +175,20 @@ def level_traffic(op: Op, size_bytes: float, spans: Sequence[int],
             continue
         frac = (k - 1) / k
         algo = algorithm_of(level)
+        nccl_ring = False
+        if algo == "nccl":
+            choice = nccl_algorithm(op, level, k, message * data / size_bytes if size_bytes
+                                    else 0.0, outer=i > 0, top=i == top)
+            if choice == "tree":
+                out.append((2 * data / nccl_tree_bw_factor(message * data / size_bytes),
+                            nccl_tree_steps(k)))
+                data /= k
+                continue
+            nccl_ring = choice == "ring"
+            algo = "ring" if nccl_ring or op != "allreduce" else "halving_doubling"
         steps = latency_steps(level.kind, k, op, algo)
         if op == "allreduce":
-            if level.in_network_reduction and level.kind == "switch":
+            if level.in_network_reduction and level.kind == "switch" and not nccl_ring:
                 # SHARP/NVLS: the switch reduces and multicasts. At the top level each GPU
                 # sends its data once and receives the result once; below it, the
                 # reduce-scatter sends D and the all-gather D/k (multimem ld_reduce/st).
@@ -194,7 +257,7 @@ def themis_applies(op: str, spans: Sequence[int], levels: Sequence[TopologyLevel
 
 
 def themis_level_times(op: str, spans: Sequence[int], levels: Sequence[TopologyLevel],
-                       chunks: int) -> list[float]:
+                       chunks: int, message_bytes: float = math.inf) -> list[float]:
     """Seconds per byte each spanned dimension is busy when Themis (Rashidi et al., ISCA
     2022; ASTRA-sim 2.0 Sec. IV-A) sends every chunk in the dimension order that keeps the
     busiest dimension least loaded so far (greedy over the ``chunks`` equal chunks). The
@@ -207,7 +270,7 @@ def themis_level_times(op: str, spans: Sequence[int], levels: Sequence[TopologyL
         # the same per-dimension traffic as any collective, with the dimensions
         # taken in this chunk's order; mapped back to the dimensions' own places
         traffic = level_traffic(op, 1.0 / chunks, [active[d][0] for d in order],
-                                [active[d][1] for d in order])
+                                [active[d][1] for d in order], message_bytes)
         load = [0.0] * len(active)
         for (nbytes, _steps), d in zip(traffic, order):
             load[d] = nbytes / bw[d]
@@ -219,19 +282,26 @@ def themis_level_times(op: str, spans: Sequence[int], levels: Sequence[TopologyL
     return busy
 
 
+def uses_message_size(levels: Sequence[TopologyLevel]) -> bool:
+    """Whether a collective's algorithm on these levels depends on the message size."""
+    return any(lv.algorithm == "nccl" for lv in levels)
+
+
 @lru_cache(maxsize=65536)
 def collective_coeffs(op: Op, spans: tuple[int, ...], levels: tuple[TopologyLevel, ...],
-                      chunks: int = 64) -> tuple[float, float]:
+                      chunks: int = 64, message_bytes: float = math.inf) -> tuple[float, float]:
     """``(seconds per byte, fixed seconds)`` of a collective: its time is affine in the
     buffer size, ``T = a x size + b`` for any size > 0 (every level's traffic scales with
-    the size). The formulations use these coefficients directly. Under Themis scheduling
-    the chunks' dimension orders are balanced (:func:`themis_level_times`); the latency
-    steps are the same."""
+    the size), once the algorithm is fixed: on ``nccl`` levels it is the one NCCL picks
+    for a message of ``message_bytes`` (default: large messages). The formulations use
+    these coefficients directly. Under Themis scheduling the chunks' dimension orders are
+    balanced (:func:`themis_level_times`); the latency steps are the same."""
     if math.prod(spans) <= 1:
         return 0.0, 0.0
     per_byte = []
     latency = 0.0
-    for (nbytes, steps), level, k in zip(level_traffic(op, 1.0, spans, levels), levels, spans):
+    traffic = level_traffic(op, 1.0, spans, levels, message_bytes)
+    for (nbytes, steps), level, k in zip(traffic, levels, spans):
         if nbytes <= 0:
             continue
         per_byte.append(nbytes / level_bandwidth_Bps(level, k))
@@ -240,7 +310,7 @@ def collective_coeffs(op: Op, spans: tuple[int, ...], levels: tuple[TopologyLeve
         return 0.0, 0.0
     baseline = pipelined_time(op, per_byte, chunks)
     if themis_applies(op, spans, levels):
-        busy = themis_level_times(op, spans, levels, chunks)
+        busy = themis_level_times(op, spans, levels, chunks, message_bytes)
         # the chunks stream through the dimensions: the busiest one, plus one chunk's
         # trip through the others to fill and drain (as pipelined_time's single pass)
         balanced = max(busy) + (sum(busy) - max(busy)) / chunks
@@ -249,11 +319,16 @@ def collective_coeffs(op: Op, spans: tuple[int, ...], levels: tuple[TopologyLeve
 
 
 def collective_time_s(op: Op, size_bytes: float, spans: Sequence[int],
-                      levels: Sequence[TopologyLevel], chunks: int = 64) -> float:
-    """Time of one collective over a group with the given spans."""
+                      levels: Sequence[TopologyLevel], chunks: int = 64,
+                      message_bytes: float | None = None) -> float:
+    """Time of one collective over a group with the given spans. ``message_bytes``: the
+    size of each call the library is handed, which picks its algorithm on ``nccl`` levels
+    (default: the whole buffer in one call)."""
     if size_bytes <= 0:
         return 0.0
-    a, b = collective_coeffs(op, tuple(spans), tuple(levels), chunks)
+    message = (size_bytes if message_bytes is None else message_bytes) \
+        if uses_message_size(levels) else math.inf
+    a, b = collective_coeffs(op, tuple(spans), tuple(levels), chunks, message)
     if a == 0.0 and b == 0.0:
         return 0.0
     return a * size_bytes + b
@@ -265,7 +340,7 @@ def collective_breakdown(op: Op, size_bytes: float, spans: Sequence[int],
     (bandwidth time plus steps x latency); under Themis the balanced bytes."""
     traffic = level_traffic(op, size_bytes, spans, levels)
     if themis_applies(op, spans, levels):
-        busy = iter(themis_level_times(op, spans, levels, chunks))
+        busy = iter(themis_level_times(op, spans, levels, chunks, size_bytes))
         traffic = [(next(busy) * level_bandwidth_Bps(lv, k) * size_bytes, steps) if k > 1
                    else (nbytes, steps)
                    for (nbytes, steps), lv, k in zip(traffic, levels, spans)]

@@ -4,6 +4,7 @@ formulations."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -100,6 +101,13 @@ class DPComm:
     mb_bwd_s: float  # per microbatch, overlappable with backward
 
 
+def dp_bucket_params(dp_size: int) -> float:
+    """Parameters per gradient bucket: Megatron-Core's default ``max(40M, 1M x dp)`` over
+    the dp x cp group (``DistributedDataParallelConfig.bucket_size``: larger groups need
+    larger buckets to keep collectives bandwidth-bound)."""
+    return max(40e6, 1e6 * dp_size)
+
+
 def dp_comm(params_local: float, zero: int, dp_spans: tuple[int, ...],
             levels: tuple[TopologyLevel, ...], chunks: int,
             numerics: Numerics | str = "bf16") -> DPComm:
@@ -114,9 +122,13 @@ def dp_comm(params_local: float, zero: int, dp_spans: tuple[int, ...],
     nm = Numerics.of(numerics)
     g = params_local * nm.grad_comm_bytes
     p = params_local * nm.param_comm_bytes
+    bucket = dp_bucket_params(math.prod(dp_spans))
 
     def coll(op: str, size: float) -> float:
-        return collective_time_s(op, size, dp_spans, levels, chunks)  # type: ignore[arg-type]
+        # the library sees one bucket per call: its algorithm is chosen at that size
+        per = nm.grad_comm_bytes if op in ("allreduce", "reduce_scatter") else nm.param_comm_bytes
+        return collective_time_s(op, size, dp_spans, levels, chunks,  # type: ignore[arg-type]
+                                 message_bytes=bucket * per)
 
     if zero == 0:
         return DPComm(coll("allreduce", g), 0.0, 0.0, 0.0)

@@ -29,7 +29,7 @@ from planner.costmodel.evaluator import layer_setup, state_shape, strategy_from
 from planner.costmodel.layer import LayerShape, Net, layer_cost
 from planner.costmodel.moe import expert_spans
 from planner.costmodel.network import combine, spans_for
-from planner.costmodel.compose import split_p2p
+from planner.costmodel.compose import split_p2p, straggler_share
 from planner.costmodel.numerics import Numerics
 from planner.costmodel.offload import host_state_bytes, offload_times
 from planner.costmodel.pipeline import Stage, stage_layout
@@ -115,6 +115,7 @@ class Terms:
     sp_ok: np.ndarray  # (Q, 2)
     state_ok: np.ndarray  # (Q, Z)
     buffers_bytes: np.ndarray  # (Q, Z)
+    straggler: np.ndarray  # compose.straggler_share of the point's GPUs
     time_weight: np.ndarray  # objective per second of iteration time
     busy_weight: np.ndarray  # objective per second of GPU busy time
     # stage groups
@@ -265,6 +266,8 @@ def build_tables(space: PointSource, objective: Objective | str = "time") -> Tab
     qo = np.array(q_outer, dtype=np.int64)
     A["time_weight"], A["busy_weight"] = w[qo, 0], w[qo, 1]
     A["rc_ok"] = ctx.rc_ok
+    A["straggler"] = np.array([straggler_share(ctx.cluster.step_time_cv, int(n))
+                               for n in A["world"]], float).reshape(-1)
     terms = Terms(**A)
     return Tables(space, points, objective, ctx.types, terms)
 

@@ -20,6 +20,7 @@ from planner.costmodel.constants import GiB
 from planner.costmodel.energy import price_per_gpu_hour
 from planner.costmodel.objective import Objective
 from planner.costmodel.evaluator import Estimate, check_structure, evaluate
+from planner.costmodel.goodput import Goodput
 from planner.costmodel.frameworks import framework_cluster, framework_defaults
 from planner.costmodel.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
@@ -63,6 +64,7 @@ class SolveResult:
     price_per_gpu_hour: float | None = None  # the cluster's, for the totals
     time_limit_s: float | None = None
     framework: str | None = None  # the profile whose rules the space obeyed
+    goodput: Goodput | None = None  # failures and checkpoints over the token budget; None: ideal
 
     @property
     def best(self) -> SolvedPlan:
@@ -139,10 +141,22 @@ class SolveResult:
         gpu_hours = iters * est.iteration_time_s * plan.world_size / 3600.0
         price = cluster_price_per_gpu_hour if cluster_price_per_gpu_hour is not None \
             else self.price_per_gpu_hour
-        return {"tokens": self.tokens, "iterations": iters,
-                "days": iters * est.iteration_time_s / 86400.0, "gpu_hours": gpu_hours,
-                "energy_mwh": iters * est.energy_j / 3.6e9,
-                "cost_usd": None if price is None else gpu_hours * price}
+        ideal = {"days": iters * est.iteration_time_s / 86400.0, "gpu_hours": gpu_hours,
+                 "energy_mwh": iters * est.energy_j / 3.6e9,
+                 "cost_usd": None if price is None else gpu_hours * price}
+        return {"tokens": self.tokens, "iterations": iters, **effective_totals(ideal, self.goodput)}
+
+
+def effective_totals(ideal: dict[str, float | None], goodput: Goodput | None
+                     ) -> dict[str, Any]:
+    """Days, GPU-hours, MWh and USD over the wall time failures and checkpoints stretch the
+    ideal ones to (each divided by the effective training-time fraction; the lost time is
+    costed as training time), with the ideal ones and the goodput beside them."""
+    if goodput is None:
+        return {**ideal, "goodput": None}
+    f = goodput.fraction
+    return {**{k: None if v is None else v / f for k, v in ideal.items()},
+            "ideal": dict(ideal), "goodput": goodput.to_json()}
 
 
 def objective_scale(objective: Objective, plan: Plan, tokens: float | None) -> float:

@@ -13,6 +13,7 @@ from planner.costmodel.energy import (
     network_capex_usd_per_gpu,
     price_per_gpu_hour,
 )
+from planner.costmodel.goodput import Goodput
 from planner.costmodel.layer import head_model_flops_per_token, layer_model_flops_per_token
 from planner.costmodel.objective import J_PER_MWH, SECONDS_PER_DAY, Objective
 from planner.errors import InputError
@@ -41,6 +42,9 @@ class Linear:
     def __call__(self, t_s: float, busy_s: float) -> float:
         return self.time * t_s + self.busy * busy_s
 
+    def scaled(self, factor: float) -> "Linear":
+        return Linear(self.time * factor, self.busy * factor)
+
     def objective(self) -> Objective:
         """The inner solve's objective that orders plans as this total does: the time
         objective when only time counts, else this fixed linear ranking itself."""
@@ -59,6 +63,7 @@ class Option:
     cluster: ClusterSpec  # resized to the option's count
     metrics: dict[str, Linear]
     t_lb_s: float  # lower bound of both T and B: the GEMMs at the GPU's best GEMM rate
+    goodput: Goodput | None = None  # what divides ``metrics``; None: ideal figures
 
     @property
     def gpu(self) -> str:

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from planner.costmodel.evaluator import Estimate
-from planner.procurement.metrics import meets
+from planner.costmodel.goodput import Goodput
+from planner.procurement.metrics import METRICS, meets
 from planner.specs.plan import Plan
 
 
@@ -25,10 +26,15 @@ class Procured:
     gpu_hours: float
     meets_limits: bool
     proven_optimal: bool
+    goodput: Goodput | None = None  # what the totals are divided by; None: ideal figures
 
     @property
     def mfu(self) -> float | None:
         return self.estimate.mfu
+
+    def ideal(self, metric: str) -> float:
+        """``metric`` without failures and checkpoints."""
+        return self.value(metric) * (1.0 if self.goodput is None else self.goodput.fraction)
 
     def value(self, metric: str) -> float:
         return float(getattr(self, metric))
@@ -41,6 +47,9 @@ class Procured:
             "iteration_time_s": self.estimate.iteration_time_s,
             "usd_per_gpu_hour": self.cost_usd / self.gpu_hours if self.gpu_hours else None,
             "meets_limits": self.meets_limits, "proven_optimal": self.proven_optimal,
+            **({"goodput": None} if self.goodput is None else {
+                "ideal": {m: self.ideal(m) for m in METRICS},
+                "goodput": self.goodput.to_json()}),
         }
 
 

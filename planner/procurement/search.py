@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Callable, Sequence
 
 from formulations.space import SpaceOptions
+from planner.costmodel.goodput import training_goodput
 from planner.errors import InputError
 from planner.procurement.explain import explain
 from planner.procurement.metrics import (
@@ -50,14 +51,18 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
             pareto: bool = False, pareto_horizon: float = 2.0,
             base: dict[str, Any] | None = None, options: SpaceOptions | None = None,
             time_limit_s: float = 60.0, workers: int | None = None,
-            progress: Callable[[str], None] | None = None) -> ProcureResult:
+            progress: Callable[[str], None] | None = None, goodput: str = "on"
+            ) -> ProcureResult:
     """The option (template, GPU count) and plan that minimize ``objective`` over training
     on ``tokens`` tokens, within ``days`` and ``budget_usd`` when given.
 
     ``objective``: cost (default), energy, gpu_hours, or time (default with a budget).
     ``workers``: inner solves at once, in worker processes (default: the CPUs). With
     ``pareto``, every option within ``pareto_horizon`` times the limits is solved for
-    the fronts of days against cost and against energy. Raises :class:`InfeasibleError`
+    the fronts of days against cost and against energy. ``goodput`` (on, async, off): every
+    total, and the ``days`` limit, is the effective one, divided by the option's
+    training-time fraction under failures and checkpoints (planner/costmodel/goodput.py);
+    ``off`` keeps the ideal ones. Raises :class:`InfeasibleError`
     (``.result`` holds the partial :class:`ProcureResult`) when nothing meets the limits.
     """
     t0 = time.perf_counter()
@@ -79,7 +84,8 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     metric = OBJECTIVE_METRIC[objective]
     limits = {m: v for m, v in (("days", days), ("cost_usd", budget_usd)) if v is not None}
 
-    opts = _options(model, templates, counts, max_gpus, pricing, plan_base, iterations)
+    opts = _options(model, templates, counts, max_gpus, pricing, plan_base, iterations,
+                    goodput)
     inner = Inputs(model, plan_base, options or SpaceOptions(), time_limit_s)
     bb = _BranchAndBound(metric, limits, say, len(opts))
     with _pool(workers, len(opts) * (2 if pareto else 1)) as pool:
@@ -92,7 +98,8 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     query = {"model": model.name, "tokens": tokens, "days": days, "budget_usd": budget_usd,
              "objective": objective, "pricing": pricing.mode, "max_gpus": max_gpus,
              "global_batch_size": sequences, "seq_len": seq_len,
-             "pareto_horizon": pareto_horizon, "templates": [t.name for t in templates]}
+             "pareto_horizon": pareto_horizon, "templates": [t.name for t in templates],
+             "goodput": goodput}
     result = ProcureResult(query, bb.choice[2] if bb.choice else None,
                            sorted(bb.records.values(), key=lambda r: (r.days, r.cost_usd)),
                            [], [], pareto, stats)
@@ -131,8 +138,9 @@ def _check_query(tokens: float, days: float | None, budget_usd: float | None, ma
 
 def _options(model: ModelSpec, templates: Sequence[ClusterSpec], counts: Sequence[int] | None,
              max_gpus: int, pricing: PricingSpec, plan_base: dict[str, Any],
-             iterations: float) -> list[Option]:
-    """Every (template, GPU count) with its metrics and lower bound."""
+             iterations: float, goodput: str = "on") -> list[Option]:
+    """Every (template, GPU count) with its metrics (effective ones: divided by the
+    option's goodput fraction, which no plan changes) and lower bound."""
     sequences, seq_len = int(plan_base["global_batch_size"]), int(plan_base["seq_len"])
     opts: list[Option] = []
     for tpl in templates:
@@ -143,8 +151,11 @@ def _options(model: ModelSpec, templates: Sequence[ClusterSpec], counts: Sequenc
                 raise InputError(f"--counts {n} for cluster '{tpl.name}': {e}") from None
             t_lb = gemm_time_lower_bound_s(model, cl.gpu, n, sequences, seq_len,
                                            plan_base.get("dtype", "bf16"))
-            opts.append(Option(tpl.name, cl, option_metrics(cl, iterations, pricing, tpl.name),
-                               t_lb))
+            g = training_goodput(model, cl, n, plan_base, goodput)
+            metrics = option_metrics(cl, iterations, pricing, tpl.name)
+            if g is not None:
+                metrics = {k: v.scaled(1.0 / g.fraction) for k, v in metrics.items()}
+            opts.append(Option(tpl.name, cl, metrics, t_lb, g))
     if not opts:
         raise InputError(f"no GPU count to consider: --max-gpus {max_gpus} is below the "
                          "smallest count of every template")

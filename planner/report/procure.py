@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.procurement import ProcureResult, Procured
-from planner.report.text import _fmt_s, plan_line
+from planner.report.text import _fmt_s, goodput_text, plan_line
 
 TITLES = {"cost": "cheapest", "energy": "least energy", "gpu_hours": "fewest GPU-hours",
           "time": "fastest"}
@@ -58,11 +58,15 @@ def choice_panel(res: ProcureResult) -> Panel:
     grid.add_row("cluster", escape(f"{c.num_gpus:,} x {c.gpu} ({c.cluster})"))
     grid.add_row("plan", plan_line(c.plan))
     mfu = f", MFU {c.mfu:.1%}" if c.mfu is not None else ""
-    grid.add_row("time to train", f"{c.days:,.1f} days ({_fmt_s(c.estimate.iteration_time_s)} "
-                 f"per iteration{mfu})")
-    grid.add_row("cost", f"{money(c.cost_usd)} ({money(c.cost_usd / c.gpu_hours)} per GPU-hour)")
-    grid.add_row("energy", f"{c.energy_mwh:,.0f} MWh")
-    grid.add_row("GPU-hours", f"{c.gpu_hours / 1e6:,.2f}M")
+    grid.add_row("time to train", f"{c.days:,.1f} days{_ideal(c, 'days', '{:,.1f}')} "
+                 f"({_fmt_s(c.estimate.iteration_time_s)} per iteration{mfu})")
+    grid.add_row("cost", f"{money(c.cost_usd)}{_ideal(c, 'cost_usd', None)} "
+                 f"({money(c.cost_usd / c.gpu_hours)} per GPU-hour)")
+    grid.add_row("energy", f"{c.energy_mwh:,.0f} MWh{_ideal(c, 'energy_mwh', '{:,.0f}')}")
+    grid.add_row("GPU-hours", f"{c.gpu_hours / 1e6:,.2f}M"
+                 f"{_ideal(c, 'gpu_hours', None, 1e-6)}")
+    if c.goodput is not None:
+        grid.add_row("goodput", goodput_text(c.goodput.to_json()))
     parts: list = [grid]
     if not c.proven_optimal:
         parts.append(Text("not proven optimal: an inner solve stopped at its time limit, or "
@@ -70,6 +74,16 @@ def choice_panel(res: ProcureResult) -> Panel:
                           style="yellow"))
     title = f"{TITLES[res.query['objective']]}: {query_text(res.query)}"
     return Panel(Group(*parts), title=escape(title), expand=False)
+
+
+def _ideal(c: Procured, metric: str, form: str | None, scale: float = 1.0) -> str:
+    """`` (ideal X)`` beside an effective figure, when goodput is counted."""
+    if c.goodput is None:
+        return ""
+    v = c.ideal(metric)
+    text = money(v) if metric == "cost_usd" else (
+        f"{v * scale:,.2f}M" if form is None else form.format(v))
+    return f" (ideal {text})"
 
 
 def front_table(res: ProcureResult) -> Table:

@@ -150,6 +150,22 @@ def solver_lines(res) -> list[str]:
     return lines + ([detail] if detail else [])
 
 
+def _totals_text(t: dict) -> str:
+    cost = "" if t["cost_usd"] is None else f", ${t['cost_usd']:,.0f}"
+    return (f"{t['days']:,.2f} days, {t['gpu_hours']:,.0f} GPU-hours, "
+            f"{t['energy_mwh']:,.1f} MWh{cost}")
+
+
+def goodput_text(g: dict) -> str:
+    """One line on a goodput record (planner/costmodel/goodput.py ``Goodput.to_json``)."""
+    if g["mtbf_s"] is None:
+        return "goodput 100% (no interruptions)"
+    return (f"goodput {g['fraction']:.1%}: an interruption every {g['mtbf_s'] / 3600:.2f} h, "
+            f"{g['mode']} checkpoint of {g['checkpoint_gib']:,.0f} GiB every "
+            f"{_fmt_s(g['interval_s'])} (blocks {_fmt_s(g['blocking_s'])}), "
+            f"{_fmt_s(g['lost_per_failure_s'])} lost per interruption")
+
+
 def solve_tables(console: Console, res) -> None:
     """Solver summary and the alternatives of ``planner solve``."""
     units = res.objective.units_for(res.tokens)
@@ -157,11 +173,13 @@ def solve_tables(console: Console, res) -> None:
         console.print(line)
     totals = res.totals()
     if totals:
-        cost = "" if totals["cost_usd"] is None else f", ${totals['cost_usd']:,.0f}"
         console.print(f"training on {totals['tokens']:.4g} tokens with this plan: "
-                      f"{totals['iterations']:,.0f} iterations, {totals['days']:,.2f} days, "
-                      f"{totals['gpu_hours']:,.0f} GPU-hours, {totals['energy_mwh']:,.1f} MWh"
-                      f"{cost}")
+                      f"{totals['iterations']:,.0f} iterations, {_totals_text(totals)}"
+                      + ("" if totals["goodput"] is None else " with failures and checkpoints"),
+                      highlight=False)
+        if totals["goodput"] is not None:
+            console.print(f"  ideal (no failures): {_totals_text(totals['ideal'])}; "
+                          f"{goodput_text(totals['goodput'])}", highlight=False)
     if res.status != "optimal":
         limit = "" if res.time_limit_s is None else f" of {res.time_limit_s:g} s"
         setup = res.stats.get("setup_s")

@@ -21,6 +21,14 @@ LevelKind = Literal["switch", "ring", "fully_connected", "ramp"]
 #: planner/costmodel/network.py ``nccl_algorithm``).
 Algorithm = Literal["auto", "ring", "direct", "halving_doubling", "nccl"]
 
+#: Goodput defaults (docs/cost-model.md, "Goodput"): Llama 3 405B's 54-day pre-training
+#: snapshot on 16,384 H100 had 466 job interruptions (Dubey et al. 2024, Sec. 3.3.4), and its
+#: Tectonic storage sustains 2 TB/s (Sec. 3.3.1). No restart time is published: 10 minutes
+#: assumed (detect, reschedule, re-initialize NCCL, load the checkpoint).
+LLAMA3_INTERRUPTIONS_PER_GPU_HOUR = 466 / (54 * 24 * 16384)
+LLAMA3_CHECKPOINT_GBPS_PER_GPU = 2000 / 16384
+DEFAULT_RESTART_S = 600.0
+
 
 class TopologyLevel(Spec):
     """One dimension of the network, joining ``size`` units of the level below.
@@ -140,6 +148,21 @@ class ClusterSpec(Spec):
     ramp: RampSpec | None = Field(None, description="RAMP optical network; expands to its levels")
     offload: OffloadTier | None = Field(
         None, description="optional host/pooled memory tier for optimizer and weight offload")
+    failures_per_gpu_hour: float = Field(
+        LLAMA3_INTERRUPTIONS_PER_GPU_HOUR, ge=0, le=1, description="job interruptions per "
+        "GPU-hour: a job on N GPUs stops N times this per hour (goodput, docs/cost-model.md). "
+        "Default: Llama 3 405B pre-training, 466 interruptions (419 unexpected, 47 planned) in "
+        "54 days on 16,384 H100 (Dubey et al. 2024, Sec. 3.3.4), 2.19e-5; assumed for other "
+        "GPUs where no rate is published")
+    checkpoint_write_GBps_per_gpu: PositiveFloat = Field(
+        LLAMA3_CHECKPOINT_GBPS_PER_GPU, le=1e3, description="checkpoint storage write "
+        "bandwidth per GPU of the job, GB/s (aggregate = this x GPUs, so that it scales as "
+        "the cluster is resized). Default: Llama 3's Tectonic storage, 2 TB/s sustained for "
+        "16,384 H100 (Dubey et al. 2024, Sec. 3.3.1), 0.122")
+    restart_s: float = Field(
+        DEFAULT_RESTART_S, ge=0, le=1e6, description="seconds from an interruption to "
+        "training again (detection, rescheduling, initialization, checkpoint load). Default "
+        "600: an assumption, no figure is published for Llama 3")
     aliases: list[Name] = Field(default_factory=list)
     source: str | None = None
 
