@@ -55,6 +55,16 @@ def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: 
     return p
 
 
+def _framework_kernels(name: Optional[str], cluster: Any) -> Any:
+    """The cluster costed with framework ``name``'s kernels (itself without a framework)."""
+    if name is None:
+        return cluster
+    from planner.costmodel.frameworks import framework_cluster
+    from planner.specs.framework import load_framework
+
+    return framework_cluster(cluster, load_framework(name))
+
+
 def _framework_violations(name: Optional[str], plan: Any, m: Any, c: Any) -> list[str]:
     """Every rule of framework ``name`` the plan breaks, each printed as a warning on
     stderr ("framework F cannot run this plan: field=value: why")."""
@@ -127,11 +137,7 @@ def evaluate(
     p = (_plan_from(from_, args, plan, m, c, warnings) if from_ or args
          else build_plan(m, c, plan, overrides, warnings))
     broken = _framework_violations(framework, p, m, c)
-    if framework is not None:  # costed with the framework's kernels
-        from planner.costmodel.frameworks import framework_cluster
-        from planner.specs.framework import load_framework
-
-        c = framework_cluster(c, load_framework(framework))
+    c = _framework_kernels(framework, c)
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     est = run_evaluate(m, c, p)
