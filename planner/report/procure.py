@@ -66,7 +66,7 @@ def choice_panel(res: ProcureResult) -> Panel:
     grid.add_row("GPU-hours", f"{c.gpu_hours / 1e6:,.2f}M"
                  f"{_ideal(c, 'gpu_hours', None, 1e-6)}")
     if c.goodput is not None:
-        grid.add_row("goodput", goodput_text(c.goodput.to_json()))
+        grid.add_row("goodput", goodput_text(c.goodput.to_json()).removeprefix("goodput "))
     parts: list = [grid]
     if not c.proven_optimal:
         parts.append(Text("not proven optimal: an inner solve stopped at its time limit, or "
