@@ -1,10 +1,16 @@
 """How far the cost model's kernel speeds are from the measured kernel tables.
 
-For each GPU with a table in ``hardware_catalog/kernels/``: the cost model's GEMM throughput
-(``planner.costmodel.compute.gemm_time_s``) over the measured shapes with every dimension at
-least 1,024, and its fused-attention throughput (``flash_attention_time_s``) against each
-measured backend, as predicted / measured. A ratio above 1 is a kernel the model runs faster
-than the silicon did.
+For each GPU with a table in ``hardware_catalog/kernels/``, as predicted / measured (a ratio
+above 1 is a kernel the model runs faster than the silicon did), two columns:
+
+- ``table``: the cost model reading the table (``gemm_time_s``, ``flash_attention_time_s``
+  with the backend's name), at the kernels' own speed (``kernel_fraction`` 1, no launch
+  overhead): interpolation error only;
+- ``fitted``: the fallback curves the GPU file states (``gemm_peak_fraction``,
+  ``attention_*_fraction``), which GPUs without a table still use.
+
+GEMMs over the measured shapes with every dimension at least 1,024; attention over every
+measured case of each backend.
 
     python benchmarks/bench_kernel_gap.py
 """
@@ -18,38 +24,52 @@ from planner.specs.kernels import kernel_table
 from planner.specs.loaders import load_gpu
 
 GPUS = ("h100-sxm", "h200")
+BACKENDS = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}
 
 
 def _summary(ratios: list[float]) -> str:
-    return (f"n={len(ratios):3d}  median {statistics.median(ratios):.2f}  "
-            f"range {min(ratios):.2f}-{max(ratios):.2f}")
+    return f"median {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def _gpus(name: str):
+    gpu = load_gpu(name)
+    own = gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(
+        update={"kernel_fraction": 1.0, "kernel_overhead_us": 0.0})})
+    fitted = own.model_copy(update={"kernel_table": None})
+    return {"table": own, "fitted": fitted}
 
 
 def main() -> None:
     for name in GPUS:
-        table, gpu = kernel_table(name), load_gpu(name)
+        table = kernel_table(name)
         if table is None:
             continue
         print(f"{name}: {table.source}")
+        gpus = _gpus(name)
         for dtype in ("bf16", "fp8"):
-            ratios = []
-            for r in table.gemm:
-                if r.dtype != dtype or min(r.m, r.n, r.k) < 1024:
-                    continue
-                pred_tflops = 2 * r.m * r.n * r.k / gemm_time_s(gpu, dtype, r.m, r.n, r.k) / 1e12
-                ratios.append(pred_tflops / r.tflops)
-            print(f"  gemm {dtype}: predicted/measured {_summary(ratios)}")
-        for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
-            fwd, bwd = [], []
-            for r in table.attention:
-                if r.backend != backend:
-                    continue
-                flops = 2 * 2 * r.batch * r.heads * r.seq ** 2 * r.head_dim / (2 if r.causal else 1)
-                t_f, t_b = flash_attention_time_s(gpu, "bf16", flops)
-                fwd.append(r.fwd_us * 1e-6 / t_f)
-                bwd.append(r.bwd_us * 1e-6 / t_b)
-            print(f"  attention {backend} fwd: predicted/measured {_summary(fwd)}")
-            print(f"  attention {backend} bwd: predicted/measured {_summary(bwd)}")
+            rows = [r for r in table.gemm if r.dtype == dtype and min(r.m, r.n, r.k) >= 1024]
+            cols = []
+            for label, gpu in gpus.items():
+                ratios = [2 * r.m * r.n * r.k / gemm_time_s(gpu, dtype, r.m, r.n, r.k) / 1e12
+                          / r.tflops for r in rows]
+                cols.append(f"{label} {_summary(ratios)}")
+            print(f"  gemm {dtype} (n={len(rows)}): " + "; ".join(cols))
+        for backend, short in BACKENDS.items():
+            rows = [r for r in table.attention if r.backend == backend and r.causal]
+            for i, what in enumerate(("fwd", "bwd")):
+                cols = []
+                for label, gpu in gpus.items():
+                    g = gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(
+                        update={"attention_backend": short})})
+                    ratios = []
+                    for r in rows:
+                        flops = 2 * 2 * r.batch * r.heads * r.seq ** 2 * r.head_dim / 2
+                        t = flash_attention_time_s(g, "bf16", flops, seq=r.seq,
+                                                   head_dim=r.head_dim,
+                                                   grouped=r.kv_heads < r.heads)[i]
+                        ratios.append((r.fwd_us if i == 0 else r.bwd_us) * 1e-6 / t)
+                    cols.append(f"{label} {_summary(ratios)}")
+                print(f"  attention {backend} {what} (n={len(rows)}, causal): " + "; ".join(cols))
 
 
 if __name__ == "__main__":
