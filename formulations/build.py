@@ -53,6 +53,7 @@ from formulations.space import RECOMPUTE
 from planner.errors import InputError
 from planner.costmodel.compose import (
     SHARDED_MICROBATCH_OVERLAP,
+    STRAGGLER_DEN,
     dp_window_microbatches,
     headroom_bytes,
     Overlap,
@@ -179,14 +180,17 @@ def build_model(tb: Tables, points: list[int] | None = None,
     pts = list(range(tb.num_points)) if points is None else list(points)
     lm, vm = LinearModel(), VarMap(pts, strategies(tb))
     # T is the iteration time before stragglers; the step waits (1 + straggler) T for the
-    # slowest GPU (compose.iteration_time_s), so the weight and the time limit carry it
-    w_time, w_busy = A.time_weight[pts] * (1.0 + A.straggler[pts]), A.busy_weight[pts]
+    # slowest GPU (compose.iteration_time_s), so the weight and the time limit carry it.
+    # With one time weight the objective is sum (STRAGGLER_DEN + n_q) T_q, exact integers.
+    w_base, strag = A.time_weight[pts], A.straggler[pts]
+    w_time, w_busy = w_base * (1.0 + strag), A.busy_weight[pts]
     need_busy = bool(np.any(w_busy > 0))
-    time_only = not need_busy and np.allclose(w_time, w_time[0])
-    st = _setup(tb, pts, time_only)
+    time_only = not need_busy and np.allclose(w_base, w_base[0])
+    den = STRAGGLER_DEN if time_only and np.any(strag > 0) else 1
+    st = _setup(tb, pts, time_only, 2 * den)
     vm.ticks = st.ticks
     lm.units["time"] = st.ticks.per_s / 1e6  # the MILP sees microseconds
-    vm.obj_scale = 1.0 / float(w_time[0]) if time_only else _objective_scale(w_time, w_busy)
+    vm.obj_scale = den / float(w_base[0]) if time_only else _objective_scale(w_time, w_busy)
     for q in pts:
         vm.y[q] = lm.binary(f"y{q}")
     lm.add({i: 1 for i in vm.y.values()}, lb=1, ub=1)
@@ -208,7 +212,8 @@ def build_model(tb: Tables, points: list[int] | None = None,
             _memory_rows(lm, st, A, pt, g, per[g])
         _iteration_rows(lm, T, tail, s_vars, [int(A.group_count[q, g]) for g in groups],
                         int(A.m[q]), int(A.pp[q]), int(A.v[q]))
-        lm.objective[T] = int(math.floor(w_time[j] * vm.obj_scale))
+        lm.objective[T] = (int(round((1.0 + strag[j]) * den)) if time_only
+                           else int(math.floor(w_time[j] * vm.obj_scale)))
         if need_busy:
             busy = _busy_row(lm, st, A, pt, groups, per)
             lm.objective[busy] = int(math.floor(w_busy[j] * vm.obj_scale))
@@ -216,7 +221,7 @@ def build_model(tb: Tables, points: list[int] | None = None,
     return lm, vm
 
 
-def _setup(tb: Tables, pts: list[int], time_only: bool) -> _Setup:
+def _setup(tb: Tables, pts: list[int], time_only: bool, obj_mult: int = 1) -> _Setup:
     A, space = tb.terms, tb.space
     cluster = space.cluster
     o0, d0 = tb.points[0]
@@ -226,7 +231,7 @@ def _setup(tb: Tables, pts: list[int], time_only: bool) -> _Setup:
     # KAPPA_DEN x layers x 2 in the overlap-exposure rows
     mult = max(max(int(A.v[q] * A.pp[q] * (A.m[q] + 1)),
                    2 * KAPPA_DEN * int(np.max(A.group_layers[q]))) for q in pts)
-    ticks = choose_ticks(t_ub_s, max(mult, 1 if time_only else 10**OBJ_DIGITS))
+    ticks = choose_ticks(t_ub_s, max(mult, obj_mult if time_only else 10**OBJ_DIGITS))
     return _Setup(
         kappa_n=int(math.floor(cluster.gpu.efficiency.overlap_slowdown * KAPPA_DEN)),
         ovl_param=base.overlap_param_gather, ovl_grad=base.overlap_dp_grad_reduce,

@@ -108,3 +108,16 @@ def test_weak_data_parallel_scaling_slows_with_replicas():
         lv.model_copy(update={"algorithm": "auto"}) for lv in cluster.topology]})
     flat_times = [e.iteration_time_s for e in _weak_scaling(flat)]
     assert flat_times[2] - flat_times[0] < (times[2] - times[0]) / 2
+
+
+def test_dp_traffic_takes_the_algorithm_of_its_bucket():
+    """Megatron-Core hands NCCL buckets of max(40M, 1M x dp) parameters: at dp 512 a 2 GB
+    fp32 bucket, for which NCCL's ring wins, even when the stage's gradient is 4 MB (for
+    which alone the tree would win)."""
+    from planner.costmodel.stage import dp_bucket_params, dp_comm
+    assert dp_bucket_params(96) == 96e6 and dp_bucket_params(8) == 40e6
+    grad_bytes = 1e6 * 4.0  # fp32 gradients of 1M parameters
+    assert nccl_algorithm("allreduce", IB, 512, grad_bytes, outer=True, top=True) == "tree"
+    assert nccl_algorithm("allreduce", IB, 512, 512e6 * 4.0, outer=True, top=True) == "ring"
+    c = dp_comm(1e6, 0, (1, 512), (NV, IB), 64, "bf16")
+    assert c.grad_s == pytest.approx(ring_s(512, grad_bytes))

@@ -356,11 +356,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     stage_s = np.array([r.total_s for r in results])
     counts = np.array([prep.counts[r.stage.rank] for r in results], float)
     tails = np.array([sum(r.tail.values()) for r in results])
-    straggler = straggler_share(cluster.step_time_cv, plan.world_size)
-    t_iter = iteration_time_s(m, plan.pp, plan.virtual_stages, stage_s, counts, tails,
-                              straggler=straggler)
-    breakdown = {k: m * bott.time.get(k, 0.0) for k in TIME_KEYS}
-    breakdown["straggler"] = t_iter - t_iter / (1.0 + straggler)
+    s = straggler_share(cluster.step_time_cv, plan.world_size)
+    t_iter = iteration_time_s(m, plan.pp, plan.virtual_stages, stage_s, counts, tails, straggler=s)
+    breakdown = {k: m * bott.time.get(k, 0.0) for k in TIME_KEYS} | {"straggler": t_iter * s / (1 + s)}
     breakdown["bubble"] = bubble_s(plan.pp, plan.virtual_stages, stage_s, counts)
     breakdown["dp_comm"] += tail.tail["dp_comm"]
     breakdown["optimizer"] = tail.tail["optimizer"]

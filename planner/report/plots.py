@@ -11,7 +11,7 @@ COLORS = {
     "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8172B3",
     "tp_comm": "#C44E52", "cp_comm": "#DD8452", "ep_comm": "#937860",
     "pp_comm": "#DA8BC3", "dp_comm": "#8C8C8C", "bubble": "#CCB974", "optimizer": "#64B5CD",
-    OFFLOAD_KEY: "#B07AA1",
+    "straggler": "#FF9DA7", OFFLOAD_KEY: "#B07AA1",
 }
 
 
