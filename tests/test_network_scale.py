@@ -50,6 +50,21 @@ def test_nccl_tree_factor_hand_values():
     assert nccl_tree_bw_factor(1e6) == pytest.approx(0.92 * 0.5)     # log2(1e6 / 64) = 13
 
 
+def test_unbounded_message_takes_the_large_message_limit():
+    """``inf`` (the default message of collective_coeffs) is the limit of NCCL's model as
+    the message grows: the least bytes-per-bandwidth term wins, and nothing overflows."""
+    from planner.costmodel.network import collective_coeffs
+    assert nccl_tree_bw_factor(math.inf) == pytest.approx(0.92)
+    # ring 2 (n-1)/n per byte against the tree's 2 / 0.92: the ring at any n
+    assert nccl_algorithm("allreduce", IB, 4096, math.inf, outer=True, top=True) == "ring"
+    sharp = IB.model_copy(update={"in_network_reduction": True})
+    assert nccl_algorithm("allreduce", sharp, 4096, math.inf, outer=True, top=True) \
+        == "in_network"
+    a, b = collective_coeffs("allreduce", (1, 512), (NV, IB))
+    assert a == pytest.approx(2 * 511 / 512 / B)
+    assert b == pytest.approx(2 * 511 * LAT)
+
+
 def test_nccl_ring_latency_grows_with_the_group_where_halving_doubling_does_not():
     """Reduce-scatter has only NCCL's ring: n - 1 steps of latency (halving-doubling
     would take ceil(log2 n))."""

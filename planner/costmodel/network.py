@@ -46,7 +46,10 @@ NCCL_TREE_CORRECTION = (0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0
 
 def nccl_tree_bw_factor(message_bytes: float) -> float:
     """Share of the level's bandwidth NCCL's tree all-reduce reaches for a message of this
-    size: 0.92 times the correction for ``log2i(bytes >> 6) < 23`` (NCCL 2.30.7 tuning.cc)."""
+    size: 0.92 times the correction for ``log2i(bytes >> 6) < 23`` (NCCL 2.30.7 tuning.cc).
+    An unbounded message (``inf``, the large-message limit) is past the table: no correction."""
+    if not math.isfinite(message_bytes):
+        return NCCL_TREE_BW_FACTOR
     log_size = int(message_bytes) >> 6
     log_size = log_size.bit_length() - 1 if log_size > 0 else -1
     corr = NCCL_TREE_CORRECTION[log_size] if 0 <= log_size < len(NCCL_TREE_CORRECTION) else 1.0
@@ -66,21 +69,24 @@ def nccl_algorithm(op: str, level: TopologyLevel, k: int, message_bytes: float,
     ``ncclTopoGetAlgoTime``) among ring (2(k-1) steps for all-reduce, k-1 otherwise; all
     collectives), tree (all-reduce across nodes only: inside an NVLink domain NCCL's tree
     is a chain, never faster than the ring) and the switch's in-network reduction where the
-    level has it (NVLS/SHARP; all-reduce). ``outer``: the level joins nodes."""
+    level has it (NVLS/SHARP; all-reduce). ``outer``: the level joins nodes. An unbounded
+    message (``inf``) takes the least bytes-per-bandwidth term, the latency breaking ties:
+    the limit of the same model as the message grows."""
     if op != "allreduce" or k <= 1:
         return "ring"
     lat_s = level.latency_us * 1e-6
     bw = level_bandwidth_Bps(level, k)
     frac = (k - 1) / k
-    best = ("ring", 2 * frac * message_bytes / bw + 2 * (k - 1) * lat_s)
+    # (seconds per byte, fixed seconds) of each candidate
+    costs = [("ring", 2 * frac / bw, 2 * (k - 1) * lat_s)]
     if outer:
-        t = (2 * message_bytes / (bw * nccl_tree_bw_factor(message_bytes))
-             + nccl_tree_steps(k) * lat_s)
-        best = min(best, ("tree", t), key=lambda x: x[1])
+        costs.append(("tree", 2 / (bw * nccl_tree_bw_factor(message_bytes)),
+                      nccl_tree_steps(k) * lat_s))
     if level.in_network_reduction and level.kind == "switch":
-        nbytes = message_bytes if top else message_bytes * (1 + 1 / k)
-        best = min(best, ("in_network", nbytes / bw + 2 * lat_s), key=lambda x: x[1])
-    return best[0]
+        costs.append(("in_network", (1.0 if top else 1 + 1 / k) / bw, 2 * lat_s))
+    if math.isfinite(message_bytes):
+        return min(costs, key=lambda c: c[1] * message_bytes + c[2])[0]
+    return min(costs, key=lambda c: (c[1], c[2]))[0]
 
 
 def latency_steps(kind: str, k: int, op: str, algorithm: str = "auto") -> int:
