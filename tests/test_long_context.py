@@ -72,14 +72,21 @@ def test_cp_buffers_by_hand():
 
 
 def test_planner_picks_cp_at_long_sequences():
+    """Context parallelism matters at long sequences: at 128K tokens the best plan without
+    it is far slower (18 % here); at 8K it is a close call either way (1 %: CP2 against
+    TP2, as NVIDIA's own Llama 3 8B recipe at 8K runs CP2)."""
     m = load_model("llama3-8b")
     c = small_cluster(64, domain=8)
-    short = solve(m, c, base={"seq_len": 8192, "global_batch_size": 64})
-    long = solve(m, c, base={"seq_len": 131072, "global_batch_size": 8})
-    assert short.best.plan.cp == 1
-    assert long.status == "optimal" and long.best.plan.cp > 1
-    no_cp = solve(m, c, base={"seq_len": 131072, "global_batch_size": 8}, fixed={"cp": 1})
-    assert no_cp.best.objective > long.best.objective
+    gain = {}
+    for seq, gb in ((8192, 64), (131072, 8)):
+        base = {"seq_len": seq, "global_batch_size": gb}
+        best = solve(m, c, base=base)
+        no_cp = solve(m, c, base=base, fixed={"cp": 1})
+        assert best.status == "optimal"
+        gain[seq] = no_cp.best.objective / best.best.objective
+        if seq > 8192:
+            assert best.best.plan.cp > 1
+    assert gain[8192] < 1.05 and gain[131072] > 1.10
 
 
 @pytest.mark.parametrize("gpus", [512, 2048])

@@ -35,7 +35,9 @@ TIER = OffloadTier(name="host DDR5", capacity_gib_per_gpu=256, bandwidth_GBps=64
 
 
 def tiered(cluster, tier: OffloadTier = TIER):
-    return cluster.model_copy(update={"offload": tier})
+    """``cluster`` with an offload tier; without the straggler term, which scales the whole
+    step (offload included) and is tests/test_network_scale.py's."""
+    return cluster.model_copy(update={"offload": tier, "step_time_cv": 0.0})
 
 
 # ---- formulas, by hand --------------------------------------------------------------------
