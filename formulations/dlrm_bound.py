@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from formulations.linear import highs_bound
 from planner.costmodel.dlrm import Option, dense_cost, links, table_options, usable_hbm_bytes
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec
@@ -71,41 +72,8 @@ class _Rows:
 
     def _minimize(self, cost: dict[int, float], time_limit_s: float | None
                   ) -> tuple[float | None, bool]:
-        import highspy
-
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        if time_limit_s is not None:  # an LP cut short proves nothing: None below
-            h.setOptionValue("time_limit", float(time_limit_s))
-        n = len(self.lb)
-        h.addVars(n, np.array(self.lb), np.array(self.ub))
-        h.changeColsCost(n, np.arange(n, dtype=np.int32),
-                         np.array([cost.get(i, 0.0) for i in range(n)]))
-        starts, idx, val = [], [], []
-        for coefs, _, _ in self.rows:
-            starts.append(len(idx))
-            idx += list(coefs)
-            val += list(coefs.values())
-        h.addRows(len(self.rows), np.array([r[1] for r in self.rows]),
-                  np.array([r[2] for r in self.rows]), len(idx),
-                  np.array(starts, dtype=np.int32), np.array(idx, dtype=np.int32),
-                  np.array(val, dtype=float))
-        if self.integer:
-            k = len(self.integer)
-            h.changeColsIntegrality(k, np.array(self.integer, dtype=np.int32),
-                                    np.array([highspy.HighsVarType.kInteger] * k))
-            h.setOptionValue("mip_rel_gap", 0.0)
-            h.setOptionValue("time_limit", min(MIP_TIME_LIMIT_S, time_limit_s or math.inf))
-        h.run()
-        status, info = h.getModelStatus(), h.getInfo()
-        finished = status != highspy.HighsModelStatus.kTimeLimit
-        if self.integer and status in (highspy.HighsModelStatus.kOptimal,
-                                       highspy.HighsModelStatus.kTimeLimit):
-            bound = float(info.mip_dual_bound)  # proven, whether or not the search finished
-            return (bound if math.isfinite(bound) else None), finished
-        if status != highspy.HighsModelStatus.kOptimal:
-            return None, finished
-        return float(info.objective_function_value), True
+        return highs_bound(self.lb, self.ub, self.rows, cost, self.integer, time_limit_s,
+                           MIP_TIME_LIMIT_S)
 
 
 def _with_deadline(fn: Callable[..., Any], args: tuple, deadline_s: float) -> Any:

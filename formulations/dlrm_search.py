@@ -137,7 +137,7 @@ def _exact(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s: fl
         start = greedy_plan(model, cluster, vm, t0 + LOCAL_SHARE * time_limit_s)
         hint = complete_hint(lm, start) if start else None
         reserve = min(0.15 * time_limit_s, 8e-6 * len(lm.vars))  # decoding, checking
-        out = _cpsat(lm, vm, hint, t0 + time_limit_s - reserve, workers)
+        out = _cpsat(lm, hint, t0 + time_limit_s - reserve, workers)
     else:
         out = _milp(lm, t0 + time_limit_s)
     if out.status == "infeasible":
@@ -151,8 +151,8 @@ def _exact(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s: fl
     est = evaluate_dlrm(model, cluster, plan)
     value = (sum(values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
     status = "optimal" if out.status == "optimal" and values is out.values else "time_limit"
-    if backend == "cpsat" and out.objective is not None:
-        bound = max(bound, (out.objective + vm.constant_ticks) / vm.ticks.per_s)
+    if out.bound is not None:  # CP-SAT's best bound
+        bound = max(bound, (out.bound + vm.constant_ticks) / vm.ticks.per_s)
     return DLRMSolution(plan, est, backend, status, time.perf_counter() - t0,
                         value / vm.ticks.per_s, bound,
                         bound_cut=not finished and status != "optimal")
@@ -226,32 +226,12 @@ def _milp(lm, deadline: float) -> SolverOutcome:
     return min(found, key=lambda o: (o.objective, o.status != "optimal"))
 
 
-def _cpsat(lm, vm: DLRMVars, hint: dict[int, int] | None, deadline: float,
-           workers: int) -> SolverOutcome:
+def _cpsat(lm, hint: dict[int, int] | None, deadline: float, workers: int) -> SolverOutcome:
     """CP-SAT on the model, warm-started from ``hint`` (every variable's value, from
-    :func:`complete_hint`). The outcome's
-    ``objective`` is CP-SAT's best bound (the objective itself when proven optimal)."""
-    from ortools.sat.python import cp_model
-
-    workers = search_workers(workers, len(lm.vars))
-    session = CpsatSession(lm, workers=workers)
-    for i, v in (hint or {}).items():
-        session.model.add_hint(session.xs[i], v)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.05)
-    solver.parameters.num_workers = workers
-    solver.parameters.max_memory_in_mb = CPSAT_MEMORY_MB
-    # presolve off as in CpsatSession.solve: on 100 tables x 128 ranks it took 14 s
-    solver.parameters.cp_model_presolve = False
-    t0 = time.perf_counter()
-    status = solver.solve(session.model)
-    wall = time.perf_counter() - t0
-    name = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-            cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
-    if name in ("optimal", "feasible"):
-        return SolverOutcome(name, [int(solver.value(x)) for x in session.xs],
-                             solver.best_objective_bound, wall)
-    return SolverOutcome(name, None, None, wall)
+    :func:`complete_hint`), within :data:`CPSAT_MEMORY_MB`."""
+    session = CpsatSession(lm, workers=search_workers(workers, len(lm.vars)))
+    session.hint(hint or {})
+    return session.solve(max(deadline - time.perf_counter(), 0.05), memory_mb=CPSAT_MEMORY_MB)
 
 
 def search_workers(workers: int, num_vars: int) -> int:

@@ -12,11 +12,18 @@ convex-hull form (``formulations.build``), so no indicator or big-M row is neede
 
 A *session* keeps the solver model so that cuts can be added between solves (the top-K
 and proof loop in :mod:`formulations.search`).
+
+This module is the only one that talks to a solver: the training, serving and DLRM
+formulations build a :class:`LinearModel` and solve it in a session (the DLRM LP bound, a
+float LP handed over in bulk, through :func:`highs_bound`). A session's status is
+``optimal`` only with a proof; an answer cut short by the time (or memory) limit is
+``feasible``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -54,10 +61,12 @@ class LinearModel:
     objective: Expr = field(default_factory=dict)
     objective_dim: str = "time"
     units: dict[str, float] = field(default_factory=lambda: dict(UNIT))
+    maximize: bool = False
 
-    def var(self, name: str, lb: int, ub: int, dim: str = "count") -> int:
+    def var(self, name: str, lb: int, ub: int, dim: str = "count",
+            integer: bool = False) -> int:
         assert lb <= ub, (name, lb, ub)
-        self.vars.append(Var(name, int(lb), int(ub), dim=dim))
+        self.vars.append(Var(name, int(lb), int(ub), dim=dim, integer=integer))
         return len(self.vars) - 1
 
     def binary(self, name: str) -> int:
@@ -83,16 +92,23 @@ class LinearModel:
 
 @dataclass
 class SolverOutcome:
-    status: str  # "optimal", "feasible", "infeasible", "unknown"
+    status: str  # "optimal" (proven), "feasible" (limit reached), "infeasible", "unknown"
     values: list[int] | None
     objective: float | None
     wall_s: float
+    bound: float | None = None  # CP-SAT's best objective bound (None from the MILP)
 
 
 # ---- CP-SAT ------------------------------------------------------------------------------
 class CpsatSession:
+    """CP-SAT on ``lm``. Its own presolve is off unless ``presolve``: on the training and
+    DLRM models (one-hot blocks, coefficients up to ~1e13) ortools 9.15's presolve removed
+    a feasible better solution ("presolve broke a feasible hint"), the search is twice as
+    fast without it, and on 100 tables x 128 ranks it took 14 s; the serving model is small
+    and keeps it."""
+
     def __init__(self, lm: LinearModel, workers: int = 2,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, presolve: bool = False):
         from ortools.sat.python import cp_model
 
         self._cp = cp_model
@@ -106,10 +122,20 @@ class CpsatSession:
                 m.add(x == v.lb)
         for c in lm.cons:
             self.add_constraint(c)
-        m.minimize(cp_model.LinearExpr.weighted_sum(
-            [self.xs[i] for i in lm.objective], list(lm.objective.values())))
+        objective = cp_model.LinearExpr.weighted_sum(
+            [self.xs[i] for i in lm.objective], list(lm.objective.values()))
+        if lm.maximize:
+            m.maximize(objective)
+        else:
+            m.minimize(objective)
         self.workers = workers
         self.log = log
+        self.presolve = presolve
+
+    def hint(self, values: dict[int, int]) -> None:
+        """A warm start: ``values[i]`` for variable ``i`` (those left out are free)."""
+        for i, v in values.items():
+            self.model.add_hint(self.xs[i], v)
 
     def add_constraint(self, c: Constraint) -> None:
         cp = self._cp
@@ -118,15 +144,16 @@ class CpsatSession:
         hi = c.ub if c.ub is not None else cp.INT_MAX
         self.model.add_linear_constraint(expr, lo, hi)
 
-    def solve(self, time_limit_s: float) -> SolverOutcome:
+    def solve(self, time_limit_s: float, memory_mb: int | None = None) -> SolverOutcome:
+        """Solve within ``time_limit_s`` (and, given ``memory_mb``, CP-SAT's own resident
+        memory limit: it stops with its best solution, not std::bad_alloc)."""
         cp = self._cp
         solver = cp.CpSolver()
         solver.parameters.max_time_in_seconds = max(time_limit_s, 0.01)
         solver.parameters.num_workers = self.workers
-        # CP-SAT's own presolve is off: on these models (one-hot blocks, coefficients up to
-        # ~1e13) ortools 9.15's presolve removed a feasible better solution ("presolve broke
-        # a feasible hint"), and without it the search is also twice as fast.
-        solver.parameters.cp_model_presolve = False
+        solver.parameters.cp_model_presolve = self.presolve
+        if memory_mb is not None:
+            solver.parameters.max_memory_in_mb = memory_mb
         if self.log:
             solver.parameters.log_search_progress = True
             solver.log_callback = self.log
@@ -137,7 +164,7 @@ class CpsatSession:
                 cp.INFEASIBLE: "infeasible"}.get(status, "unknown")
         if name in ("optimal", "feasible"):
             return SolverOutcome(name, [int(solver.value(x)) for x in self.xs],
-                               solver.objective_value, wall)
+                                 solver.objective_value, wall, solver.best_objective_bound)
         return SolverOutcome(name, None, None, wall)
 
 
@@ -149,7 +176,8 @@ class MilpSession:
 
         self._pulp = pulp
         self.lm = lm
-        self.prob = pulp.LpProblem("planner", pulp.LpMinimize)
+        self.prob = pulp.LpProblem("planner", pulp.LpMaximize if lm.maximize
+                                   else pulp.LpMinimize)
         self.xs = []
         new_var = getattr(self.prob, "add_variable", None)  # PuLP >= 3.3; LpVariable before
         for i, v in enumerate(lm.vars):
@@ -222,6 +250,66 @@ class MilpSession:
         if status == "Infeasible":
             return SolverOutcome("infeasible", None, None, wall)
         return SolverOutcome("unknown", None, None, wall)
+
+
+# ---- a float LP/MIP bound, handed to HiGHS in bulk -------------------------------------
+Row = tuple[dict[int, float], float, float]  # coefficients, lower, upper (+-inf: none)
+
+
+def highs_bound(lb: list[float], ub: list[float], rows: list[Row], cost: dict[int, float],
+                integer: list[int], time_limit_s: float | None, mip_time_limit_s: float
+                ) -> tuple[float | None, bool]:
+    """Minimize ``cost`` over columns in [lb, ub] and ``rows``, columns ``integer``
+    integral: (the optimum, or with integer columns HiGHS's proven dual bound even when
+    cut short; whether it finished within the limit). A pure LP cut short proves nothing:
+    None. Not a :class:`LinearModel` in a :class:`MilpSession`: the coefficients are
+    fractional, the answer wanted is HiGHS's dual bound (which PuLP does not report), and
+    the arrays go to HiGHS at once where PuLP builds a Python object per nonzero (the DLRM
+    bound has up to a million)."""
+    import highspy
+    import numpy as np
+
+    h = _highs_lp(lb, ub, rows, cost)
+    if time_limit_s is not None:
+        h.setOptionValue("time_limit", float(time_limit_s))
+    if integer:
+        k = len(integer)
+        h.changeColsIntegrality(k, np.array(integer, dtype=np.int32),
+                                np.array([highspy.HighsVarType.kInteger] * k))
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("time_limit", min(mip_time_limit_s, time_limit_s or math.inf))
+    h.run()
+    status, info = h.getModelStatus(), h.getInfo()
+    finished = status != highspy.HighsModelStatus.kTimeLimit
+    if integer and status in (highspy.HighsModelStatus.kOptimal,
+                              highspy.HighsModelStatus.kTimeLimit):
+        bound = float(info.mip_dual_bound)  # proven, whether or not the search finished
+        return (bound if math.isfinite(bound) else None), finished
+    if status != highspy.HighsModelStatus.kOptimal:
+        return None, finished
+    return float(info.objective_function_value), True
+
+
+def _highs_lp(lb: list[float], ub: list[float], rows: list[Row], cost: dict[int, float]):
+    """A quiet HiGHS instance holding the columns, rows and cost (CSR, one call each)."""
+    import highspy
+    import numpy as np
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    n = len(lb)
+    h.addVars(n, np.array(lb), np.array(ub))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32),
+                     np.array([cost.get(i, 0.0) for i in range(n)]))
+    starts, idx, val = [], [], []
+    for coefs, _, _ in rows:
+        starts.append(len(idx))
+        idx += list(coefs)
+        val += list(coefs.values())
+    h.addRows(len(rows), np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
+              len(idx), np.array(starts, dtype=np.int32), np.array(idx, dtype=np.int32),
+              np.array(val, dtype=float))
+    return h
 
 
 def proven_optimal(prob) -> bool:
