@@ -24,6 +24,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from formulations.linear import UNIT, CpsatSession, LinearModel, MilpSession, SolverOutcome
 from formulations.serve_space import Row
 from planner.errors import InputError
 from planner.specs.serve import MAX_REPLICAS
@@ -121,86 +122,60 @@ def _row(problem: ServeProblem, key: tuple[str, int]) -> Row:
     return problem.pools[key[0]][key[1]]
 
 
-def _cpsat(problem: ServeProblem, time_limit_s: float) -> ServeSolution:
-    from ortools.sat.python import cp_model
-
-    m = cp_model.CpModel()
+def _linear_model(problem: ServeProblem) -> tuple[LinearModel, dict[tuple[str, int], int]]:
+    """The integer model of the module docstring, and each row's ``n_r`` variable. The
+    throughput ``z`` is in units of its largest value, so that the MILP sees it in [0, 1]
+    (continuous: the served rates are integers, so the optimum sits on one of them); the
+    MILP scales each row to unit size and solves at tolerance 1e-9, so that no integer
+    constraint is missed by a unit."""
     keys = _keys(problem)
-    n = {k: m.new_int_var(0, problem.bound(_row(problem, k)), f"n{k}") for k in keys}
-    y = {k: m.new_bool_var(f"y{k}") for k in keys}
+    throughput = problem.objective == "throughput"
+    top = (max(r.cap for rows in problem.pools.values() for r in rows) * problem.budget
+           if throughput else 1)
+    lm = LinearModel(objective_dim="rate" if throughput else "count",
+                     units={**UNIT, "rate": float(top)}, maximize=throughput)
+    n = {k: lm.var(f"n{k}", 0, problem.bound(_row(problem, k)), integer=True) for k in keys}
+    y = {k: lm.binary(f"y{k}") for k in keys}
     for k in keys:
-        m.add(n[k] <= problem.bound(_row(problem, k)) * y[k])
-    served = {p: sum(_row(problem, k).cap * n[k] for k in keys if k[0] == p) for p in problem.pools}
+        lm.add({n[k]: 1, y[k]: -problem.bound(_row(problem, k))}, ub=0)
     for p in problem.pools:
-        m.add(sum(y[k] for k in keys if k[0] == p) <= problem.max_layouts)
+        lm.add({y[k]: 1 for k in keys if k[0] == p}, ub=problem.max_layouts)
     if problem.budget is not None:
-        m.add(sum(_row(problem, k).gpus * n[k] for k in keys) <= problem.budget)
-    if problem.objective == "throughput":
-        z = m.new_int_var(0, max(r.cap for rows in problem.pools.values() for r in rows)
-                          * problem.budget, "z")
+        lm.add({n[k]: _row(problem, k).gpus for k in keys}, ub=problem.budget)
+    if throughput:
+        z = lm.var("z", 0, top, dim="rate")
         for p in problem.pools:
-            m.add(z <= served[p])
-        m.maximize(z)
+            lm.add({**{n[k]: _row(problem, k).cap for k in keys if k[0] == p}, z: -1}, lb=0,
+                   dim="rate")
+        lm.objective = {z: 1}
     else:
         for p in problem.pools:
-            m.add(served[p] >= problem.rate)
-        m.minimize(sum(problem.coef(_row(problem, k)) * n[k] for k in keys))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(time_limit_s, 0.01)
-    solver.parameters.num_workers = 2
-    status = solver.solve(m)
-    if status != cp_model.OPTIMAL:
-        return ServeSolution("infeasible" if status == cp_model.INFEASIBLE else "time_limit",
-                             "cpsat")
-    return ServeSolution("optimal", "cpsat", counts={k: int(solver.value(n[k])) for k in keys})
+            lm.add({n[k]: _row(problem, k).cap for k in keys if k[0] == p}, lb=problem.rate)
+        lm.objective = {n[k]: problem.coef(_row(problem, k)) for k in keys}
+    return lm, n
+
+
+#: HiGHS settings for the serving MILP (one try: see :func:`_linear_model`).
+MILP_ATTEMPTS = ({"tol": 1e-9, "presolve": "on"},)
+
+
+def _cpsat(problem: ServeProblem, time_limit_s: float) -> ServeSolution:
+    lm, n = _linear_model(problem)
+    return _solution(CpsatSession(lm, workers=2, presolve=True).solve(time_limit_s), n, "cpsat")
 
 
 def _milp(problem: ServeProblem, time_limit_s: float) -> ServeSolution:
-    """The same model in PuLP for HiGHS, each row scaled to unit size (coverage rows by
-    R, the budget by N) and tolerances at 1e-9, so that no integer constraint is missed
-    by a unit."""
-    import pulp
-
-    from formulations.linear import _highs, _quiet_stdout, proven_optimal
-
-    keys = _keys(problem)
-    sense = pulp.LpMaximize if problem.objective == "throughput" else pulp.LpMinimize
-    prob = pulp.LpProblem("serve", sense)
-    n = {k: prob.add_variable(f"n_{k[0]}_{k[1]}", 0, problem.bound(_row(problem, k)), cat="Integer")
-         for k in keys}
-    y = {k: prob.add_variable(f"y_{k[0]}_{k[1]}", cat="Binary") for k in keys}
-    for k in keys:
-        prob += n[k] <= problem.bound(_row(problem, k)) * y[k]
-    for p in problem.pools:
-        prob += pulp.lpSum(y[k] for k in keys if k[0] == p) <= problem.max_layouts
-    if problem.budget is not None:
-        prob += pulp.lpSum(_row(problem, k).gpus / problem.budget * n[k] for k in keys) <= 1
-    _milp_objective(problem, prob, n, keys)
-    with _quiet_stdout(True):
-        prob.solve(_highs(time_limit_s, False, tol=1e-9))
-    if not proven_optimal(prob):  # a time-limited incumbent is no proof
-        return ServeSolution("infeasible" if pulp.LpStatus[prob.status] == "Infeasible"
-                             else "time_limit", "milp")
-    return ServeSolution("optimal", "milp",
-                         counts={k: int(round(n[k].value() or 0)) for k in keys})
+    lm, n = _linear_model(problem)
+    return _solution(MilpSession(lm, attempts=MILP_ATTEMPTS).solve(time_limit_s), n, "milp")
 
 
-def _milp_objective(problem: ServeProblem, prob, n: dict, keys: list) -> None:
-    import pulp
-
-    if problem.objective == "throughput":
-        # z: the served rate over its largest possible value, continuous in [0, 1] (the
-        # served rates are integers, so the optimum sits on one of them)
-        top = max(r.cap for rows in problem.pools.values() for r in rows) * problem.budget
-        z = prob.add_variable("z", 0, 1)
-        for p in problem.pools:
-            prob += pulp.lpSum(_row(problem, k).cap / top * n[k] for k in keys if k[0] == p) >= z
-        prob += z
-        return
-    for p in problem.pools:
-        prob += pulp.lpSum(_row(problem, k).cap / problem.rate * n[k]
-                           for k in keys if k[0] == p) >= 1
-    prob += pulp.lpSum(problem.coef(_row(problem, k)) * n[k] for k in keys)
+def _solution(out: SolverOutcome, n: dict[tuple[str, int], int], backend: str
+              ) -> ServeSolution:
+    """Replica counts from a proven optimum only: an incumbent cut short by the time
+    limit is no proof (``time_limit``)."""
+    if out.status == "optimal":
+        return ServeSolution("optimal", backend, counts={k: out.values[i] for k, i in n.items()})
+    return ServeSolution("infeasible" if out.status == "infeasible" else "time_limit", backend)
 
 
 # ---- brute force ---------------------------------------------------------------------------
