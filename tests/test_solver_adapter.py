@@ -1,0 +1,149 @@
+"""One solver adapter (formulations/linear.py): the only module that builds a solver, and
+whose sessions never call an answer cut short by the time limit optimal; the serving and
+DLRM searches pass that on as ``time_limit``."""
+
+from __future__ import annotations
+
+import ast
+import random
+
+import pulp
+import pytest
+from ortools.sat.python import cp_model
+
+from conftest import ROOT
+from formulations.linear import CpsatSession, LinearModel, MilpSession
+
+SOLVER_PACKAGES = ("ortools", "pulp", "highspy")
+SOLVER_CALLS = ("CpSolver(", "CpModel(", "LpProblem(", "Highs(")
+ADAPTER = ROOT / "formulations" / "linear.py"
+
+
+def _solver_uses(path) -> list[str]:
+    text = path.read_text()
+    found = [call for call in SOLVER_CALLS if call in text]
+    for node in ast.walk(ast.parse(text)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        found += [n for n in names if n.split(".")[0] in SOLVER_PACKAGES]
+    return found
+
+
+def test_only_the_adapter_talks_to_a_solver():
+    """Every formulation builds a LinearModel and solves it in a session of
+    formulations/linear.py (or hands its float LP to linear.highs_bound)."""
+    files = [p for d in ("formulations", "planner") for p in sorted((ROOT / d).rglob("*.py"))
+             if p != ADAPTER]
+    assert len(files) > 50
+    offenders = {str(p.relative_to(ROOT)): u for p in files if (u := _solver_uses(p))}
+    assert offenders == {}, f"build solvers in formulations/linear.py only: {offenders}"
+    assert _solver_uses(ADAPTER)  # the scan sees a solver where there is one
+
+
+def market_split(m: int = 4, n: int = 30, seed: int = 1) -> LinearModel:
+    """Cornuejols-Dawande market split with slacks: x = 0 is feasible at once, the proof
+    of optimality takes far longer than the limits below (m = 4, n = 10 (m - 1))."""
+    rng = random.Random(seed)
+    lm = LinearModel(objective_dim="count")
+    x = [lm.binary(f"x{j}") for j in range(n)]
+    for i in range(m):
+        a = [rng.randint(0, 99) for _ in range(n)]
+        half = sum(a) // 2
+        over = lm.var(f"over{i}", 0, sum(a), integer=True)
+        under = lm.var(f"under{i}", 0, sum(a), integer=True)
+        lm.add({**dict(zip(x, a)), over: -1, under: 1}, lb=half, ub=half)
+        lm.objective[over] = lm.objective[under] = 1
+    return lm
+
+
+@pytest.mark.parametrize("session", [CpsatSession, MilpSession])
+def test_a_time_limited_incumbent_is_not_optimal(session):
+    """Both backends stop with an incumbent; PuLP calls HiGHS's "Optimal" (its status
+    with an unproven incumbent too), the session must not."""
+    lm = market_split()
+    out = session(lm).solve(0.2)
+    assert out.status == "feasible" and out.values is not None
+    assert len(out.values) == len(lm.vars) and out.objective >= 0
+    if session is CpsatSession:
+        assert out.bound is not None and out.bound <= out.objective
+
+
+def test_a_proof_is_optimal_on_both_backends():
+    lm = LinearModel(objective_dim="count", maximize=True)
+    a, b = lm.var("a", 0, 10, integer=True), lm.var("b", 0, 10, integer=True)
+    lm.add({a: 2, b: 3}, ub=12)
+    lm.objective = {a: 3, b: 4}
+    for session in (CpsatSession(lm), MilpSession(lm)):
+        out = session.solve(10)
+        assert out.status == "optimal" and out.values == [6, 0] and out.objective == 18
+
+
+# ---- the searches pass a time-limited answer on as time_limit ---------------------------
+def _cpsat_cut_short(monkeypatch):
+    """CP-SAT's answers as if its time ran out after the last solution it found."""
+    real = cp_model.CpSolver.solve
+
+    def cut_short(self, *args, **kwargs):
+        status = real(self, *args, **kwargs)
+        return cp_model.FEASIBLE if status == cp_model.OPTIMAL else status
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", cut_short)
+
+
+def _milp_cut_short(monkeypatch):
+    """HiGHS's answers as PuLP reports a time-limited incumbent: "Optimal", but only
+    integer feasible."""
+    real = pulp.LpProblem.solve
+
+    def cut_short(self, *args, **kwargs):
+        status = real(self, *args, **kwargs)
+        if self.sol_status == pulp.constants.LpSolutionOptimal:
+            self.sol_status = pulp.constants.LpSolutionIntegerFeasible
+        return status
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", cut_short)
+
+
+CUT_SHORT = {"cpsat": _cpsat_cut_short, "milp": _milp_cut_short}
+
+
+def _serve_problem(objective: str):
+    from formulations.serve import ServeProblem
+    from formulations.serve_space import Row
+    from planner.specs.loaders import load_cluster
+    from planner.specs.serve import ServePlan
+
+    h100 = load_cluster("dgx-h100-superpod")
+    rows = [Row("aggregated", ServePlan(tp=g, gpu=h100.gpu.name), h100, g, cap,
+                {"gpus": g, "cost": 3 * g, "energy": 5 * g})
+            for g, cap in ((1, 7), (2, 15), (4, 29))]
+    rate, budget = (None, 12) if objective == "throughput" else (100, None)
+    return ServeProblem({"aggregated": rows}, objective, rate, budget, 2)
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "milp"])
+@pytest.mark.parametrize("objective", ["gpus", "throughput"])
+def test_serve_time_limited_is_time_limit(monkeypatch, backend, objective):
+    from formulations.serve import solve
+
+    problem = _serve_problem(objective)
+    assert solve(problem, backend).status == "optimal"
+    CUT_SHORT[backend](monkeypatch)
+    out = solve(problem, backend)
+    assert out.status == "time_limit" and out.counts == {} and out.objective is None
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "milp"])
+def test_dlrm_time_limited_is_time_limit(monkeypatch, backend):
+    from formulations.dlrm_search import solve_sharding
+    from test_dlrm import random_instance
+
+    m, c = random_instance(3)
+    proven = solve_sharding(m, c, backend, 20, workers=1)
+    assert proven.status == "optimal"
+    CUT_SHORT[backend](monkeypatch)
+    out = solve_sharding(m, c, backend, 20, workers=1)
+    assert out.status == "time_limit" and out.estimate.feasible
+    assert out.estimate.iteration_time_s == pytest.approx(proven.estimate.iteration_time_s)
+    if backend == "cpsat":  # CP-SAT's bound reaches the answer's gap
+        assert out.bound_s is not None and out.optimality_gap is not None
