@@ -263,7 +263,9 @@ def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | Non
                 if not tiered or lbz[q, k[3]] <= kth * (1 + 1e-9)]
         cands = [evaluate_key(tb, k, max_time_s) for k in keys]
         for c in cands:
-            c.bound = float(lb[q])
+            # the bound composes the same float terms as the evaluator in another order: at
+            # a plan that attains it, it can land an ulp above the exact value
+            c.bound = min(float(lb[q]), c.objective)
         incumbents += cands
         if any(c.estimate.feasible for c in cands):
             feasible_points += 1
@@ -342,7 +344,7 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
             break
         cand = pool.get(key) or evaluate_key(tb, key, max_time_s)
         if res.status == "optimal":
-            cand.bound = max(cand.bound or -math.inf, proof / per_unit)
+            cand.bound = min(max(cand.bound or -math.inf, proof / per_unit), cand.objective)
         pool[key] = cand
         stats.evaluations += 1
         if progress:

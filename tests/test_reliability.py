@@ -166,16 +166,29 @@ def test_hugging_face_configs_still_load(config):
 def test_token_budget_gives_totals(capsys):
     import json
 
-    code, out, _ = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
-                       "16", "--tokens", "15e12", "--json")
+    # the ideal arithmetic (no failures or checkpoints), at the top level with --goodput off
+    args = ["solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus", "16", "--tokens",
+            "15e12", "--json"]
+    code, out, _ = run(capsys, *args, "--goodput", "off")
     assert code == 0
     d = json.loads(out)
     totals = d["totals"]
     assert d["solver"]["objective_units"] == "s in total"
     t = d["estimate"]["iteration_time_s"]
+    assert totals["goodput"] is None and "ideal" not in totals
     assert totals["days"] == pytest.approx(totals["iterations"] * t / 86400)
     assert totals["gpu_hours"] == pytest.approx(totals["iterations"] * t * 16 / 3600)
     assert all(math.isfinite(v) for v in totals.values() if v is not None)
+    # by default the totals are effective: the ideal ones over the goodput fraction
+    code, out, _ = run(capsys, *args)
+    assert code == 0
+    d = json.loads(out)
+    eff, t = d["totals"], d["estimate"]["iteration_time_s"]
+    f = eff["goodput"]["fraction"]
+    assert 0 < f < 1
+    assert eff["ideal"]["days"] == pytest.approx(eff["iterations"] * t / 86400)
+    for k in ("days", "gpu_hours", "energy_mwh"):
+        assert eff[k] == pytest.approx(eff["ideal"][k] / f)
     code, out, _ = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
                        "16", "--tokens", "15e12")
     assert "GPU-hours" in out and "days" in out and "MWh" in out
