@@ -51,7 +51,6 @@ def measured_gemm_tflops(table: str | None, dtype: str, m: float, n: float, k: f
     return None if t is None or dt is None else K.gemm_tflops(t, dt, m, n, k)
 
 
-@lru_cache(maxsize=1 << 14)
 def measured_decode_GBps(table: str | None, dtype: str, m: float, n: float, k: float
                          ) -> float | None:
     """Weight-streaming speed (GB/s) of a GEMM with M below the table's grid, from the
@@ -60,7 +59,12 @@ def measured_decode_GBps(table: str | None, dtype: str, m: float, n: float, k: f
     dt = TABLE_GEMM_DTYPES.get(dtype)
     if t is None or dt is None or not K.small_m(t, dt, m):
         return None
-    return K.decode_weight_GBps(t, dt, m, n, k)
+    return _decode_GBps(table, dt, n, k)
+
+
+@lru_cache(maxsize=1 << 14)
+def _decode_GBps(table: str, dtype: str, n: float, k: float) -> float | None:
+    return K.decode_weight_GBps(kernel_table(table), dtype, n, k)
 
 
 @lru_cache(maxsize=1 << 14)

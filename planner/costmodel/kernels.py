@@ -6,7 +6,7 @@ interpolation over shape.
   time of the smallest measured dimension holds (a GEMM that small is bound by its tile and
   launch floor, not its FLOPs); below it in m (decode steps) the smallest m's throughput
   holds for the math, and the memory side is the weight-streaming speed the measured
-  decode GEMMs reached (:func:`decode_weight_GBps`).
+  decode GEMMs of the nearest shape reached (:func:`decode_weight_GBps`).
 - Fused attention throughput: linear in log2(sequence length) for the measured case nearest
   in head dimension, mask and grouping; held constant outside the measured lengths.
 - Copy bandwidth: linear in log2(bytes), held constant outside the measured sizes.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from functools import lru_cache
 
 import numpy as np
@@ -120,21 +121,20 @@ def small_m(table: KernelTable, dtype: str, m: float) -> bool:
     return grid is not None and m < grid[0][0]
 
 
-def decode_weight_GBps(table: KernelTable, dtype: str, m: float, n: float, k: float
-                       ) -> float | None:
+def decode_weight_GBps(table: KernelTable, dtype: str, n: float, k: float) -> float | None:
     """Weight bytes per second (GB/s) the measured decode-step GEMMs of the (n, k) shape
-    nearest in log scale stream at M = ``m`` (linear in log2 m between measured M, held
-    outside them): the memory side of a small-M GEMM's roofline; None without such rows."""
-    rows = [r for r in table.decode_gemm if r.dtype == dtype]
+    nearest in log scale stream: the median over their M below the grid (one rate per shape,
+    so that a decode step's time stays affine in its batch, as the serving model's mean
+    batch needs); the memory side of a small-M GEMM's roofline. None without such rows."""
+    grid = _gemm_grid(table, dtype)
+    rows = [r for r in table.decode_gemm
+            if r.dtype == dtype and (grid is None or r.m < grid[0][0])]
     if not rows:
         return None
     at = (math.log2(n), math.log2(k))
     shape = min({(r.n, r.k) for r in rows},
                 key=lambda s: math.dist(at, (math.log2(s[0]), math.log2(s[1]))))
-    bw = {float(r.m): r.weight_GBps for r in rows if (r.n, r.k) == shape}
-    ms = tuple(sorted(bw))
-    lo, hi, w = _bracket(ms, min(max(m, ms[0]), ms[-1]))
-    return (1 - w) * bw[ms[lo]] + w * bw[ms[hi]]
+    return statistics.median(r.weight_GBps for r in rows if (r.n, r.k) == shape)
 
 
 def _grid_tflops(grid: tuple[tuple[float, ...], ...], m: float, n: float, k: float) -> float:
