@@ -16,7 +16,14 @@ from planner.specs.base import Spec
 from planner.specs.validate import validate
 
 
-class GemmRow(Spec):
+class Row(Spec):
+    """A measured row; ``ref`` names the reference run it was merged from."""
+
+    ref: str | None = Field(None, description="the reference measurement the row was merged "
+                            "from (tools/merge_kernel_reference.py); None: this table's own run")
+
+
+class GemmRow(Row):
     """One (m x k) @ (k x n) product timed alone."""
 
     m: PositiveInt = Field(..., description="rows of the output (tokens)")
@@ -25,12 +32,9 @@ class GemmRow(Spec):
     dtype: Literal["bf16", "fp8"] = Field(..., description="input precision")
     us: PositiveFloat = Field(..., description="mean time per GEMM, microseconds")
     tflops: PositiveFloat = Field(..., description="2mnk / time, TFLOP/s")
-    ref: str | None = Field(None, description="where the row came from when not from this "
-                            "table's own run: the reference measurement it was merged from "
-                            "(tools/merge_kernel_reference.py)")
 
 
-class AttentionRow(Spec):
+class AttentionRow(Row):
     """One fused-attention call (forward, then forward and backward) with one backend."""
 
     backend: Literal["FLASH_ATTENTION", "CUDNN_ATTENTION"] = Field(
@@ -46,11 +50,9 @@ class AttentionRow(Spec):
     bwd_us: PositiveFloat = Field(..., description="backward time, microseconds")
     fwd_tflops: PositiveFloat = Field(..., description="forward TFLOP/s (causal FLOPs halved)")
     bwd_tflops: PositiveFloat = Field(..., description="backward TFLOP/s (2.5x the forward's FLOPs)")
-    ref: str | None = Field(None, description="the reference measurement the row was merged "
-                            "from; None: this table's own run")
 
 
-class MemoryRow(Spec):
+class MemoryRow(Row):
     """A bandwidth-bound operator: a device copy, or an eager element-wise operator."""
 
     op: Literal["copy", "add", "silu_mul", "cast_fp32", "rms_norm"] = Field(
@@ -60,8 +62,6 @@ class MemoryRow(Spec):
     hidden: PositiveInt | None = Field(None, description="columns, for element-wise operators")
     us: PositiveFloat = Field(..., description="mean time per call, microseconds")
     GBps: PositiveFloat = Field(..., description="bytes / time, GB/s")
-    ref: str | None = Field(None, description="the reference measurement the row was merged "
-                            "from; None: this table's own run")
 
 
 class DecodeGemmRow(Spec):
