@@ -90,6 +90,7 @@ def test_bottleneck_terms_add_up_and_memory_is_hbm():
     terms = sum(row[f"t_{t}_s"] for t in TERMS)
     assert terms == pytest.approx(row["iteration_time_s"], rel=1e-9)
     assert row["bottleneck"] == max(TERMS, key=lambda t: row[f"t_{t}_s"])
+    assert row["t_straggler_s"] > 0  # 8 GPUs wait for the slowest (step_time_cv)
     # with HBM 1000x faster, the memory term (HBM-bound kernel time) all but vanishes
     fast = run_point({**BASE, "gpus": 8, "hbm_bandwidth": 1000.0})
     assert row["t_memory_s"] > 0 and fast["t_memory_s"] < row["t_memory_s"] / 100
@@ -151,18 +152,21 @@ def test_points_with_the_same_settings_run_once():
 
 
 def test_procure_points_and_a_gpu_price_drop():
-    """Three times the H100's prices make the B200 the cheaper buy; at catalog prices the
-    row is the API's procurement."""
+    """A quarter of the H100's prices makes it the cheaper buy, four times them the B200
+    (the B200 costs 2x the H100 per hour; neither is 8x faster on the tiny model); at
+    catalog prices the row is the API's procurement, whichever GPU that picks (the B200
+    at this writing: measured H100 kernels make it 2.3x slower on these small GEMMs)."""
     from planner.api import procure
 
     spec = sweep_from_dict({"command": "procure", "base": {
         "model": TINY, "tokens": 1e9, "gpu_types": "h100,b200", "max_gpus": 16},
-        "axes": {"price.h100-sxm": [1, 3]}}, "p")
+        "axes": {"price.h100-sxm": [0.25, 1, 4]}}, "p")
     rows = run_sweep(expand(spec), workers=1)
-    assert [r["gpu_name"] for r in rows] == ["h100-sxm", "b200"]
+    assert [rows[0]["gpu_name"], rows[2]["gpu_name"]] == ["h100-sxm", "b200"]
     c = procure(TINY, 1e9, gpus="h100,b200", max_gpus=16).choice
-    assert rows[0]["cost_usd"] == pytest.approx(c.cost_usd, rel=1e-12)
-    assert rows[0]["train_days"] == pytest.approx(c.days, rel=1e-12)
+    assert rows[1]["gpu_name"] == c.gpu
+    assert rows[1]["cost_usd"] == pytest.approx(c.cost_usd, rel=1e-12)
+    assert rows[1]["train_days"] == pytest.approx(c.days, rel=1e-12)
 
 
 def test_an_output_of_another_sweep_is_refused(tmp_path):

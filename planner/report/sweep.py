@@ -13,7 +13,7 @@ from planner.report.plots import _pyplot, save_figure
 
 #: the limiting terms of a row (planner/sweep/point.py) and their colours
 TERM_COLORS = {"compute": "#4C72B0", "memory": "#55A868", "network": "#C44E52",
-               "bubble": "#CCB974"}
+               "bubble": "#CCB974", "straggler": "#FF9DA7"}
 LABELS = {"iteration_time_s": "best iteration time (s)", "train_days": "days to train",
           "cost_usd": "cost (USD)", "mfu": "MFU", "energy_mwh": "energy (MWh)",
           "gpu_hours": "GPU-hours"}

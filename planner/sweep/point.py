@@ -18,10 +18,11 @@ from planner.sweep.scaling import scaled_cluster
 from planner.sweep.spec import Point, PointSpec, check_point
 
 #: how the evaluator's time breakdown groups into MAD-Max's limiting resources (Hsia et
-#: al., ISCA 2024, Fig. 20: compute, memory, network; plus the pipeline bubble)
+#: al., ISCA 2024, Fig. 20: compute, memory, network; plus the pipeline bubble and the wait
+#: for the slowest GPU, so that the terms add up to the iteration time)
 COMPUTE_KEYS = ("forward", "backward", "recompute", "optimizer")
 NETWORK_KEYS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
-TERMS = ("compute", "memory", "network", "bubble")
+TERMS = ("compute", "memory", "network", "bubble", "straggler")
 #: HBM this many times faster leaves only the FLOP-bound share of the kernel time
 _FAST_HBM = 1e6
 PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "microbatch_size", "virtual_stages",
@@ -36,14 +37,16 @@ def bottleneck_terms(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
                      est: Estimate) -> dict[str, float]:
     """Seconds per iteration of each limiting term. ``memory`` is the kernel time HBM
     bandwidth adds (the same plan re-evaluated with HBM 1e6 x faster: what is left is the
-    FLOP-bound time) plus offload-tier transfers; ``compute`` the rest of the kernels."""
+    FLOP-bound time) plus offload-tier transfers; ``compute`` the rest of the kernels;
+    ``straggler`` the synchronous step's wait for its slowest GPU."""
     gpu = cluster.gpu.model_copy(update={"hbm_TBps": cluster.gpu.hbm_TBps * _FAST_HBM})
     fast = evaluate(model, cluster.model_copy(update={"gpu": gpu}), plan)
     kernels = _compute_s(est)
     hbm = min(max(kernels - _compute_s(fast), 0.0), kernels)
     b = est.time_breakdown_s
     return {"compute": kernels - hbm, "memory": hbm + b.get(OFFLOAD_KEY, 0.0),
-            "network": sum(b.get(k, 0.0) for k in NETWORK_KEYS), "bubble": b.get("bubble", 0.0)}
+            "network": sum(b.get(k, 0.0) for k in NETWORK_KEYS), "bubble": b.get("bubble", 0.0),
+            "straggler": b.get("straggler", 0.0)}
 
 
 def estimate_columns(model: ModelSpec, cluster: ClusterSpec, plan: Plan,

@@ -28,8 +28,8 @@ RESULT_COLUMNS: dict[str, str] = {
     "offload_optimizer": "bool", "iteration_time_s": "float64", "mfu": "float64",
     "memory_per_gpu_gib": "float64", "tokens_per_s": "float64", "t_compute_s": "float64",
     "t_memory_s": "float64", "t_network_s": "float64", "t_bubble_s": "float64",
-    "bottleneck": "string", "train_days": "float64", "gpu_hours": "float64",
-    "cost_usd": "float64", "energy_mwh": "float64",
+    "t_straggler_s": "float64", "bottleneck": "string", "train_days": "float64",
+    "gpu_hours": "float64", "cost_usd": "float64", "energy_mwh": "float64",
 }
 FORMATS = (".parquet", ".csv")
 #: a resumed CSV table is read whole: 100,000 points at ~1 KB a row, with room to spare
