@@ -136,3 +136,13 @@ def test_dp_traffic_takes_the_algorithm_of_its_bucket():
     assert nccl_algorithm("allreduce", IB, 512, 512e6 * 4.0, outer=True, top=True) == "ring"
     c = dp_comm(1e6, 0, (1, 512), (NV, IB), 64, "bf16")
     assert c.grad_s == pytest.approx(ring_s(512, grad_bytes))
+
+
+def test_calibration_note_at_scale_says_what_the_straggler_term_assumes():
+    from planner.validation.coverage import calibration_notes
+
+    h100 = load_cluster("dgx-h100-superpod", gpus=1024)
+    plan = Plan(tp=8, dp=128, global_batch_size=1024, seq_len=4096, dtype="fp8")
+    (note,) = calibration_notes(h100, plan)
+    assert "1,024 GPUs" in note and "step_time_cv 0.01" in note
+    assert "not fitted" in note and "stragglers and jitter at scale are not modelled" not in note

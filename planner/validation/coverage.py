@@ -39,6 +39,14 @@ SETS: dict[str, CalibrationSet | None] = {
 }
 
 
+def _scale_caveat(cluster: ClusterSpec | str) -> str:
+    """What the model holds about scale beyond the calibration runs, and what it lacks."""
+    cv = "" if isinstance(cluster, str) else f" {cluster.step_time_cv:g}"
+    return (f"the wait for the slowest GPU comes from an assumed spread (step_time_cv{cv}, "
+            "not fitted); slow nodes that stay slow, congestion from other jobs and "
+            "heavy-tailed jitter are not modelled")
+
+
 def calibration_notes(cluster: ClusterSpec | str, plan: Plan) -> list[str]:
     """What ``plan`` on ``cluster`` (or on a GPU named by its catalog name) uses beyond its
     GPU's calibration runs (empty when the plan stays inside them)."""
@@ -66,7 +74,7 @@ def calibration_notes(cluster: ClusterSpec | str, plan: Plan) -> list[str]:
                       "benchmarks/bench_heldout_mosaicml.py)")
     if plan.world_size > cal.max_gpus:
         beyond.append(f"{plan.world_size:,} GPUs (the set has at most {cal.max_gpus}; "
-                      "stragglers and jitter at scale are not modelled)")
+                      + _scale_caveat(cluster) + ")")
     if not beyond:
         return []
     return [f"{gpu} is calibrated on {cal.name}; this plan goes beyond it: "
