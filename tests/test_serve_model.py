@@ -204,3 +204,22 @@ def test_every_answer_is_finite_or_says_why(tp, pp, batch, wd, kv, chunk, isl, o
     assert est.feasible == (not est.reasons)
     if est.feasible and rate is not None:
         assert est.ttft_p99_ms is not None and est.tpot_p99_ms is not None
+
+
+def test_mdc_wait_far_from_saturation_is_zero_without_overflow():
+    """A lightly loaded pool (beta = (c - a) / sqrt(a) = 38): phi(beta) is a denormal and
+    the Halfin-Whitt ratio beta Phi / phi overflows a float; computed in logs the chance of
+    waiting is 0, with no overflow warning (numpy scalars warned before)."""
+    import warnings
+
+    import numpy as np
+
+    from planner.costmodel.queueing import mdc_wait_s
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for c in (39, 1024):
+            assert mdc_wait_s(np.float64(1.0), np.float64(1.0), c) == 0.0
+            assert mdc_wait_s(np.float64(1.0), np.float64(1.0), c, 0.99) == 0.0
+    # near saturation the wait is positive and finite
+    assert 0 < mdc_wait_s(60.0, 1.0, 64) < math.inf

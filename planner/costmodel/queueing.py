@@ -85,10 +85,11 @@ def mdc_wait_s(lam: float, service_s: float, servers: int,
         return 0.0
     if a >= servers:
         return math.inf
-    beta = (servers - a) / math.sqrt(a)
-    phi = math.exp(-0.5 * beta * beta) / math.sqrt(2 * math.pi)
+    beta = float((servers - a) / math.sqrt(a))
     cdf = 0.5 * (1 + math.erf(beta / math.sqrt(2)))
-    wait_p = 0.0 if phi == 0 else 1.0 / (1.0 + beta * cdf / phi)
+    # beta Phi / phi in logs: phi(beta) underflows long before the ratio is out of range
+    log_ratio = math.log(beta * cdf) + 0.5 * beta * beta + 0.5 * math.log(2 * math.pi)
+    wait_p = 0.0 if log_ratio > 700.0 else 1.0 / (1.0 + math.exp(log_ratio))
     rate = 2.0 * (servers - a) / service_s
     if quantile is None:
         return wait_p / rate

@@ -61,9 +61,9 @@ def calibration_notes(cluster: ClusterSpec | str, plan: Plan) -> list[str]:
         beyond.append(f"dtype {plan.dtype} (the set is {'/'.join(cal.dtypes)})")
     if plan.attention == "flash" and not cal.flash_attention:
         beyond.append("FlashAttention (the set uses unfused attention; MosaicML's A100 runs "
-                      "with it come out 7.5 % optimistic without recomputation, within 1 % "
+                      "with it come out 6.9 % optimistic without recomputation, within 1 % "
                       "with it: benchmarks/bench_heldout_mosaicml.py; torchtitan's within "
-                      "2 %: benchmarks/bench_heldout_torchtitan.py)")
+                      "3.4 %: benchmarks/bench_heldout_torchtitan.py)")
     if (plan.overlap_tp_comm is not False and plan.tp > 1 and plan.sequence_parallel
             and not cal.tp_overlap):
         beyond.append("TP communication overlap (the set has none)")
