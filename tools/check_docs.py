@@ -8,12 +8,14 @@ the command and copy the figure (or to update this registry when the text itself
     python tools/check_docs.py          # every figure; exit 1 on a stale one
     python tools/check_docs.py --list   # the registry
 
-The calibration figures (``planner validate``, a few seconds) are checked by
-``tests/test_check_docs.py`` on every test run.
+Every figure here comes from a command of a few seconds (``planner validate``, the held-out
+benchmarks), so ``tests/test_check_docs.py`` checks them all on every test run.
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,6 +46,24 @@ def validate() -> dict:
                for g in titan.by_generation()}}
     return {"live": live, "fit": fit_summary(), "memory_max": rep.memory_max_error,
             "serving": serving["mape"]}
+
+
+SUMMARY = re.compile(r"^(?P<label>[^:\n]+): MAPE (?P<mape>[-+\d.]+)%, mean (?P<mean>[-+\d.]+)%, "
+                     r"max (?P<max>[-+\d.]+)%, (?P<runs>\d+) runs$", re.M)
+
+
+@lru_cache(maxsize=None)
+def bench(name: str) -> dict[str, dict[str, float]]:
+    """The per-set summary lines (``LABEL: MAPE x%, mean y%, max z%, n runs``) that
+    ``python benchmarks/NAME.py`` prints, as fractions."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py")], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    return {m["label"]: {k: float(m[k]) / 100 for k in ("mape", "mean", "max")}
+            for m in SUMMARY.finditer(out)}
+
+
+def signed(x: float) -> str:
+    return f"{100 * x:+.1f} %".replace("+-", "-")
 
 
 @dataclass(frozen=True)
@@ -79,12 +99,43 @@ def _serving() -> str:
             f"tokens/s/GPU and {pct(m['first_token_latency_ms'])} on TTFT")
 
 
+def _heldout_readme() -> str:
+    n = bench("bench_heldout_nemo")
+    return (f"NeMo 24.12 on H100 (11 runs) {pct(n['H100']['mape'])} MAPE, the NeMo 25.02 B200 "
+            f"rows outside the fit {pct(n['B200']['mape'])}, NeMo 25.04 on GB200 (no GB200 "
+            f"fit) {pct(n['GB200']['mape'])}")
+
+
+def _heldout_row(gen: str, label: str, runs: int) -> Callable[[], str]:
+    def text() -> str:
+        r = bench("bench_heldout_nemo")[gen]
+        return f"| {label} | {runs} | {pct(r['mape'])} | {signed(r['mean'])} | {signed(r['max'])}"
+    return text
+
+
+def _titan(doc: str) -> Callable[[], str]:
+    def text() -> str:
+        m = pct(bench("bench_heldout_torchtitan")["A100 FSDP2, eager elementwise"]["mape"])
+        return (f"torchtitan's FSDP2 A100 runs {m}" if doc == "README.md" else
+                f"| torchtitan FSDP2, 64 A100, bf16 (eager kernels) | 5 | {m} |")
+    return text
+
+
 GENERATIONS = ("A100", "H100", "B200", "H100 torchtitan")
 FIGURES: tuple[Figure, ...] = (
     *(Figure("README.md", "planner validate", _readme_row(g)) for g in GENERATIONS),
     *(Figure("docs/validation.md", "planner validate", _validation_row(g))
       for g in GENERATIONS),
     Figure("README.md", "planner validate", _serving),
+    Figure("README.md", "python benchmarks/bench_heldout_nemo.py", _heldout_readme),
+    Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
+           _heldout_row("H100", "H100, NeMo 24.12", 11)),
+    Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
+           _heldout_row("B200", "B200, NeMo 25.02 (rows not in the fit)", 2)),
+    Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
+           _heldout_row("GB200", "GB200, NeMo 25.04", 8)),
+    *(Figure(doc, "python benchmarks/bench_heldout_torchtitan.py", _titan(doc))
+      for doc in ("README.md", "docs/validation.md")),
 )
 
 
@@ -93,7 +144,9 @@ def stale(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> list[str]
     out = []
     for f in figures:
         want = f.text()
-        if want not in (root / f.doc).read_text(encoding="utf-8"):
+        # line breaks and indentation in prose are the document's, not the figure's
+        if " ".join(want.split()) not in " ".join((root / f.doc).read_text(
+                encoding="utf-8").split()):
             out.append(f"{f.doc}: expected {want!r} (from `{f.command}`); re-run it and copy "
                        "the figure")
     return out
