@@ -96,7 +96,7 @@ class SolverOutcome:
     values: list[int] | None
     objective: float | None
     wall_s: float
-    bound: float | None = None  # CP-SAT's best objective bound (None from the MILP)
+    bound: float | None = None  # the solver's best objective bound (None where it has none)
 
 
 # ---- CP-SAT ------------------------------------------------------------------------------
@@ -246,10 +246,28 @@ class MilpSession:
                 vals.append(int(round(val)) if v.binary or v.integer
                             else int(round(val * self.lm.units[v.dim])))
             obj = pulp.value(self.prob.objective) * self.lm.units[self.lm.objective_dim]
-            return SolverOutcome("optimal" if proven else "feasible", vals, obj, wall)
+            bound = self._dual_bound() if self._is_mip() else obj if proven else None
+            return SolverOutcome("optimal" if proven else "feasible", vals, obj, wall, bound)
         if status == "Infeasible":
             return SolverOutcome("infeasible", None, None, wall)
         return SolverOutcome("unknown", None, None, wall)
+
+    def _is_mip(self) -> bool:
+        return any(v.binary or v.integer for v in self.lm.vars)
+
+    def _dual_bound(self) -> float | None:
+        """HiGHS's MIP dual bound in model units (a lower bound when minimizing, an upper
+        one when maximizing), or None where PuLP's solver exposes none (CBC) or HiGHS has
+        no finite one. PuLP hands HiGHS the negated objective to maximize. A pure LP
+        leaves it unset (0)."""
+        highs = getattr(self.prob, "solverModel", None)
+        info = getattr(highs, "getInfo", None)
+        if info is None:
+            return None
+        bound = float(getattr(info(), "mip_dual_bound", math.nan))
+        if not math.isfinite(bound):
+            return None
+        return (-bound if self.lm.maximize else bound) * self.lm.units[self.lm.objective_dim]
 
 
 # ---- a float LP/MIP bound, handed to HiGHS in bulk -------------------------------------

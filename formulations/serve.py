@@ -66,11 +66,26 @@ class ServeProblem:
 
 @dataclass
 class ServeSolution:
-    status: str  # optimal or infeasible
+    """``time_limit``: the incumbent when the time ran out (``counts`` and ``objective``;
+    empty when none was found) and the solver's best ``bound`` on the optimum, if any."""
+    status: str  # optimal, time_limit or infeasible
     backend: str
     objective: int | None = None
     counts: dict = field(default_factory=dict)  # (pool, row index) -> replicas
     wall_s: float = 0.0
+    bound: float | None = None  # in the objective's units; the optimum lies on its far side
+    maximize: bool = False
+
+    @property
+    def gap(self) -> float | None:
+        """|objective - bound| / objective: 0 when proven optimal, None when unknown (no
+        incumbent, no bound, or a zero objective)."""
+        if self.status == "optimal":
+            return 0.0
+        if self.objective is None or self.bound is None or self.objective == 0:
+            return None
+        slack = self.bound - self.objective if self.maximize else self.objective - self.bound
+        return max(slack, 0.0) / abs(self.objective)
 
 
 def value_of(problem: ServeProblem, counts: dict) -> int:
@@ -105,12 +120,15 @@ def solve(problem: ServeProblem, backend: str = "cpsat", time_limit_s: float = 6
         raise InputError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     out = run(problem, time_limit_s)
     out.wall_s = time.perf_counter() - t0
-    if out.status == "optimal":
+    out.maximize = problem.objective == "throughput"
+    if out.status == "optimal" or out.counts:
         out.counts = {k: n for k, n in out.counts.items() if n > 0}
         assert feasible(problem, out.counts), "the solver's answer breaks a constraint"
         out.objective = value_of(problem, out.counts)
-        if out.objective <= 0:  # throughput: no replica fits the budget, nothing served
-            out.status, out.objective, out.counts = "infeasible", None, {}
+        if out.objective <= 0:  # throughput: nothing served (proven: no replica fits)
+            out.objective, out.counts = None, {}
+            if out.status == "optimal":
+                out.status = "infeasible"
     return out
 
 
@@ -171,11 +189,13 @@ def _milp(problem: ServeProblem, time_limit_s: float) -> ServeSolution:
 
 def _solution(out: SolverOutcome, n: dict[tuple[str, int], int], backend: str
               ) -> ServeSolution:
-    """Replica counts from a proven optimum only: an incumbent cut short by the time
-    limit is no proof (``time_limit``)."""
-    if out.status == "optimal":
-        return ServeSolution("optimal", backend, counts={k: out.values[i] for k, i in n.items()})
-    return ServeSolution("infeasible" if out.status == "infeasible" else "time_limit", backend)
+    """Replica counts and the solver's bound; an answer cut short by the time limit is
+    no proof (``time_limit``) but keeps its incumbent."""
+    if out.status == "infeasible":
+        return ServeSolution("infeasible", backend)
+    counts = {} if out.values is None else {k: out.values[i] for k, i in n.items()}
+    return ServeSolution("optimal" if out.status == "optimal" else "time_limit", backend,
+                         counts=counts, bound=out.bound)
 
 
 # ---- brute force ---------------------------------------------------------------------------

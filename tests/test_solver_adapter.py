@@ -121,16 +121,67 @@ def _serve_problem(objective: str):
     return ServeProblem({"aggregated": rows}, objective, rate, budget, 2)
 
 
+def _milp_has_bound() -> bool:
+    """Whether PuLP solves with HiGHS (whose MIP dual bound the session reads); with CBC
+    the MILP gap is unknown."""
+    cls = getattr(pulp, "HiGHS", None)
+    return cls is not None and cls().available()
+
+
 @pytest.mark.parametrize("backend", ["cpsat", "milp"])
 @pytest.mark.parametrize("objective", ["gpus", "throughput"])
 def test_serve_time_limited_is_time_limit(monkeypatch, backend, objective):
+    """Cut short, the answer keeps its incumbent (here the optimum the solver had found
+    but not proven) and the gap to the solver's bound."""
     from formulations.serve import solve
 
     problem = _serve_problem(objective)
-    assert solve(problem, backend).status == "optimal"
+    proven = solve(problem, backend)
+    assert proven.status == "optimal" and proven.gap == 0.0
     CUT_SHORT[backend](monkeypatch)
     out = solve(problem, backend)
-    assert out.status == "time_limit" and out.counts == {} and out.objective is None
+    assert out.status == "time_limit"
+    assert out.counts == proven.counts and out.objective == proven.objective
+    if backend == "cpsat" or _milp_has_bound():
+        assert out.gap is not None and 0.0 <= out.gap < 1e-6
+        assert (out.bound >= out.objective * (1 - 1e-9) if objective == "throughput"
+                else out.bound <= out.objective * (1 + 1e-9))
+    else:
+        assert out.gap is None
+
+
+def _energy_problem(seed: int):
+    """The issue's reproduction: 400 synthetic layouts, up to 12 mixed, energy at a rate
+    of 150 times the largest capacity (HiGHS needs longer than 0.2 s to prove these)."""
+    from formulations.serve import ServeProblem
+    from test_serve_search import _random_row
+
+    rng = random.Random(seed)
+    rows = [_random_row(rng, "aggregated", 10**5) for _ in range(400)]
+    return ServeProblem({"aggregated": rows}, "energy", 150 * max(r.cap for r in rows), None,
+                        12)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_serve_milp_reproduction_is_honest(seed):
+    """MILP at 0.2 s on the reproduction: never a false optimal; a time-limited answer is
+    a feasible incumbent no better than CP-SAT's proven optimum, with a bound no worse
+    and the gap between them. (Whether 0.2 s suffices depends on the machine, so both
+    answers are checked for what they claim.)"""
+    from formulations.serve import feasible, solve
+
+    problem = _energy_problem(seed)
+    best = solve(problem, "cpsat", 30)
+    assert best.status == "optimal"
+    out = solve(problem, "milp", 0.2)
+    assert out.status in ("optimal", "time_limit")
+    if out.status == "optimal":
+        assert out.objective == best.objective
+        return
+    assert out.counts and feasible(problem, out.counts) and out.objective >= best.objective
+    if _milp_has_bound():
+        assert out.bound <= best.objective * (1 + 1e-9)
+        assert out.gap == pytest.approx((out.objective - out.bound) / out.objective)
 
 
 @pytest.mark.parametrize("backend", ["cpsat", "milp"])
@@ -147,3 +198,66 @@ def test_dlrm_time_limited_is_time_limit(monkeypatch, backend):
     assert out.estimate.iteration_time_s == pytest.approx(proven.estimate.iteration_time_s)
     if backend == "cpsat":  # CP-SAT's bound reaches the answer's gap
         assert out.bound_s is not None and out.optimality_gap is not None
+
+
+def test_serve_gap_is_over_every_mode(monkeypatch):
+    """The plan comes from a proven mode but another mode ran out of time: the gap is to
+    the best any mode could reach (the other's bound), not the chosen mode's own proof."""
+    import planner.orchestration.serve as orch
+    from formulations.serve import ServeSolution
+    from planner.specs.serve import ServeWorkload
+
+    rows = _serve_problem("gpus").pools["aggregated"]
+    answers = iter([ServeSolution("optimal", "cpsat", 10, {("aggregated", 0): 10}, bound=10),
+                    ServeSolution("time_limit", "cpsat", 12, {("aggregated", 1): 6}, bound=6)])
+    monkeypatch.setattr(orch, "solve", lambda *args: next(answers))
+    tabs = {"aggregated": {"aggregated": rows}, "other": {"aggregated": rows}}
+    w = ServeWorkload(isl=128, osl=16, rate_rps=1)
+    mode, _, sol = orch._search(tabs, "gpus", w, None, "cpsat", 10, 2)
+    assert (mode, sol.status, sol.objective) == ("aggregated", "time_limit", 10)
+    assert sol.gap == pytest.approx(0.4)
+
+
+def test_serve_cli_time_limit_json_and_text(monkeypatch, capsys):
+    """`planner serve --time-limit`: a cut-short answer is `time_limit` with its plan and
+    gap in --json, and the text says so; with no bound the gap is unknown (null)."""
+    import json
+
+    from formulations.linear import MilpSession
+    from test_cli import run
+
+    args = ["serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--isl", "1024", "--osl",
+            "128", "--rate", "20", "--fix", "kv_dtype=fp8", "--fix", "pp=1", "--fix",
+            "weight_dtype=fp8", "--fix", "mode=aggregated", "--time-limit", "30"]
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    proven = json.loads(out)["solver"]
+    assert proven["status"] == "optimal" and proven["gap"] == 0.0
+    CUT_SHORT["cpsat"](monkeypatch)
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    solver = data["solver"]
+    assert solver["status"] == "time_limit" and data["plan"] is not None
+    assert solver["objective_value"] == proven["objective_value"]
+    assert solver["gap"] is not None and 0.0 <= solver["gap"] < 1e-6
+    code, out, err = run(capsys, *args)
+    assert code == 0 and "time limit reached: best found, within 0.00 % of optimal" in out
+    assert "optimal," not in out.split("\n")[0]
+    _milp_cut_short(monkeypatch)
+    monkeypatch.setattr(MilpSession, "_dual_bound", lambda self: None)
+    code, out, err = run(capsys, *args, "--backend", "milp", "--json")
+    assert code == 0, err
+    solver = json.loads(out)["solver"]
+    assert solver["status"] == "time_limit" and solver["gap"] is None
+    code, out, err = run(capsys, *args, "--backend", "milp")
+    assert code == 0 and "time limit reached: best found, gap unknown" in out
+
+
+def test_time_limit_line_rounds_the_gap_up():
+    from planner.report.serve import time_limit_line
+
+    assert time_limit_line({"status": "optimal", "gap": 0.0}) is None
+    assert time_limit_line({"status": "time_limit", "gap": 0.256771}).endswith(
+        "within 25.68 % of optimal")
+    assert "gap unknown" in time_limit_line({"status": "time_limit", "gap": None})

@@ -16,7 +16,7 @@ from rich.table import Table
 from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_json, check_files,
                                  err, out, say_overrun)
 from planner.errors import InfeasibleError, InputError
-from planner.report.serve import serve_notes
+from planner.report.serve import serve_notes, time_limit_line
 
 MODEL_PATH_HELP = ("The weights the --launch commands load: a Hugging Face id or a checkpoint "
                    "path (default: the folder of a config.json given as -m, else the model "
@@ -263,6 +263,8 @@ def _print(res, pareto: bool) -> None:
     plan, e, s = res.plan, res.estimate, res.solver
     out.print(f"[bold]{s['mode']} serving[/bold], {e.num_gpus} GPUs "
               f"({s['backend']}, {s['status']}, {s['rows']:,} layouts, {s['wall_s']:.2f} s)")
+    if (line := time_limit_line(s)) is not None:
+        out.print(f"  [yellow]{line}[/]")
     out.print("  " + _pool(plan, "decode" if plan.prefill else "replicas"))
     if plan.prefill:
         out.print("  " + _pool(plan.prefill, "prefill"))

@@ -61,7 +61,9 @@ def _offline_best(rows: list[Row]) -> tuple[Row, float]:
 
 
 def _better(objective: str, a: ServeSolution | None, b: ServeSolution) -> bool:
-    if b.status != "optimal":
+    """Whether ``b`` holds a plan (proven, or the incumbent of a time-limited solve)
+    better than ``a``'s."""
+    if b.status == "infeasible" or b.objective is None:
         return False
     if a is None:
         return True
@@ -224,12 +226,13 @@ def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, back
         problem = ServeProblem({"aggregated": rows}, "throughput", None, row.gpus, 1)
         sol = ServeSolution("optimal", "table", row.cap, {("aggregated", rows.index(row)): 1})
         return "aggregated", problem, sol
-    best, timed_out = None, []
+    best, timed_out, sols = None, [], []
     rate = None if w.rate_rps is None else rate_units(w.rate_rps)
     for mode, pools in _candidates(tabs):
         problem = presolve(ServeProblem(pools, objective, rate, gpus, max_layouts))
         left_s = time_limit_s if deadline is None else deadline - time.perf_counter()
         sol = solve(problem, backend, max(left_s, MIN_SOLVE_S))
+        sols.append(sol)
         if sol.status == "time_limit":
             timed_out.append(mode)
         if _better(objective, best[2] if best else None, sol):
@@ -237,11 +240,27 @@ def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, back
     if timed_out:  # no proof either way: neither "no fleet serves it" nor "optimal"
         if best is None:
             raise InfeasibleError(
-                f"the {backend} solver proved no plan within {time_limit_s:g} s "
+                f"the {backend} solver found no plan within {time_limit_s:g} s "
                 f"({', '.join(timed_out)} pools)", reasons=["time limit"],
                 hints=["raise the time limit", "--backend cpsat"], status="time_limit")
         best[2].status = "time_limit"
+        best[2].bound = _overall_bound(objective == "throughput", sols)
     return best
+
+
+def _overall_bound(maximize: bool, sols: list[ServeSolution]) -> float | None:
+    """The best objective any mode could reach: each proven mode's optimum, each timed-out
+    mode's solver bound (None when one has none: the gap is then unknown); a mode proven
+    infeasible adds nothing."""
+    bounds = []
+    for s in sols:
+        if s.status == "infeasible":
+            continue
+        b = s.objective if s.status == "optimal" else s.bound
+        if b is None:
+            return None
+        bounds.append(b)
+    return (max if maximize else min)(bounds, default=None)
 
 
 def rate_units(rate_rps: float) -> int:
@@ -284,9 +303,12 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
     main = next(c for c in clusters if plan.gpu in (c.gpu.name, *c.gpu.aliases))
     est = evaluate_serve(model, main, plan, w, engine, tuple(clusters))
     rows = sum(len(r) for pools in tabs.values() for r in pools.values())
+    value = sol.objective if objective != "throughput" else sol.objective / SCALE
+    bound = sol.objective if sol.status == "optimal" else sol.bound
     solver = {"backend": sol.backend, "status": sol.status, "objective": objective,
-              "objective_value": sol.objective if objective != "throughput"
-              else sol.objective / SCALE, "mode": mode, "rows": rows,
+              "objective_value": value, "gap": sol.gap,
+              "bound": bound if bound is None or objective != "throughput" else bound / SCALE,
+              "mode": mode, "rows": rows,
               "tables_s": t_tables, "solve_s": sol.wall_s,
               "wall_s": time.perf_counter() - t0, "time_limit_s": time_limit_s}
     solver.update(overrun_fields(

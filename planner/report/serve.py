@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from planner.report.plots import _pyplot, save_figure
@@ -41,6 +42,18 @@ def serve_notes(plan, model_has_moe: bool = False, model_has_mla: bool = False
             calib.append(f"{label}weights {p.weight_dtype}: the serving set measures FP8 "
                          "weights; other widths use the same kernels' rooflines")
     return list(dict.fromkeys(calib)), list(dict.fromkeys(quant))
+
+
+def time_limit_line(solver: dict) -> str | None:
+    """What a time-limited answer is worth: how far from the best possible at most (the
+    solver's gap), or that this is unknown; None for a proven answer."""
+    if solver.get("status") != "time_limit":
+        return None
+    gap = solver.get("gap")
+    if gap is None:
+        return "time limit reached: best found, gap unknown (no bound from the solver)"
+    pct = math.ceil(gap * 1e4) / 100  # rounded up: "within" must hold
+    return f"time limit reached: best found, within {pct:,.2f} % of optimal"
 
 
 def plot_serve_pareto(front: list[dict], path: str | Path, title: str = "Serving", *,
