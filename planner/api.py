@@ -400,11 +400,13 @@ def serve(model: ModelSpec | str, cluster: ClusterSpec | str | list, isl: int, o
           rate_rps: float | None = None, ttft_ms: float | None = None,
           tpot_ms: float | None = None, percentile: float = 0.99, gpus: int | None = None,
           fix: Mapping[str, Any] | None = None, objective: str | None = None,
-          backend: str = "cpsat", pareto: bool = False) -> Any:
+          backend: str = "cpsat", pareto: bool = False, engine: Any = None) -> Any:
     """The best serving plan (``planner serve``): a ServeResult with ``plan``,
     ``estimate`` (:class:`planner.costmodel.serve_eval.ServeEstimate`), ``solver`` and
-    ``pareto``. ``cluster``: one, or a list for mixed GPU types."""
+    ``pareto``. ``cluster``: one, or a list for mixed GPU types. ``engine``: a catalog
+    engine name, an engine file or a ServeEngine (default trtllm)."""
     from planner.orchestration.serve import plan_serve, workload
+    from planner.specs.serve import load_engine
 
     m = model if isinstance(model, ModelSpec) else load_model(model)
     cs = cluster if isinstance(cluster, (list, tuple)) else [cluster]
@@ -413,7 +415,7 @@ def serve(model: ModelSpec | str, cluster: ClusterSpec | str | list, isl: int, o
         raise InputError(f"fix {_short(fix)}: expected a mapping of serving knobs")
     return plan_serve(m, clusters, workload(isl, osl, rate_rps, ttft_ms, tpot_ms, percentile),
                       objective=objective, gpus=gpus, fix=dict(fix or {}), backend=backend,
-                      pareto=pareto)
+                      pareto=pareto, engine=load_engine(engine))
 
 
 def evaluate_serve(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Any, isl: int,

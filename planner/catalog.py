@@ -1,5 +1,5 @@
-"""The shipped hardware catalog: GPUs, clusters, models and framework profiles as YAML
-package data."""
+"""The shipped hardware catalog: GPUs, clusters, models, framework and serving-engine
+profiles as YAML package data."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Literal
 
 import yaml
 
-Kind = Literal["gpus", "clusters", "models", "frameworks"]
-KINDS: tuple[Kind, ...] = ("gpus", "clusters", "models", "frameworks")
+Kind = Literal["gpus", "clusters", "models", "frameworks", "engines"]
+KINDS: tuple[Kind, ...] = ("gpus", "clusters", "models", "frameworks", "engines")
 
 
 def catalog_root() -> Path:

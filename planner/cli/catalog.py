@@ -1,4 +1,5 @@
-"""``planner catalog``: the shipped GPUs, clusters and models."""
+"""``planner catalog``: the shipped GPUs, clusters, models and framework and engine
+profiles."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class CatalogKind(str, Enum):
     clusters = "clusters"
     models = "models"
     frameworks = "frameworks"
+    engines = "engines"
 
 
 def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
@@ -40,6 +42,16 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
                              zero=",".join(map(str, f.zero_stages)),
                              recompute=",".join(f.recompute), attention=f.kernels.attention_backend,
                              elementwise=f.kernels.elementwise, aliases=f.aliases))
+    elif kind is CatalogKind.engines:
+        from planner.specs.serve import load_engine
+
+        for n in catalog.names("engines"):
+            e = load_engine(n)
+            # short keys: the table fits 80 columns
+            rows.append(dict(name=e.name, version=e.version, gqa_shared=e.gqa_kv_shared,
+                             request_ms=e.request_overhead_ms,
+                             collective_us=e.collective_overhead_us,
+                             kernel_frac=e.kernel_fraction, aliases=e.aliases))
     elif kind is CatalogKind.clusters:
         for n in catalog.names("clusters"):
             c = load_cluster(n)
@@ -67,10 +79,10 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
 
 
 def catalog_cmd(
-    kind: CatalogKind = typer.Argument(..., help="gpus, clusters, models or frameworks"),
+    kind: CatalogKind = typer.Argument(..., help="gpus, clusters, models, frameworks or engines"),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List the shipped GPUs, clusters, models or framework profiles."""
+    """List the shipped GPUs, clusters, models, framework or serving-engine profiles."""
     rows = _rows(kind)
     if json_:
         _emit_json(rows)

@@ -53,6 +53,7 @@ def _counts(text: str | None) -> list[int] | None:
     return vals
 
 
+ENGINE_HELP = "--serve: the serving engine (planner catalog engines; default trtllm)."
 PROCURE_FRAMEWORK_HELP = ("The training framework (planner catalog frameworks): each option's "
                           "plan is one it can run (default: any plan the cost model accepts).")
 
@@ -103,18 +104,18 @@ def procure(
     osl: Optional[int] = typer.Option(None, "--osl", help="--serve: output tokens per request."),
     ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help="--serve: P99 TTFT SLO."),
     tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="--serve: P99 TPOT SLO."),
+    engine: Optional[str] = typer.Option(None, "--engine", metavar="NAME|PATH", help=ENGINE_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     framework: Optional[str] = typer.Option(None, "--framework", help=PROCURE_FRAMEWORK_HELP),
     goodput: GoodputSetting = typer.Option(
         GoodputSetting.on, "--goodput", help=GOODPUT_HELP + " --days limits the effective days."),
 ) -> None:
-    """Choose what to buy or rent: the cheapest cluster and plan that train a model on a
-    token budget within a deadline (or the fastest within a budget)."""
+    """Buy or rent: the cheapest cluster and plan to train by a deadline, or fastest in a budget."""
     from planner.api import procure as run_procure
 
     if serve:  # planner/cli/serve.py
-        return procure_serve_cmd(model, gpus, cluster, pricing, prices, json_, rate, isl, osl, ttft_ms, tpot_ms)
-    _check_args(model, tokens, json_, csv_, workers, plot, prices, cluster, force)
+        return procure_serve_cmd(model, gpus, cluster, pricing, prices, json_, rate, isl, osl, ttft_ms, tpot_ms, engine)
+    _check_args(model, tokens, json_, csv_, workers, plot, prices, cluster, force, engine)
     fronts = pareto or bool(plot) or json_ or csv_
     status = LazyStatus(err, not (json_ or csv_))
     result = None
@@ -141,8 +142,11 @@ def procure(
 
 def _check_args(model: str, tokens: float | None, json_: bool, csv_: bool,
                 workers: int | None, plot: str | None, prices: str | None,
-                cluster: list[str], force: bool) -> None:
+                cluster: list[str], force: bool, engine: str | None = None) -> None:
     """Refuse bad options and unwritable or clobbering outputs before any solve."""
+    if engine is not None:
+        raise InputError(f"--engine {engine}: a serving engine, for --serve only (training "
+                         "takes --framework)")
     if tokens is None:
         raise InputError("--tokens: required (the tokens to train on), unless --serve")
     if json_ and csv_:

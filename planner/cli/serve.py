@@ -21,6 +21,9 @@ from planner.report.serve import serve_notes, time_limit_line
 MODEL_PATH_HELP = ("The weights the --launch commands load: a Hugging Face id or a checkpoint "
                    "path (default: the folder of a config.json given as -m, else the model "
                    "file's hf_id).")
+ENGINE_HELP = ("The serving engine (planner catalog engines): its decode attention, host "
+               "overheads and kernel speed; --launch then prints its command only. Default "
+               "trtllm (and --launch prints every engine's).")
 SERVE_TIME_LIMIT_HELP = ("Seconds for the whole search, the tables included; when they run "
                          "out, the best plan found so far (not proven optimal).")
 
@@ -109,7 +112,8 @@ def serve(
     simulate: int = typer.Option(0, "--simulate", metavar="N", help="Check P50/P99 by simulating "
                                  "N Poisson requests (needs --rate; N <= 1e6, N x --osl <= 5e7)."),
     launch: bool = typer.Option(False, "--launch", help="Print vLLM, SGLang and TensorRT-LLM "
-                                "launch commands for the plan's pools."),
+                                "launch commands for the plan's pools (--engine's only if given)."),
+    engine: Optional[str] = typer.Option(None, "--engine", metavar="NAME|PATH", help=ENGINE_HELP),
     model_path: Optional[str] = typer.Option(None, "--model-path", help=MODEL_PATH_HELP),
     time_limit: float = typer.Option(60.0, "--time-limit", help=SERVE_TIME_LIMIT_HELP),
     weight_dtypes: str = typer.Option(
@@ -132,16 +136,17 @@ def serve(
         raise InputError(f"--gpus: expected a positive number of GPUs, got {gpus}")
     fixes = _fixes(fix)
     space = _space(weight_dtypes, fixes)
+    eng, only = _engine(engine, launch)
     m = load_model(model)
     weights = _weights(model, m, model_path, launch)
     try:
         res = plan_serve(m, _clusters(cluster, gpus), w,
                          objective=objective.value if objective else None, gpus=gpus,
                          fix=fixes, backend=backend.value, pareto=pareto or bool(plot),
-                         time_limit_s=time_limit, space=space)
+                         time_limit_s=time_limit, space=space, engine=eng)
     except InfeasibleError as e:
         if json_:  # scripts still get one object, then the reasons on stderr and exit 1
-            _emit_json({"plan": None, "estimate": None,
+            _emit_json({"plan": None, "estimate": None, "engine": _engine_json(eng),
                         "solver": {"backend": backend.value, "status": e.status},
                         "message": str(e), "reasons": e.reasons, "hints": e.hints,
                         "reachable": getattr(e, "reachable", {})})
@@ -152,25 +157,51 @@ def serve(
     for n in quant:
         err.print(f"[yellow]quantization:[/] {escape(n)}")
     say_overrun(res.solver, time_limit)
-    sim = _simulate(load_model(model), _clusters(cluster, gpus), res, w, simulate)
+    sim = _simulate(load_model(model), _clusters(cluster, gpus), res, w, simulate, eng)
     if plot:
         from planner.report.serve import plot_serve_pareto
 
         plot_serve_pareto(res.pareto, plot, f"{model}: ISL {isl}, OSL {osl}", force=force)
+    cmds = _launch(weights, res.plan, only) if weights else None
     if json_:
-        _emit_json({"plan": res.plan.to_dict(), "estimate": res.estimate.to_json(),
-                    "solver": res.solver, "calibration_notes": calib,
-                    "quantization_notes": quant, **({"pareto": res.pareto} if pareto else {}),
-                    **({"simulation": sim} if sim else {}),
-                    **({"launch": _launch(weights, res.plan)} if weights else {})})
+        _emit_json(_result_json(res, eng, calib, quant, pareto, sim, cmds))
     else:
-        _print_text(res, pareto, sim, _launch(weights, res.plan) if weights else None)
+        _print_text(res, pareto, sim, cmds, eng)
     if not res.estimate.feasible:
         raise typer.Exit(1)
 
 
-def _print_text(res: Any, pareto: bool, sim: dict | None, launch: dict | None) -> None:
+def _result_json(res: Any, eng: Any, calib: list[str], quant: list[str], pareto: bool,
+                 sim: dict | None, launch: dict | None) -> dict:
+    return {"plan": res.plan.to_dict(), "estimate": res.estimate.to_json(),
+            "engine": _engine_json(eng), "solver": res.solver, "calibration_notes": calib,
+            "quantization_notes": quant, **({"pareto": res.pareto} if pareto else {}),
+            **({"simulation": sim} if sim else {}), **({"launch": launch} if launch else {})}
+
+
+def _engine_json(eng: Any) -> dict:
+    return {"name": eng.name, "version": eng.version}
+
+
+def _engine(ref: str | None, launch: bool) -> tuple[Any, str | None]:
+    """--engine's profile (default trtllm) and the engine whose launch command --launch
+    prints: None (all of them) unless --engine was given; an engine file that names no
+    launcher is refused then, not guessed."""
+    from planner.specs.serve import load_engine
+
+    eng = load_engine(ref)
+    if ref is None or not launch:
+        return eng, None
+    if eng.launcher is None:
+        raise InputError(f"--engine {eng.name}: names no launcher (trtllm, vllm or sglang), "
+                         "so --launch has no command for it; add 'launcher:' to its file")
+    return eng, eng.launcher
+
+
+def _print_text(res: Any, pareto: bool, sim: dict | None, launch: dict | None,
+                eng: Any) -> None:
     """The plan, then the simulation's percentiles and the launch commands if asked."""
+    out.print(f"engine: {escape(eng.name)}" + (f" ({escape(eng.version)})" if eng.version else ""))
     _print(res, pareto)
     if sim:
         out.print(f"simulation ({sim['requests']:,} requests after warm-up, seed 0): TTFT "
@@ -223,10 +254,11 @@ def _weights(model: str, m: Any, model_path: str | None, launch: bool) -> str | 
                      "file); give --model-path HF_ID_OR_PATH")
 
 
-def _launch(weights: str, plan) -> dict:
+def _launch(weights: str, plan, only: str | None = None) -> dict:
     from planner.report.serve_launch import launch_commands
 
-    return launch_commands(weights, plan)
+    cmds = launch_commands(weights, plan)
+    return cmds if only is None else {only: cmds[only]}
 
 
 def _simulate_bounds(n: int, osl: int) -> None:
@@ -237,13 +269,13 @@ def _simulate_bounds(n: int, osl: int) -> None:
         check_requests(n, osl)
 
 
-def _simulate(model, clusters, res, w, n: int) -> dict | None:
+def _simulate(model, clusters, res, w, n: int, eng) -> dict | None:
     if not n:
         return None
     from planner.validation.serve_sim import simulate
 
     main = next(c for c in clusters if res.plan.gpu in (c.gpu.name, *c.gpu.aliases))
-    return simulate(model, main, res.plan, w, n, others=tuple(clusters)).to_json()
+    return simulate(model, main, res.plan, w, n, engine=eng, others=tuple(clusters)).to_json()
 
 
 def _pool(plan, role: str) -> str:
@@ -304,24 +336,28 @@ def _pair(a: float | None, b: float | None, digits: int) -> str:
 
 def procure_serve_cmd(model: str, gpus: str | None, clusters: list[str], pricing: Any,
                       prices: str | None, json_: bool, rate: float | None, isl: int | None,
-                      osl: int | None, ttft_ms: float | None, tpot_ms: float | None) -> None:
+                      osl: int | None, ttft_ms: float | None, tpot_ms: float | None,
+                      engine: str | None = None) -> None:
     """``planner procure --serve``: the cheapest fleet per GPU type and overall
-    (``pricing``: procure's rent/own choice or None)."""
+    (``pricing``: procure's rent/own choice or None; ``engine``: --engine)."""
     from planner.procurement.serve import procure_serve
     from planner.specs.loaders import load_model
     from planner.specs.pricing import load_pricing
+    from planner.specs.serve import load_engine
 
     pricing = getattr(pricing, "value", pricing)
     clusters = list(clusters)
     if rate is None or isl is None or osl is None:
         raise InputError("procure --serve needs --rate, --isl and --osl")
     w = _workload(isl, osl, rate, ttft_ms, tpot_ms, 99.0)
+    eng = load_engine(engine)
     res = procure_serve(load_model(model), _templates(clusters, gpus), w,
-                        load_pricing(prices, pricing))
+                        load_pricing(prices, pricing), eng)
     if json_:
-        _emit_json(res.to_json())
+        _emit_json({"engine": _engine_json(eng), **res.to_json()})
         return
-    t = Table(title=f"Serving {rate:g} req/s ({res.mode}): cheapest fleet per GPU type",
+    t = Table(title=f"Serving {rate:g} req/s ({res.mode}, {escape(eng.name)}): cheapest fleet "
+              "per GPU type",
               header_style="bold")
     for col in ("GPU", "GPUs", "$/h", "$/Mtok", "mode", "layout"):
         t.add_column(col, justify="left" if col in ("GPU", "mode", "layout") else "right")

@@ -20,7 +20,7 @@ from planner.orchestration.serve import ServeResult, plan_serve
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.pricing import PricingSpec
-from planner.specs.serve import ServeWorkload
+from planner.specs.serve import ServeEngine, ServeWorkload
 
 HOURS_PER_YEAR = 8760.0
 
@@ -59,7 +59,7 @@ class ServeProcurement:
 
 
 def procure_serve(model: ModelSpec, templates: list[ClusterSpec], w: ServeWorkload,
-                  pricing: PricingSpec) -> ServeProcurement:
+                  pricing: PricingSpec, engine: ServeEngine = ServeEngine()) -> ServeProcurement:
     """The cheapest fleet per GPU type and overall (module docstring)."""
     if w.rate_rps is None:
         raise InputError("procure --serve needs --rate (the requests/s to serve)")
@@ -73,12 +73,13 @@ def procure_serve(model: ModelSpec, templates: list[ClusterSpec], w: ServeWorklo
     out = ServeProcurement(pricing.mode)
     for c in priced:
         try:
-            out.per_gpu.append((c.gpu.name, plan_serve(model, [c], w, objective="cost"), ""))
+            out.per_gpu.append((c.gpu.name, plan_serve(model, [c], w, objective="cost",
+                                                     engine=engine), ""))
         except InfeasibleError as e:
             out.per_gpu.append((c.gpu.name, None, str(e)))
     if all(r is None for _, r, _ in out.per_gpu):
         raise InfeasibleError(f"no GPU type serves {w.rate_rps:g} requests/s within the SLOs",
                               reasons=[f"{g}: {why}" for g, _, why in out.per_gpu],
                               hints=["loosen --ttft-ms/--tpot-ms"])
-    out.best = plan_serve(model, priced, w, objective="cost")
+    out.best = plan_serve(model, priced, w, objective="cost", engine=engine)
     return out

@@ -7,12 +7,16 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+import planner.catalog as catalog
+from planner.errors import InputError
 from planner.specs.base import Spec
 from planner.specs.names import Name
 
 WeightDtype = Literal["bf16", "fp8", "int4", "fp4"]
 KVDtype = Literal["bf16", "fp8"]
 ServeMode = Literal["aggregated", "disaggregated"]
+#: the engines planner/report/serve_launch.py writes launch commands for
+Launcher = Literal["trtllm", "vllm", "sglang"]
 #: Longest prompt/output accepted: 16,777,216 tokens, far above any served context
 #: (Llama 4 Scout: 10M tokens); bounds the cost-model arithmetic.
 MAX_SERVE_TOKENS = 1 << 24
@@ -91,9 +95,17 @@ class ServeEngine(Spec):
     token (scheduling, input copy, sampling); ``collective_overhead_us``: the launch and
     synchronization of each TP/EP collective beyond the links' latency (an NCCL kernel per
     all-reduce). Both fitted once on the whole calibration set by
-    tools/calibrate_serving.py."""
+    tools/calibrate_serving.py. Per-engine profiles, each field cited in ``sources``:
+    ``hardware_catalog/engines/`` (:func:`load_engine`)."""
 
     name: Name = "default"
+    aliases: list[Name] = Field(default_factory=list)
+    version: str = Field("", max_length=400, description="the engine version it follows")
+    description: str = Field("", max_length=400)
+    launcher: Launcher | None = Field(
+        None, description="whose launch command `serve --launch` prints for this engine")
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> citation, "
+                                    "or what fitted or assumed it")
     gqa_kv_shared: bool = True
     # fitted by tools/calibrate_serving.py on TensorRT-LLM H100 FP8 over the measured kernel
     # table (MAPE 7.7% output tokens/s/GPU, 7.8% TTFT over 24 rows)
@@ -103,3 +115,31 @@ class ServeEngine(Spec):
         0.95, gt=0, le=1, description="share of the GPU kernel table's microbenchmarked speed "
         "the engine's GEMMs and attention run at (the serving engine's own, in place of the "
         "training framework's fit in the GPU file): fitted by tools/calibrate_serving.py")
+
+
+#: the ServeEngine fields that change an estimate: a catalog profile cites each
+ENGINE_FIELDS = ("gqa_kv_shared", "request_overhead_ms", "collective_overhead_us",
+                 "kernel_fraction")
+DEFAULT_ENGINE = "trtllm"
+
+
+def load_engine(ref: "str | ServeEngine | None" = None) -> ServeEngine:
+    """A catalog serving-engine profile by name or alias (default :data:`DEFAULT_ENGINE`),
+    an engine YAML file, or an engine object as is."""
+    if isinstance(ref, ServeEngine):
+        return ref
+    from pathlib import Path
+
+    from planner.specs.loaders import read_structured, reference
+    from planner.specs.validate import validate
+
+    ref = reference(DEFAULT_ENGINE if ref is None else ref, "--engine")
+    if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref:
+        return validate(ServeEngine, read_structured(Path(ref)), ref)
+    path = catalog.find("engines", ref)
+    if path is None:
+        near = catalog.closest("engines", ref)
+        hint = f"; closest: {', '.join(near)}" if near else ""
+        raise InputError(f"--engine '{ref}': unknown serving engine{hint}; expected one of "
+                         f"{', '.join(catalog.names('engines'))} or an engine YAML file")
+    return validate(ServeEngine, read_structured(path), f"catalog engine '{ref}'")
