@@ -15,7 +15,6 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-import planner.catalog as catalog
 from planner.errors import InputError
 from planner.specs.base import Spec
 from planner.specs.names import Name
@@ -196,18 +195,8 @@ def load_framework(ref: str | FrameworkProfile | None = None) -> FrameworkProfil
     YAML file, or a profile object as is."""
     if isinstance(ref, FrameworkProfile):
         return ref
-    from pathlib import Path
+    from planner.specs.loaders import load_catalog_profile, reference
 
-    from planner.specs.loaders import read_structured, reference
-    from planner.specs.validate import validate
-
-    ref = reference(DEFAULT_FRAMEWORK if ref is None else ref, "framework")
-    if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref:
-        return validate(FrameworkProfile, read_structured(Path(ref)), ref)
-    path = catalog.find("frameworks", ref)
-    if path is None:
-        near = catalog.closest("frameworks", ref)
-        hint = f"; closest: {', '.join(near)}" if near else ""
-        raise InputError(f"--framework '{ref}': unknown framework{hint}; expected one of "
-                         f"{', '.join(catalog.names('frameworks'))} or a profile YAML file")
-    return validate(FrameworkProfile, read_structured(path), f"catalog framework '{ref}'")
+    return load_catalog_profile(FrameworkProfile, "frameworks",
+                                reference(DEFAULT_FRAMEWORK if ref is None else ref, "framework"),
+                                "--framework", "framework", "a profile YAML file")

@@ -125,6 +125,23 @@ def read_structured(path: Path) -> dict[str, Any]:
     return data
 
 
+def load_catalog_profile(cls: type, folder: str, ref: str, option: str, noun: str,
+                         a_file: str) -> Any:
+    """A profile of class ``cls`` (a framework, a serving engine): a YAML/JSON file when
+    ``ref`` looks like a path, else the catalog entry ``folder/<ref>`` by name or alias;
+    an unknown name is an InputError naming ``option``, the closest names and the choices
+    (``noun``: what it is, e.g. "serving engine"; ``a_file``: e.g. "an engine YAML file")."""
+    if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref:
+        return validate(cls, read_structured(Path(ref)), ref)
+    path = catalog.find(folder, ref)
+    if path is None:
+        near = catalog.closest(folder, ref)
+        hint = f"; closest: {', '.join(near)}" if near else ""
+        raise InputError(f"{option} '{ref}': unknown {noun}{hint}; expected one of "
+                         f"{', '.join(catalog.names(folder))} or {a_file}")
+    return validate(cls, read_structured(path), f"catalog {noun.split()[-1]} '{ref}'")
+
+
 def reference(ref: Any, what: str) -> str:
     """``ref`` as a catalog name or path string; an :class:`InputError` naming ``what``
     when it is neither a string nor a path (a number, None, a list ...)."""

@@ -7,8 +7,6 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-import planner.catalog as catalog
-from planner.errors import InputError
 from planner.specs.base import Spec
 from planner.specs.names import Name
 
@@ -128,18 +126,8 @@ def load_engine(ref: "str | ServeEngine | None" = None) -> ServeEngine:
     an engine YAML file, or an engine object as is."""
     if isinstance(ref, ServeEngine):
         return ref
-    from pathlib import Path
+    from planner.specs.loaders import load_catalog_profile, reference
 
-    from planner.specs.loaders import read_structured, reference
-    from planner.specs.validate import validate
-
-    ref = reference(DEFAULT_ENGINE if ref is None else ref, "--engine")
-    if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref:
-        return validate(ServeEngine, read_structured(Path(ref)), ref)
-    path = catalog.find("engines", ref)
-    if path is None:
-        near = catalog.closest("engines", ref)
-        hint = f"; closest: {', '.join(near)}" if near else ""
-        raise InputError(f"--engine '{ref}': unknown serving engine{hint}; expected one of "
-                         f"{', '.join(catalog.names('engines'))} or an engine YAML file")
-    return validate(ServeEngine, read_structured(path), f"catalog engine '{ref}'")
+    return load_catalog_profile(ServeEngine, "engines",
+                                reference(DEFAULT_ENGINE if ref is None else ref, "--engine"),
+                                "--engine", "serving engine", "an engine YAML file")
