@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from functools import lru_cache
+
+import numpy as np
 
 from planner.costmodel import constants as C
 from planner.costmodel import kernels as K
