@@ -387,3 +387,15 @@ def test_sweep_resume_drops_a_cut_off_last_row(capsys, tmp_path):
     out.write_text(lines[0] + lines[1][:20] + "\n" + "".join(lines[2:]))
     with pytest.raises(InputError, match="line 2 has"):
         done_results(out, points)
+
+
+def test_errors_never_break_a_long_path_across_lines(capsys, tmp_path):
+    """Rich folds output at the console width; an error naming a file must keep the name
+    on one line so it can be copied (soft wrap)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    f = deep / "args.txt"
+    f.write_bytes(b"--tensor-model-parallel-size 8 \xff\xfe")
+    code, _, err = _run(capsys, "evaluate", "-m", "llama3-70b", "-c", SUPERPOD, "--from",
+                        "megatron", f"@{f}")
+    assert code == 2 and str(f) in err

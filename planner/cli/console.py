@@ -113,13 +113,15 @@ def print_error(e: PlannerError) -> None:
     """An error as ``main`` shows it on stderr: infeasible with its reasons and hints, or
     one line for bad input."""
     if isinstance(e, InfeasibleError):
-        err.print(f"[bold red]infeasible:[/] {escape(str(e))}")
+        err.print(f"[bold red]infeasible:[/] {escape(str(e))}", soft_wrap=True)
         for r in e.reasons:
-            err.print(f"  - {escape(r)}")
+            err.print(f"  - {escape(r)}", soft_wrap=True)
         for h in e.hints:
-            err.print(f"  [cyan]hint:[/] {escape(h)}")
+            err.print(f"  [cyan]hint:[/] {escape(h)}", soft_wrap=True)
     else:
-        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+        # soft_wrap: the terminal folds long lines; a newline inside a path would break
+        # copying it.
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
 
 
 FORCE_HELP = "Replace output files that exist (never an input, a link or a device)."
