@@ -13,7 +13,7 @@ memory; torchrec/distributed/planner/partitioners.py, GreedyPerfPartitioner) eva
 the same evaluator. ``optimum_*`` is the plan returned: the proven optimum when
 ``status`` is ``optimal``, else the best plan found (``heuristic``: the model was too
 large to build and the local search answered alone), with ``lower_bound_ms`` (the best of
-CP-SAT's bound, the work bound and the rank-aggregated LP, formulations/dlrm_bound.py)
+CP-SAT's bound, the work bound and the rank-aggregated LP, formulations/dlrm/bound.py)
 and ``bound_gap`` = (plan - bound) / plan. Run on an idle machine.
 """
 
@@ -24,9 +24,9 @@ import json
 import random
 import time
 
-from formulations.dlrm_search import solve_sharding
-from planner.costmodel.dlrm import dense_cost, table_options, usable_hbm_bytes
-from planner.costmodel.dlrm_eval import evaluate_dlrm
+from formulations.dlrm.search import solve_sharding
+from planner.costmodel.dlrm.model import dense_cost, table_options, usable_hbm_bytes
+from planner.costmodel.dlrm.evaluate import evaluate_dlrm
 from planner.specs.dlrm import DLRMPlan, DLRMSpec
 from planner.specs.loaders import load_cluster
 

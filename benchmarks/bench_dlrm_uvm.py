@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from formulations.dlrm_search import solve_sharding
+from formulations.dlrm.search import solve_sharding
 from planner.errors import InfeasibleError
 from planner.specs.loaders import load_cluster, load_model
 

@@ -24,10 +24,10 @@ import time
 
 import numpy as np
 
-from planner.costmodel.batch import evaluate_columns, evaluate_many, inner_columns
-from planner.costmodel.evaluator import evaluate
-from planner.costmodel.tables import build_tables
-from planner.orchestration.solver import build_space
+from planner.costmodel.train.batch import evaluate_columns, evaluate_many, inner_columns
+from planner.costmodel.train.evaluator import evaluate
+from planner.costmodel.train.tables import build_tables
+from planner.orchestration.train import build_space
 from planner.specs.loaders import load_cluster, load_model
 
 

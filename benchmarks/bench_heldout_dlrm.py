@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import math
 
-from formulations.dlrm_search import solve_sharding
-from planner.costmodel.dlrm import dense_cost, table_options, usable_hbm_bytes
-from planner.costmodel.dlrm_eval import evaluate_dlrm
+from formulations.dlrm.search import solve_sharding
+from planner.costmodel.dlrm.model import dense_cost, table_options, usable_hbm_bytes
+from planner.costmodel.dlrm.evaluate import evaluate_dlrm
 from planner.specs.dlrm import DLRMPlan, DLRMSpec
 from planner.specs.loaders import load_cluster, load_model
 from planner.validation.errors import summary

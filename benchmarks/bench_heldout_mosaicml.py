@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.specs.loaders import load_cluster
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan

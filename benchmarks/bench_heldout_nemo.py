@@ -29,7 +29,7 @@ this project has not read, is left out rather than guessed.
 from __future__ import annotations
 
 from planner.api import solve
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.model import ModelSpec
 from planner.validation.errors import summary

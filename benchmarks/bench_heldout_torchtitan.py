@@ -17,7 +17,7 @@ would say with fused kernels.
 
 from __future__ import annotations
 
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
 from planner.validation.errors import summary

@@ -15,7 +15,7 @@ import argparse
 import json
 import time
 
-from planner.orchestration.solver import solve
+from planner.orchestration.train import solve
 from planner.specs.loaders import load_cluster, load_model
 
 CASES = {

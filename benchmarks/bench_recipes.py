@@ -20,9 +20,9 @@ from __future__ import annotations
 import statistics
 import time
 
-from formulations.space import SpaceOptions
+from formulations.train.space import SpaceOptions
 from planner.api import solve
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.validation.nemo import (
     nemo_data,
     recipe_base,

@@ -8,7 +8,7 @@ For each case: one cluster per GPU type of the catalog (mixed SKUs allowed acros
 prefill and decode pools), ISL 2048, OSL 256, P99 TTFT 500 ms and TPOT 30 ms, minimum
 $ per hour. Reported: the layouts tabulated and the time to tabulate them (the cost
 model), then per backend the solve time and the optimum: CP-SAT and the MILP on the
-tables after the exact dominance presolve (formulations.serve.presolve), the brute force
+tables after the exact dominance presolve (formulations.serve.search.presolve), the brute force
 on every row of the same tables, every option of every pool. Run on an otherwise idle
 machine.
 """
@@ -19,8 +19,8 @@ import argparse
 import json
 import time
 
-from formulations.serve import ServeProblem, presolve, solve
-from formulations.serve_space import SCALE, ServeSpace, tables
+from formulations.serve.search import ServeProblem, presolve, solve
+from formulations.serve.space import SCALE, ServeSpace, tables
 from planner import catalog
 from planner.orchestration.serve import _candidates, plan_serve
 from planner.specs.loaders import load_cluster, load_model

@@ -7,8 +7,8 @@ For each case: the size of the search space, the CP-SAT and MILP wall times (tab
 the cost model, presolve, model build, solve and proof; CP-SAT twice: the first solve of
 the process pays for importing OR-Tools and filling the cost model's caches, the second is
 what a sweep or a service sees), and the brute-force time: every
-plan of the space through the vectorized evaluator (``formulations/exhaustive.py``,
-``planner.costmodel.batch``), the best re-evaluated exactly, and the speed ratio. Brute
+plan of the space through the vectorized evaluator (``formulations/train/exhaustive.py``,
+``planner.costmodel.train.batch``), the best re-evaluated exactly, and the speed ratio. Brute
 force runs for at most ``--exhaustive-limit`` seconds; beyond that its time is
 extrapolated from the measured rate (marked ``~``), and the best plan it saw so far is not
 a proof. ``benchmarks/bench_evaluator.py`` gives the scalar evaluator's rate, for the
@@ -21,8 +21,8 @@ import argparse
 import json
 import time
 
-from formulations.exhaustive import run_exhaustive
-from planner.orchestration.solver import build_space, solve
+from formulations.train.exhaustive import run_exhaustive
+from planner.orchestration.train import build_space, solve
 from planner.specs.loaders import load_cluster, load_model
 
 CASES = {

@@ -8,10 +8,10 @@ One model description, two solvers:
   well-conditioned rows.
 
 Every row is linear and unconditional: the formulation's disjunction over points is in
-convex-hull form (``formulations.build``), so no indicator or big-M row is needed.
+convex-hull form (``formulations.train.build``), so no indicator or big-M row is needed.
 
 A *session* keeps the solver model so that cuts can be added between solves (the top-K
-and proof loop in :mod:`formulations.search`).
+and proof loop in :mod:`formulations.train.search`).
 
 This module is the only one that talks to a solver: the training, serving and DLRM
 formulations build a :class:`LinearModel` and solve it in a session (the DLRM LP bound, a
@@ -29,6 +29,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+from planner.errors import InputError
 
 Expr = dict[int, int]  # variable index -> integer coefficient
 
@@ -378,3 +380,47 @@ def _highs(time_limit_s: float, verbose: bool, tol: float = 1e-7, presolve: str 
     if cbc.available():
         return cbc
     raise RuntimeError("no MILP solver available: install highspy (pip install highspy)")
+
+
+#: Largest magnitude a row may reach. CP-SAT's presolve and LP work in doubles: rows whose
+#: terms reach ~1e16 lose exactness (seen here: a feasible better solution was pruned), so
+#: every coefficient x bound stays below 2^53 / 64.
+SAFE = 2**53 // 64
+
+
+@dataclass(frozen=True)
+class Ticks:
+    """Integer time unit: the finest power-of-ten fraction of a second that keeps every
+    row below ``SAFE`` (picoseconds for small jobs, nanoseconds for the largest)."""
+
+    per_s: float
+
+    def down(self, x: float) -> int:
+        return int(math.floor(x * self.per_s))
+
+    def up(self, x: float) -> int:
+        return int(math.ceil(x * self.per_s))
+
+
+def choose_ticks(t_ub_s: float, multiplier: float) -> Ticks:
+    per_s = 1e12
+    while per_s > 1e3 and t_ub_s * per_s * multiplier > SAFE:
+        per_s /= 10
+    return Ticks(per_s)
+
+
+def check_magnitudes(lm: LinearModel) -> None:
+    """Refuse a model whose rows reach the magnitudes where double arithmetic goes inexact.
+
+    Only absurd inputs get here (a latency of years, a bandwidth of bytes per second), so
+    it is the input that is refused, with the quantity that overflowed."""
+    for c in lm.cons:
+        lo, hi = lm.bounds(c.expr)
+        if max(abs(lo), abs(hi)) > 64 * SAFE:
+            what = {"time": "an iteration time", "memory": "a memory total"}.get(
+                getattr(c, "dim", ""), "a row")
+            raise InputError(
+                f"{what} of some candidate plan reaches {max(abs(lo), abs(hi)):.3g} integer "
+                f"units, beyond what the solver represents exactly (2^53): check the "
+                f"cluster's latency_us and bandwidth_GBps and the GPU's peak_tflops and "
+                f"hbm_gib for implausible values")

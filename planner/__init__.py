@@ -20,7 +20,7 @@ from planner.api import (  # noqa: E402
     evaluate_serve,
     solve,
 )
-from planner.costmodel.evaluator import Estimate  # noqa: E402
+from planner.costmodel.train.evaluator import Estimate  # noqa: E402
 from planner.errors import InfeasibleError, InputError, PlannerError  # noqa: E402
 from planner.specs import ClusterSpec, GPUSpec, ModelSpec, Placement, Plan  # noqa: E402
 

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterable, Mapping
 from os import PathLike
 from typing import TYPE_CHECKING, Any
 
-from planner.costmodel.evaluator import Estimate
-from planner.costmodel.evaluator import evaluate as _evaluate
+from planner.costmodel.train.evaluator import Estimate
+from planner.costmodel.train.evaluator import evaluate as _evaluate
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec
@@ -24,8 +24,8 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 if TYPE_CHECKING:
-    from planner.costmodel.batch import Estimates
-    from formulations.space import SpaceOptions
+    from planner.costmodel.train.batch import Estimates
+    from formulations.train.space import SpaceOptions
     from planner.costmodel.objective import Objective
     from planner.orchestration import SolveResult
     from planner.specs.framework import FrameworkProfile
@@ -112,9 +112,9 @@ def evaluate_many(model: ModelSpec | str, cluster: ClusterSpec | str,
                   ) -> Estimates:
     """Cost of many plans at once, through the same terms and composition as
     :func:`evaluate` (equal to it plan by plan, to float rounding). Returns
-    :class:`planner.costmodel.batch.Estimates`: numpy arrays ``iteration_time_s``,
+    :class:`planner.costmodel.train.batch.Estimates`: numpy arrays ``iteration_time_s``,
     ``memory_per_gpu_bytes``, ``feasible``, ``mfu``, ... in the order of ``plans``."""
-    from planner.costmodel.batch import evaluate_many as _many
+    from planner.costmodel.train.batch import evaluate_many as _many
 
     m, c = _resolve(model, cluster)
     _flag("allow_idle_gpus", allow_idle_gpus)
@@ -150,7 +150,7 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     ``objective`` is a name (``"time"``, ``"tokens"``, ``"gpu_hours"``, ``"energy"``,
     ``"cost"``) or a :class:`planner.costmodel.objective.Objective`. ``max_microbatch``,
     ``max_virtual_stages``, ``allow_idle_gpus`` and ``even_pipeline`` bound the search space
-    (``None`` keeps ``options``' value, by default :class:`formulations.space.SpaceOptions`'s);
+    (``None`` keeps ``options``' value, by default :class:`formulations.train.space.SpaceOptions`'s);
     ``presolve=False`` skips the bound presolve; ``max_iteration_time_s`` keeps only plans
     iterating within it. ``progress`` and ``log`` are called with lines of text (progress,
     solver log) as the search goes. ``framework`` (a catalog name such as ``"torchtitan"``,
@@ -196,14 +196,14 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
         return res
     from dataclasses import replace
 
-    from planner.costmodel.goodput import training_goodput
+    from planner.costmodel.train.goodput import training_goodput
 
     best = res.best.plan
     return replace(res, goodput=training_goodput(m, c, best.world_size, best, goodput))
 
 
 def _goodput_setting(value: Any) -> None:
-    from planner.costmodel.goodput import GOODPUT_MODES
+    from planner.costmodel.train.goodput import GOODPUT_MODES
 
     if not isinstance(value, str) or value not in GOODPUT_MODES:
         raise InputError(f"goodput {_short(value)}: expected one of {', '.join(GOODPUT_MODES)}")
@@ -258,10 +258,10 @@ def _space_options(options: SpaceOptions | None, *, max_microbatch: int | None,
         ("max_microbatch", max_microbatch), ("max_virtual_stages", max_virtual_stages),
         ("allow_idle_gpus", allow_idle_gpus),
         ("allow_uneven", None if even_pipeline is None else not even_pipeline)) if v is not None}
-    from formulations.space import SpaceOptions as _SpaceOptions
+    from formulations.train.space import SpaceOptions as _SpaceOptions
 
     if options is not None and not isinstance(options, _SpaceOptions):
-        raise InputError(f"options {_short(options)}: expected a formulations.space.SpaceOptions")
+        raise InputError(f"options {_short(options)}: expected a formulations.train.space.SpaceOptions")
     if not changes:
         return options
     from dataclasses import replace
@@ -402,7 +402,7 @@ def serve(model: ModelSpec | str, cluster: ClusterSpec | str | list, isl: int, o
           fix: Mapping[str, Any] | None = None, objective: str | None = None,
           backend: str = "cpsat", pareto: bool = False, engine: Any = None) -> Any:
     """The best serving plan (``planner serve``): a ServeResult with ``plan``,
-    ``estimate`` (:class:`planner.costmodel.serve_eval.ServeEstimate`), ``solver`` and
+    ``estimate`` (:class:`planner.costmodel.serve.evaluate.ServeEstimate`), ``solver`` and
     ``pareto``. ``cluster``: one, or a list for mixed GPU types. ``engine``: a catalog
     engine name, an engine file or a ServeEngine (default trtllm)."""
     from planner.orchestration.serve import plan_serve, workload
@@ -422,7 +422,7 @@ def evaluate_serve(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Any
                    osl: int, *, rate_rps: float | None = None, ttft_ms: float | None = None,
                    tpot_ms: float | None = None, percentile: float = 0.99) -> Any:
     """One serving plan (a ServePlan or its fields) under a workload: its ServeEstimate."""
-    from planner.costmodel.serve_eval import evaluate_serve as _evaluate_serve
+    from planner.costmodel.serve.evaluate import evaluate_serve as _evaluate_serve
     from planner.orchestration.serve import transformer, workload
     from planner.specs.serve import ServePlan
     from planner.specs.validate import validate

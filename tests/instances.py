@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from formulations.space import SearchSpace, SpaceOptions
+from formulations.train.space import SearchSpace, SpaceOptions
 from planner.specs.plan_base import model_defaults
 
 from conftest import small_cluster, tiny_model

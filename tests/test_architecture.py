@@ -133,3 +133,42 @@ def test_layers_import_downward_only():
                 bad += [f"{mod} -> {d}" for d in deps
                         if any(d == a or d.startswith(a + ".") for a in above)]
     assert bad == []
+
+
+ROOMS = ("train", "serve", "dlrm")
+
+
+def _room(mod: str) -> tuple[str, str | None] | None:
+    """(layer, workload room or None for the layer's shared modules) of a cost-model or
+    formulation module; None for modules of other layers."""
+    for layer in ("planner.costmodel", "formulations"):
+        if mod == layer or mod.startswith(layer + "."):
+            rest = mod[len(layer) + 1:].split(".")[0] if mod != layer else ""
+            return layer, rest if rest in ROOMS else None
+    return None
+
+
+def test_each_workload_is_its_own_room():
+    """Inside the cost model and the formulations, training, serving and DLRM each live in
+    their own package and import only the layer's shared modules, never another
+    workload's; the shared modules import no workload."""
+    graph = import_graph()
+    assert {r for m in graph if (r := _room(m)) and r[1]} == {
+        (layer, room) for layer in ("planner.costmodel", "formulations") for room in ROOMS}
+    bad = []
+    for mod, deps in graph.items():
+        here = _room(mod)
+        if here is None:
+            continue
+        for d in deps:
+            there = _room(d)
+            if there and there[0] == here[0] and there[1] and there[1] != here[1]:
+                bad.append(f"{mod} -> {d}")
+    assert bad == []
+
+
+def test_rooms_are_read_from_module_names():
+    assert _room("formulations.dlrm.build") == ("formulations", "dlrm")
+    assert _room("formulations.linear") == ("formulations", None)
+    assert _room("planner.costmodel.train.tables") == ("planner.costmodel", "train")
+    assert _room("planner.specs.plan") is None

@@ -9,10 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from formulations.space import SearchSpace, SpaceOptions
-from planner.costmodel.batch import evaluate_many
+from formulations.train.space import SearchSpace, SpaceOptions
+from planner.costmodel.train.batch import evaluate_many
 from planner.costmodel.compose import exposure_pieces, iteration_time_s, overlapped_s
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.costmodel.pipeline import bubble_factor
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan_base import model_defaults

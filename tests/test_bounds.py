@@ -218,8 +218,8 @@ def test_serve_milp_time_limited_incumbent_is_not_optimal(monkeypatch):
     """PuLP calls a time-limited incumbent "Optimal"; only its sol_status tells."""
     import pulp
 
-    from formulations.serve import ServeProblem, solve
-    from formulations.serve_space import ServeSpace, tables
+    from formulations.serve.search import ServeProblem, solve
+    from formulations.serve.space import ServeSpace, tables
     from planner.orchestration.serve import workload
     from planner.specs.loaders import load_cluster, load_model
 
@@ -248,14 +248,14 @@ def _hang(seconds: float) -> tuple[float, bool]:
 def test_large_lp_is_stopped_at_its_deadline():
     """HiGHS overran its own time limit 150-fold on a 1.1M-nonzero LP: large LPs run in a
     child that is stopped at the deadline."""
-    from formulations.dlrm_bound import _with_deadline
+    from formulations.dlrm.bound import _with_deadline
 
     assert _with_deadline(_hang, (30.0,), 0.5) == (None, False)  # stopped, not awaited
     assert _with_deadline(_hang, (0.0,), 20.0) == (1.0, True)
 
 
 def test_lp_bound_gets_the_time_left_and_says_when_cut(monkeypatch):
-    from formulations import dlrm_bound
+    from formulations.dlrm import bound as dlrm_bound
     from planner.specs.loaders import load_cluster, load_model
 
     seen = []
@@ -274,7 +274,7 @@ def test_lp_bound_gets_the_time_left_and_says_when_cut(monkeypatch):
 def test_many_tables_large_lp_in_a_child(monkeypatch):
     """The large-LP path end to end on a small model (threshold lowered): a bound when it
     finishes, none and 'cut' when the deadline is too short."""
-    from formulations import dlrm_bound
+    from formulations.dlrm import bound as dlrm_bound
     from planner.specs.loaders import load_cluster, load_model
 
     monkeypatch.setattr(dlrm_bound, "HARD_LIMIT_NONZEROS", 0)
@@ -312,7 +312,7 @@ def test_exact_dlrm_model_is_sized_by_memory_and_time(monkeypatch):
     """400 distinct tables on zionex-128 (162k variables) under a 4 s limit: building and
     loading the exact model takes about 3.5 s, so the local search answers (the exact model
     took 7 s here, 33 s and std::bad_alloc under 2 GiB at 2,000 tables)."""
-    import formulations.dlrm_search as ds
+    import formulations.dlrm.search as ds
     from planner.specs.loaders import load_cluster
 
     assert ds.max_exact_vars(1e6) == ds.MAX_MODEL_VARS <= 250_000
@@ -328,7 +328,7 @@ def test_cpsat_search_workers_fit_in_memory(monkeypatch):
     """CP-SAT's memory grows ~1.5 KB per variable per worker as it searches (162k
     variables, 8 workers: 2.2 GB resident within 12 s): large models get fewer workers and
     CP-SAT's own memory limit."""
-    import formulations.dlrm_search as ds
+    import formulations.dlrm.search as ds
     from formulations.linear import CpsatSession
 
     assert ds.search_workers(8, 1_000) == 8
@@ -355,7 +355,7 @@ def _zionex(nodes: int):
 
 def test_solver_out_of_memory_is_a_clear_error(monkeypatch, capsys, tmp_path):
     """std::bad_alloc from CP-SAT reaches Python as MemoryError: one line, exit 1."""
-    import formulations.dlrm_search as ds
+    import formulations.dlrm.search as ds
     from planner.errors import ResourceError
 
     from test_cli import run
@@ -390,7 +390,7 @@ def test_two_thousand_tables_under_two_gib(tmp_path):
 def test_solve_reports_its_overrun(monkeypatch, capsys):
     import json
 
-    import planner.orchestration.solver as solver
+    import planner.orchestration.train as solver
 
     from test_cli import run
 
@@ -566,7 +566,7 @@ def test_bounded_fuzz(tmp_path):
 
 
 def test_out_of_memory_anywhere_is_one_line(monkeypatch, capsys):
-    import planner.orchestration.solver as solver
+    import planner.orchestration.train as solver
 
     from test_cli import run
 

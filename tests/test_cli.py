@@ -150,7 +150,7 @@ def test_plot_of_an_infeasible_plan_says_so(tmp_path):
     plotting warning (matplotlib warned about an empty legend; found by the fuzzer)."""
     import warnings
 
-    from planner.costmodel.evaluator import evaluate
+    from planner.costmodel.train.evaluator import evaluate
     from planner.report.plots import plot_breakdown
     from planner.specs.loaders import load_cluster, load_model
     from planner.specs.plan import Plan

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from formulations.serve_space import ServeSpace
+from formulations.serve.space import ServeSpace
 from planner.orchestration.serve import plan_serve
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.serve import ServeWorkload

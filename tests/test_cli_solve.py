@@ -8,7 +8,7 @@ import math
 import pytest
 import yaml
 
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.specs.loaders import load_cluster, load_model, load_plan_dict, plan_from_dict
 
 from test_cli import SUPERPOD, run

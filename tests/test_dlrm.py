@@ -14,9 +14,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formulations.dlrm_search import exhaustive, solve_sharding
-from planner.costmodel.dlrm import dense_cost, links, table_options
-from planner.costmodel.dlrm_eval import evaluate_dlrm
+from formulations.dlrm.search import exhaustive, solve_sharding
+from planner.costmodel.dlrm.model import dense_cost, links, table_options
+from planner.costmodel.dlrm.evaluate import evaluate_dlrm
 from planner.errors import InfeasibleError, InputError
 from planner.specs.dlrm import SHARDING_TYPES, DLRMPlan, DLRMSpec
 from planner.specs.loaders import load_cluster, load_gpu, load_model
@@ -463,8 +463,8 @@ def test_procure_dlrm_cheapest_within_days(capsys):
 
 
 def test_work_and_lp_bounds_are_below_every_optimum():
-    from formulations.dlrm_bound import lp_bound_s
-    from formulations.dlrm_search import work_bound_s
+    from formulations.dlrm.bound import lp_bound_s
+    from formulations.dlrm.search import work_bound_s
 
     above_work = 0
     for seed in range(60):
@@ -493,12 +493,12 @@ def many_tables(seed: int, n: int, ranks: int, node: int):
 @pytest.mark.parametrize("seed", range(4))
 def test_local_search_start_is_exact_where_proven(seed):
     """With 6+ table entries CP-SAT starts from the local search's plan
-    (formulations/dlrm_local.py); CP-SAT and the MILP still agree on the proven optimum, the
+    (formulations/dlrm/local.py); CP-SAT and the MILP still agree on the proven optimum, the
     search's own plan is valid and no faster than it, and the LP bound is below it."""
-    from formulations.dlrm import build
-    from formulations.dlrm_bound import lp_bound_s
-    from formulations.dlrm_local import local_plan
-    from formulations.dlrm_search import _values, decode
+    from formulations.dlrm.build import build
+    from formulations.dlrm.bound import lp_bound_s
+    from formulations.dlrm.local import local_plan
+    from formulations.dlrm.search import _values, decode
 
     m, c = many_tables(seed, 6, 4, 2)
     cp = solve_sharding(m, c, "cpsat", 60, workers=2)
@@ -519,7 +519,7 @@ def test_models_too_large_to_build_get_the_local_search_and_its_gap(seed, monkey
     """Above MAX_MODEL_VARS the exact model is not built (memory grows ~1.2 KB per
     variable): the local search's plan comes back as status ``heuristic``, valid, no
     faster than the proven optimum, with the bound below the optimum."""
-    import formulations.dlrm_search as ds
+    import formulations.dlrm.search as ds
 
     m, c = many_tables(seed, 8, 4, 2)
     exact = solve_sharding(m, c, "milp", 60)
@@ -545,8 +545,8 @@ def test_models_too_large_to_build_get_the_local_search_and_its_gap(seed, monkey
 
 
 def test_model_size_counts_the_exact_models_variables():
-    from formulations.dlrm import build
-    from formulations.dlrm_search import model_vars
+    from formulations.dlrm.build import build
+    from formulations.dlrm.search import model_vars
 
     for seed in range(5):
         m, c = random_instance(seed)

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from formulations.dlrm_search import exhaustive, solve_sharding
-from planner.costmodel.dlrm import table_options
-from planner.costmodel.dlrm_eval import evaluate_dlrm
+from formulations.dlrm.search import exhaustive, solve_sharding
+from planner.costmodel.dlrm.model import table_options
+from planner.costmodel.dlrm.evaluate import evaluate_dlrm
 from planner.errors import InfeasibleError, InputError
 from planner.specs.cluster import OffloadTier
 from planner.specs.dlrm import DLRMPlan, DLRMSpec
@@ -144,8 +144,8 @@ def test_cpsat_milp_exhaustive_agree_with_uvm_on_100_instances():
 
 
 def test_bounds_hold_with_uvm():
-    from formulations.dlrm_bound import lp_bound_s
-    from formulations.dlrm_search import work_bound_s
+    from formulations.dlrm.bound import lp_bound_s
+    from formulations.dlrm.search import work_bound_s
 
     checked = 0
     for seed in range(40):
@@ -200,8 +200,8 @@ def test_extreme_host_tiers_give_an_answer_or_a_clear_error(gib, GBps):
 def test_the_greedy_warm_start_keeps_tables_in_hbm():
     """TorchRec's greedy partitioner (the baseline and one warm start) uses the HBM kernel;
     with a host tier it once picked the UVM option, the last table-wise one."""
-    from formulations.dlrm import build
-    from formulations.dlrm_search import decode, table_wise_greedy
+    from formulations.dlrm.build import build
+    from formulations.dlrm.search import decode, table_wise_greedy
 
     m, c = load_model("criteo-dlrm"), with_host(small_cluster(4, 2))
     lm, vm = build(m, c)

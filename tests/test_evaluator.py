@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner.costmodel.constants import GiB
-from planner.costmodel.evaluator import MEMORY_KEYS, OFFLOAD_KEY, TIME_KEYS, evaluate
+from planner.costmodel.train.evaluator import MEMORY_KEYS, OFFLOAD_KEY, TIME_KEYS, evaluate
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
 from planner.validation import run_validation

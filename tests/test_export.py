@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, assume, currently_in_test_context, event, gi
 from hypothesis import strategies as st
 
 from conftest import small_cluster, tiny_model
-from formulations.space import SearchSpace, SpaceOptions
+from formulations.train.space import SearchSpace, SpaceOptions
 from instances import instances, moe_instances
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.errors import InputError
 from planner.export import FORMATS, SUFFIX, Target, export_plan, plan_from_megatron
 from planner.export import bridge, deepspeed, megatron, torchtitan

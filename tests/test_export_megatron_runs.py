@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import small_cluster, tiny_model
-from formulations.space import SearchSpace, SpaceOptions
-from planner.costmodel.evaluator import check_structure
+from formulations.train.space import SearchSpace, SpaceOptions
+from planner.costmodel.train.evaluator import check_structure
 from planner.errors import InputError
 from planner.export import Target, bridge, megatron
 from planner.specs.hf import model_from_hf

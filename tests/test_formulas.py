@@ -18,7 +18,7 @@ from planner.costmodel.layer import (
 )
 from planner.costmodel.network import collective_time_s, level_traffic
 from planner.costmodel.pipeline import chunk_sizes, inflight_chunks
-from planner.costmodel.stage import state_bytes
+from planner.costmodel.train.stage import state_bytes
 from planner.specs.cluster import TopologyLevel
 from planner.specs.loaders import load_gpu, load_model
 from planner.specs.plan import Plan
@@ -136,7 +136,7 @@ def test_fp8_parameters_and_bf16_gradients_change_bytes_not_flops():
     """NVIDIA's FP8 recipes: FP8 weights (1 B) beside the fp32 master, bf16 main gradients
     (2 B), FP8 parameter all-gather (1 B) and bf16 gradient reduce-scatter (2 B)."""
     from planner.costmodel.numerics import Numerics
-    from planner.costmodel.stage import dp_comm
+    from planner.costmodel.train.stage import dp_comm
 
     fp8 = Numerics("fp8")  # TE keeps a bf16 weight and an FP8 cache
     assert state_bytes(1e9, 0, 8, fp8).weights == 3e9

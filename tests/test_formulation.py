@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from formulations.build import build_model
+from formulations.train.build import build_model
 from formulations.linear import CpsatSession, MilpSession
-from formulations.search import evaluate_key, inner_keys, lower_bounds, run_search
-from formulations.space import SearchSpace, SpaceOptions
-from planner.costmodel.tables import build_tables
+from formulations.train.search import evaluate_key, inner_keys, lower_bounds, run_search
+from formulations.train.space import SearchSpace, SpaceOptions
+from planner.costmodel.train.tables import build_tables
 from planner.specs.plan_base import model_defaults
 
 from conftest import small_cluster, tiny_model
@@ -119,7 +119,7 @@ def test_linear_rows_reproduce_the_composition_on_random_points():
     for a busy-time objective too, on a cluster with an offload tier."""
     import numpy as np
 
-    from planner.costmodel.batch import evaluate_columns, objective_values
+    from planner.costmodel.train.batch import evaluate_columns, objective_values
     from planner.specs.loaders import load_cluster
 
     model = tiny_model(num_layers=6, global_batch_size=16, tied_embeddings=True)

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import planner.catalog as catalog
-from formulations.exhaustive import run_exhaustive
-from formulations.search import run_search
-from formulations.space import SearchSpace, SpaceOptions
-from planner.costmodel.tables import build_tables
+from formulations.train.exhaustive import run_exhaustive
+from formulations.train.search import run_search
+from formulations.train.space import SearchSpace, SpaceOptions
+from planner.costmodel.train.tables import build_tables
 from planner.costmodel.frameworks import MODEL_RULES, RULES, violations
 from planner.errors import InputError
 from planner.export import export_plan

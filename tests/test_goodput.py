@@ -1,5 +1,5 @@
 """Goodput: failures, checkpoints and restarts in days and dollars
-(planner/costmodel/goodput.py, docs/cost-model.md "Goodput")."""
+(planner/costmodel/train/goodput.py, docs/cost-model.md "Goodput")."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from planner.costmodel.goodput import (
+from planner.costmodel.train.goodput import (
     checkpoint_bytes,
     daly_interval_s,
     effective_fraction,
@@ -20,7 +20,7 @@ from planner.costmodel.goodput import (
     young_interval_s,
 )
 from planner.errors import InputError
-from planner.orchestration.solver import effective_totals
+from planner.orchestration.train import effective_totals
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
 

@@ -146,7 +146,7 @@ def test_a_gpu_scaled_from_the_measured_one_runs_its_kernels_at_the_same_fractio
 def test_a_serving_engine_runs_the_kernels_at_its_own_fraction():
     """Serving costs the GPU's measured kernels at the engine's kernel_fraction, not at the
     training framework's in the GPU file: a compute-bound prefill slows in proportion."""
-    from planner.costmodel.serving import prefill
+    from planner.costmodel.serve.step import prefill
     from planner.specs.serve import ServeEngine, ServePlan
 
     model = load_model("llama3-8b")

@@ -20,7 +20,7 @@ from planner.costmodel.layer import activation_bytes, layer_cost
 from planner.costmodel.network import collective_time_s
 from planner.costmodel.pipeline import inflight_chunks
 from planner.costmodel.shapes import LayerShape, LayerStrategy, Net
-from planner.costmodel.stage import (dp_comm, head_cost, optimizer_step_s,
+from planner.costmodel.train.stage import (dp_comm, head_cost, optimizer_step_s,
                                      p2p_time_per_microbatch_s, state_bytes)
 from planner.specs.cluster import TopologyLevel
 from planner.specs.gpu import GPUEfficiency, GPUSpec
@@ -346,7 +346,7 @@ def test_moe_elementwise_traffic_counts_router_and_permutation():
 def test_decode_reads_the_kv_cache_at_hbm_speed():
     """64 sequences x 4096 cached tokens x K and V of 8 heads of 128 at 2 B = 1 GiB per
     layer; at 10 GB/s that outlasts the attention math (4 x 64 x 8 x 4096 x 128 FLOPs)."""
-    from planner.costmodel.serving import decode_attention_s
+    from planner.costmodel.serve.step import decode_attention_s
     from planner.specs.serve import ServePlan
     kv = 64 * 4096 * 2 * 8 * 128 * 2
     got = decode_attention_s(M, gpu(hbm_TBps=0.01), ServePlan(), 64, 4096)
@@ -356,7 +356,7 @@ def test_decode_reads_the_kv_cache_at_hbm_speed():
 def test_decode_step_reads_the_lm_head_once_per_token():
     """One sequence: the LM head is a GEMV over V x h bf16 weights; 32,000 more vocabulary
     rows are 32000 x 1024 x 2 B more to read (the embedding lookup is one row)."""
-    from planner.costmodel.serving import decode_step_s
+    from planner.costmodel.serve.step import decode_step_s
     from planner.specs.cluster import ClusterSpec
     from planner.specs.serve import ServePlan
     cl = ClusterSpec(name="one", gpu=gpu(), num_gpus=1, topology=[ring(size=1)])
@@ -370,7 +370,7 @@ def test_serving_layer_elementwise_and_tp_all_reduces():
     """Per token of a RoPE model: two norms and two residual adds (20 B per h element),
     RoPE on q and k (4 B each), GELU on the FFN (4 B); at tp 2 two all-reduces of the
     t x h activation (one ring buffer each, 2 (k-1)/k = 1) and their launch overheads."""
-    from planner.costmodel.serving import _comm_s, _elementwise_s, replica_net
+    from planner.costmodel.serve.step import _comm_s, _elementwise_s, replica_net
     from planner.specs.cluster import ClusterSpec
     from planner.specs.serve import ServePlan
     rope = M.model_copy(update={"position_embedding": "rope"})

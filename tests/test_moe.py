@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.costmodel.layer import (
     LayerShape,
     LayerStrategy,

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from planner.costmodel.compose import expected_max_normal, straggler_share
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.costmodel.network import collective_time_s, nccl_algorithm, nccl_tree_bw_factor
 from planner.specs.cluster import TopologyLevel
 from planner.specs.loaders import load_cluster, load_model
@@ -129,7 +129,7 @@ def test_dp_traffic_takes_the_algorithm_of_its_bucket():
     """Megatron-Core hands NCCL buckets of max(40M, 1M x dp) parameters: at dp 512 a 2 GB
     fp32 bucket, for which NCCL's ring wins, even when the stage's gradient is 4 MB (for
     which alone the tree would win)."""
-    from planner.costmodel.stage import dp_bucket_params, dp_comm
+    from planner.costmodel.train.stage import dp_bucket_params, dp_comm
     assert dp_bucket_params(96) == 96e6 and dp_bucket_params(8) == 40e6
     grad_bytes = 1e6 * 4.0  # fp32 gradients of 1M parameters
     assert nccl_algorithm("allreduce", IB, 512, grad_bytes, outer=True, top=True) == "tree"

@@ -303,7 +303,7 @@ def test_astra_sim_dlrm_conventional_with_themis_near_wafer_scale():
     of each system: Themis speeds up every multi-dimensional system and no wafer-scale one;
     W-2D then matches W-1D-500 within 2 %; Conv-3D and Conv-4D come within 15 % of theirs,
     the rest being the pooled-embedding all-to-all, which no dimension order balances."""
-    from planner.costmodel.dlrm_eval import evaluate_dlrm
+    from planner.costmodel.dlrm.evaluate import evaluate_dlrm
     from planner.specs.dlrm import DLRMPlan
     from planner.specs.loaders import load_model
 

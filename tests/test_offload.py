@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from formulations.build import build_model
+from formulations.train.build import build_model
 from formulations.linear import CpsatSession
-from formulations.search import evaluate_key, inner_keys, lower_bounds, run_search
-from formulations.space import STATES, SearchSpace, SpaceOptions
-from planner.costmodel.tables import build_tables
-from planner.costmodel.evaluator import OFFLOAD_KEY, evaluate
-from planner.costmodel.offload import host_state_bytes, offload_times, optimizer_shard
-from planner.costmodel.stage import state_bytes
+from formulations.train.search import evaluate_key, inner_keys, lower_bounds, run_search
+from formulations.train.space import STATES, SearchSpace, SpaceOptions
+from planner.costmodel.train.tables import build_tables
+from planner.costmodel.train.evaluator import OFFLOAD_KEY, evaluate
+from planner.costmodel.train.offload import host_state_bytes, offload_times, optimizer_shard
+from planner.costmodel.train.stage import state_bytes
 from planner.errors import InfeasibleError
-from planner.orchestration.solver import solve
+from planner.orchestration.train import solve
 from planner.specs.plan_base import model_defaults
 from planner.specs.cluster import OffloadTier
 from planner.specs.loaders import load_cluster, load_model
@@ -324,7 +324,7 @@ def test_cli_offload_without_tier_exits_1(capsys):
 def test_raw_formulation_with_a_tight_tier_matches_exhaustive():
     """Without the presolve, on a small GPU with a small tier (both memories bind), the
     model alone finds and proves the exhaustive optimum, for CP-SAT and MILP."""
-    from formulations.exhaustive import run_exhaustive
+    from formulations.train.exhaustive import run_exhaustive
 
     model = tiny_model(num_layers=8, hidden_size=2048, num_attention_heads=16,
                        ffn_hidden_size=8192, global_batch_size=8)
@@ -345,7 +345,7 @@ def test_raw_formulation_with_a_tight_tier_matches_exhaustive():
 def test_moe_experts_offload_with_their_own_shards():
     """Routed experts are sharded over the expert-data-parallel group: their offloaded states
     follow that sharding, and the model still agrees with brute force."""
-    from formulations.exhaustive import run_exhaustive
+    from formulations.train.exhaustive import run_exhaustive
 
     model = tiny_model(num_layers=2, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
                        ffn_hidden_size=1024, seq_len=512, global_batch_size=4,

@@ -12,10 +12,10 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formulations.exhaustive import run_exhaustive
-from formulations.search import run_search
-from planner.costmodel.tables import build_tables
-from planner.costmodel.evaluator import evaluate
+from formulations.train.exhaustive import run_exhaustive
+from formulations.train.search import run_search
+from planner.costmodel.train.tables import build_tables
+from planner.costmodel.train.evaluator import evaluate
 
 from instances import instances, offload_instances
 

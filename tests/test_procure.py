@@ -14,9 +14,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formulations.space import SearchSpace, SpaceOptions
-from planner.costmodel.batch import evaluate_columns, inner_columns
-from planner.costmodel.tables import build_tables
+from formulations.train.space import SearchSpace, SpaceOptions
+from planner.costmodel.train.batch import evaluate_columns, inner_columns
+from planner.costmodel.train.tables import build_tables
 from planner.errors import InfeasibleError, InputError
 from planner.procurement import (
     METRICS,
@@ -209,7 +209,7 @@ def test_optimum_equals_exhaustive_search(instance, objective, days, budget, pri
 def test_solver_deadline_and_top_k_match_brute_force(objective):
     """The inner solve under an iteration-time limit (a constraint of the formulation) and
     its K best plans equal brute force over the same space."""
-    from planner.orchestration.solver import solve
+    from planner.orchestration.train import solve
 
     model, templates, _ = INSTANCES["comm"]
     cl = templates[0].resized(8)

@@ -9,7 +9,7 @@ import pytest
 
 from planner.cli.collective import collective_result
 from planner.costmodel.energy import network_capex_usd_per_gpu, network_power_w_per_gpu
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.costmodel.network import collective_breakdown, ramp_io_fraction
 from planner.errors import InputError
 from planner.specs.loaders import cluster_from_dict, load_cluster

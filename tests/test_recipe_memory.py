@@ -8,9 +8,9 @@ from importlib import resources
 import pytest
 import yaml
 
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.costmodel.numerics import Numerics
-from planner.costmodel.stage import state_bytes
+from planner.costmodel.train.stage import state_bytes
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
 from planner.validation.nemo import nemo_data, recipe_model

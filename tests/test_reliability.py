@@ -232,7 +232,7 @@ def test_proven_optimal_is_named_and_gaps_are_separate(capsys):
 
 def _stopped_at_time_limit(monkeypatch):
     """The search as if its time ran out right after the presolve's incumbents."""
-    import planner.orchestration.solver as orch
+    import planner.orchestration.train as orch
 
     real = orch.run_search
     monkeypatch.setattr(orch, "run_search", lambda tb, backend, top_k, limit, *a, **k:
@@ -380,7 +380,7 @@ def test_api_values_not_silently_taken(call, name):
 
 def test_absurd_latency_is_refused(tmp_path):
     """A finite but absurd latency (75 million seconds) overflowed the integer model's rows:
-    an AssertionError from formulations/build.py instead of an InputError. The level's
+    an AssertionError from formulations/train/build.py instead of an InputError. The level's
     latency is now at most a second."""
     path = _edited(tmp_path, ROOT / "hardware_catalog" / "clusters" / "dgx-a100-superpod.yaml",
                    "latency_us: 2", "latency_us: 75059993789649.0")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.costmodel.evaluator import Estimate, evaluate
+from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.costmodel.pipeline import bubble_factor
 from planner.specs.loaders import cluster_from_dict, load_cluster, load_model
 from planner.specs.model import ModelSpec

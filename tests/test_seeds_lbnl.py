@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from formulations.space import SpaceOptions
+from formulations.train.space import SpaceOptions
 from planner.orchestration import solve
 from planner.specs.loaders import cluster_from_dict, load_model
 from planner.specs.model import ModelSpec

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.costmodel.evaluator import Estimate, evaluate
-from planner.costmodel.streams import two_stream_iteration
+from planner.costmodel.train.evaluator import Estimate, evaluate
+from planner.costmodel.train.streams import two_stream_iteration
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
 
@@ -45,7 +45,7 @@ def run(strategy: str, **extra) -> Estimate:
 
 def stream_speedups(prefetch: str = "madmax") -> dict[str, float]:
     """Speed-ups over FSDP with MAD-Max's two-stream overlap model (the named variant in
-    planner/costmodel/streams.py) on our compute and collective times."""
+    planner/costmodel/train/streams.py) on our compute and collective times."""
     model, cluster = load_model("gpt3-175b"), load_cluster(SYSTEM)
     t = {s: two_stream_iteration(model, cluster, plan_for(s), prefetch).iteration_s
          for s in STRATEGIES}

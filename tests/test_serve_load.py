@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.costmodel.serve_eval import (
+from planner.costmodel.serve.evaluate import (
     ReplicaPerf,
     aggregated_latency,
     aggregated_rps,
@@ -14,7 +14,7 @@ from planner.costmodel.serve_eval import (
     evaluate_serve,
     replica_perf,
 )
-from planner.costmodel.serving import Prefill, ServeMemory
+from planner.costmodel.serve.step import Prefill, ServeMemory
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.serve import ServePlan, ServeWorkload
 from planner.validation.serve_sim import simulate

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.costmodel.layer import embedding_params, head_params, layer_params
-from planner.costmodel.queueing import md1_wait_s, poisson_quantile
-from planner.costmodel.serve_eval import evaluate_serve, kv_transfer_s, replica_perf
-from planner.costmodel.serving import (
+from planner.costmodel.serve.queueing import md1_wait_s, poisson_quantile
+from planner.costmodel.serve.evaluate import evaluate_serve, kv_transfer_s, replica_perf
+from planner.costmodel.serve.step import (
     decode_step_s,
     kv_bytes_per_sequence,
     kv_bytes_per_token_layer,
@@ -214,7 +214,7 @@ def test_mdc_wait_far_from_saturation_is_zero_without_overflow():
 
     import numpy as np
 
-    from planner.costmodel.queueing import mdc_wait_s
+    from planner.costmodel.serve.queueing import mdc_wait_s
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from formulations.serve import BACKENDS, ServeProblem, presolve, solve
-from formulations.serve_space import SCALE, Row, ServeSpace, tables
+from formulations.serve.search import BACKENDS, ServeProblem, presolve, solve
+from formulations.serve.space import SCALE, Row, ServeSpace, tables
 from planner.errors import InputError
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.serve import ServePlan, ServeWorkload

@@ -108,8 +108,8 @@ CUT_SHORT = {"cpsat": _cpsat_cut_short, "milp": _milp_cut_short}
 
 
 def _serve_problem(objective: str):
-    from formulations.serve import ServeProblem
-    from formulations.serve_space import Row
+    from formulations.serve.search import ServeProblem
+    from formulations.serve.space import Row
     from planner.specs.loaders import load_cluster
     from planner.specs.serve import ServePlan
 
@@ -133,7 +133,7 @@ def _milp_has_bound() -> bool:
 def test_serve_time_limited_is_time_limit(monkeypatch, backend, objective):
     """Cut short, the answer keeps its incumbent (here the optimum the solver had found
     but not proven) and the gap to the solver's bound."""
-    from formulations.serve import solve
+    from formulations.serve.search import solve
 
     problem = _serve_problem(objective)
     proven = solve(problem, backend)
@@ -153,7 +153,7 @@ def test_serve_time_limited_is_time_limit(monkeypatch, backend, objective):
 def _energy_problem(seed: int):
     """The issue's reproduction: 400 synthetic layouts, up to 12 mixed, energy at a rate
     of 150 times the largest capacity (HiGHS needs longer than 0.2 s to prove these)."""
-    from formulations.serve import ServeProblem
+    from formulations.serve.search import ServeProblem
     from test_serve_search import _random_row
 
     rng = random.Random(seed)
@@ -168,7 +168,7 @@ def test_serve_milp_reproduction_is_honest(seed):
     a feasible incumbent no better than CP-SAT's proven optimum, with a bound no worse
     and the gap between them. (Whether 0.2 s suffices depends on the machine, so both
     answers are checked for what they claim.)"""
-    from formulations.serve import feasible, solve
+    from formulations.serve.search import feasible, solve
 
     problem = _energy_problem(seed)
     best = solve(problem, "cpsat", 30)
@@ -186,7 +186,7 @@ def test_serve_milp_reproduction_is_honest(seed):
 
 @pytest.mark.parametrize("backend", ["cpsat", "milp"])
 def test_dlrm_time_limited_is_time_limit(monkeypatch, backend):
-    from formulations.dlrm_search import solve_sharding
+    from formulations.dlrm.search import solve_sharding
     from test_dlrm import random_instance
 
     m, c = random_instance(3)
@@ -204,7 +204,7 @@ def test_serve_gap_is_over_every_mode(monkeypatch):
     """The plan comes from a proven mode but another mode ran out of time: the gap is to
     the best any mode could reach (the other's bound), not the chosen mode's own proof."""
     import planner.orchestration.serve as orch
-    from formulations.serve import ServeSolution
+    from formulations.serve.search import ServeSolution
     from planner.specs.serve import ServeWorkload
 
     rows = _serve_problem("gpus").pools["aggregated"]

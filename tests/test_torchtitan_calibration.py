@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from planner import api
-from planner.costmodel.evaluator import Estimate
+from planner.costmodel.train.evaluator import Estimate
 from planner.costmodel.frameworks import violations
 from planner.errors import InputError
 from planner.specs.framework import load_framework

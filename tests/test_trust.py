@@ -8,9 +8,9 @@ import pytest
 from planner.costmodel import constants as C
 from planner.costmodel.compose import dp_window_microbatches, headroom_bytes, split_p2p
 from planner.costmodel.compute import gemm_efficiency, gemm_time_s
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.costmodel.layer import layer_cost, masked_attention_flops_per_sequence
-from planner.costmodel.stage import head_cost
+from planner.costmodel.train.stage import head_cost
 from planner.costmodel.shapes import LayerShape, LayerStrategy, Net
 from planner.specs.loaders import load_gpu, load_model
 from planner.specs.plan import Plan

@@ -35,7 +35,7 @@ from typing import Callable, Iterable
 
 import yaml
 
-from planner.costmodel.evaluator import evaluate
+from planner.costmodel.train.evaluator import evaluate
 from planner.specs.cluster import ClusterSpec
 from planner.specs.gpu import GPUSpec
 from planner.specs.loaders import load_cluster, load_gpu, load_model

@@ -122,7 +122,7 @@ def space_items(n: int) -> Iterator[Item]:
     per format; plans the exporter itself refuses are not the frameworks' to judge."""
     from dataclasses import replace
 
-    from formulations.space import SearchSpace, SpaceOptions
+    from formulations.train.space import SearchSpace, SpaceOptions
     from planner.specs.framework import load_framework
     from planner.specs.loaders import load_cluster, load_model
     from planner.specs.plan_base import model_defaults
@@ -158,7 +158,7 @@ def serving_items() -> Iterator[Item]:
 
 
 def torchrec_items() -> Iterator[Item]:
-    from formulations.dlrm_search import solve_sharding
+    from formulations.dlrm.search import solve_sharding
     from planner.report.torchrec import torchrec_plan
     from planner.specs.loaders import load_cluster, load_model
 

@@ -219,7 +219,7 @@ def _print_text(res: Any, pareto: bool, sim: dict | None, launch: dict | None,
 def _space(weight_dtypes: str, fix: dict):
     """The search space with the ``--weight-dtypes`` allow-list; a ``--fix weight_dtype``
     outside an allow-list the user gave is refused, not silently preferred."""
-    from formulations.serve_space import ServeSpace, weight_dtypes as parse
+    from formulations.serve.space import ServeSpace, weight_dtypes as parse
 
     allowed = parse(weight_dtypes)
     wd = fix.get("weight_dtype")

@@ -1,8 +1,8 @@
 """How the cost terms combine: stage time, iteration time, memory and busy time, once.
 
-The evaluator (:mod:`planner.costmodel.evaluator`), the vectorized evaluator
-(:mod:`planner.costmodel.batch`), the presolve bounds (:mod:`formulations.search`) and
-the linear rows (:mod:`formulations.build`) all combine the same per-layer and per-stage
+The evaluator (:mod:`planner.costmodel.train.evaluator`), the vectorized evaluator
+(:mod:`planner.costmodel.train.batch`), the presolve bounds (:mod:`formulations.train.search`) and
+the linear rows (:mod:`formulations.train.build`) all combine the same per-layer and per-stage
 terms; they do it through these functions, which work on Python floats and on numpy
 arrays alike (a leading axis per plan, the stage groups on ``axis``)::
 
@@ -168,7 +168,7 @@ def bubble_coefficient(pp, v):
 
 
 #: The straggler share is rounded up to a multiple of 1/STRAGGLER_DEN, so that the linear
-#: rows (formulations/build.py) carry the evaluator's factor exactly as a fraction.
+#: rows (formulations/train/build.py) carry the evaluator's factor exactly as a fraction.
 STRAGGLER_DEN = 1000
 
 

@@ -1,5 +1,5 @@
 """Which rules of a framework profile a plan breaks: one statement, read by the search space
-(:mod:`formulations.space`, which keeps only plans without violations) and by the
+(:mod:`formulations.train.space`, which keeps only plans without violations) and by the
 exporters (:mod:`planner.export`, which refuse the first violation).
 
 The single-field rules are data in the profile (:class:`planner.specs.framework.FrameworkProfile`);

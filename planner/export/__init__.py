@@ -34,7 +34,7 @@ def export_plan(fmt: str, plan: Plan, model: ModelSpec, cluster: ClusterSpec) ->
 def check_exportable(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> None:
     """A transformer model and a plan that can run on the cluster (fewer GPUs than the
     cluster has are fine: the launch uses the plan's), else an InputError saying why."""
-    from planner.costmodel.evaluator import check_structure
+    from planner.costmodel.train.evaluator import check_structure
 
     if not isinstance(model, ModelSpec):
         raise InputError(f"model '{getattr(model, 'name', model)}': only transformer models "

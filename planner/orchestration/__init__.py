@@ -1,5 +1,5 @@
 """Orchestration: solve (best plan on a cluster) and procure (what to buy)."""
 
-from planner.orchestration.solver import SolvedPlan, SolveResult, solve
+from planner.orchestration.train import SolvedPlan, SolveResult, solve
 
 __all__ = ["solve", "SolveResult", "SolvedPlan"]

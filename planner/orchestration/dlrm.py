@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from formulations.dlrm_search import DLRMSolution, solve_sharding
+from formulations.dlrm.search import DLRMSolution, solve_sharding
 from planner.errors import InputError
 from planner.orchestration.overrun import overrun_fields, overrun_s
 from planner.specs.cluster import ClusterSpec

@@ -1,8 +1,8 @@
 """``planner serve``: the best serving plan for a workload, found exactly and checked by
 the evaluator.
 
-Tables of every replica layout per pool (:mod:`formulations.serve_space`), then the integer
-model (:mod:`formulations.serve`) per mode (aggregated; disaggregated), the better mode
+Tables of every replica layout per pool (:mod:`formulations.serve.space`), then the integer
+model (:mod:`formulations.serve.search`) per mode (aggregated; disaggregated), the better mode
 kept (ties: aggregated). Without a rate or a GPU budget the question is offline: the
 layout with the most output tokens/s per GPU (within the SLOs when there are SLOs).
 """
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from formulations.serve import ServeProblem, ServeSolution, presolve, solve
-from formulations.serve_space import SCALE, Row, ServeSpace, fixed_space, tables
-from planner.costmodel.serve_eval import (
+from formulations.serve.search import ServeProblem, ServeSolution, presolve, solve
+from formulations.serve.space import SCALE, Row, ServeSpace, fixed_space, tables
+from planner.costmodel.serve.evaluate import (
     ServeEstimate,
     aggregated_latency,
     evaluate_serve,
@@ -87,8 +87,8 @@ def _check_args(w: ServeWorkload, objective: str, gpus: int | None) -> str:
 def _why_no_layout(model: ModelSpec, clusters: list[ClusterSpec], space: ServeSpace,
                    tabs: dict) -> list[str]:
     """When no layout of the space exists at all: the first few distinct reasons."""
-    from formulations.serve_space import _layouts
-    from planner.costmodel.serve_eval import layout_reasons
+    from formulations.serve.space import _layouts
+    from planner.costmodel.serve.evaluate import layout_reasons
 
     if any(rows for pools in tabs.values() for rows in pools.values()):
         return []
@@ -121,8 +121,8 @@ def reachable(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload,
     """The fastest first token and the fastest token interval any layout of ``space``
     reaches on the GPUs given, each under no other load (one sequence: its prefill alone,
     a decode batch of one), with the layouts; empty when no layout fits."""
-    from formulations.serve_space import _layouts
-    from planner.costmodel.serve_eval import cluster_for
+    from formulations.serve.space import _layouts
+    from planner.costmodel.serve.evaluate import cluster_for
 
     best: dict[str, tuple[float, str]] = {}
     for cluster, base in _layouts(model, clusters, space):

@@ -19,7 +19,7 @@ from planner.procurement.metrics import (
 )
 from planner.procurement.option import Answer, Inputs, OptionSolver, answer_option
 from planner.procurement.results import ProcureResult, Procured, pareto_front
-from planner.procurement.search import procure
+from planner.procurement.train import procure
 from planner.procurement.templates import (
     DEFAULT_MAX_GPUS,
     DERIVE_FROM,

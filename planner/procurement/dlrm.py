@@ -1,6 +1,6 @@
 """Procurement for a DLRM: the cheapest cluster (GPU type and count) that trains the
 model on ``samples`` samples within ``days`` (or the fastest within a budget). Every
-(template, count) option gets its exact sharding plan (formulations/dlrm_search.py);
+(template, count) option gets its exact sharding plan (formulations/dlrm/search.py);
 days, dollars, MWh and GPU-hours come from :func:`metrics.option_metrics`, as for
 transformers (docs/procure.md), with the GPUs busy for the whole iteration."""
 
@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from formulations.dlrm_search import solve_sharding
+from formulations.dlrm.search import solve_sharding
 from planner.errors import InfeasibleError, InputError
 from planner.procurement.metrics import option_metrics
 from planner.procurement.templates import candidate_counts

@@ -13,7 +13,7 @@ from planner.costmodel.energy import (
     network_capex_usd_per_gpu,
     price_per_gpu_hour,
 )
-from planner.costmodel.goodput import Goodput
+from planner.costmodel.train.goodput import Goodput
 from planner.costmodel.layer import head_model_flops_per_token, layer_model_flops_per_token
 from planner.costmodel.objective import J_PER_MWH, SECONDS_PER_DAY, Objective
 from planner.errors import InputError

@@ -1,5 +1,5 @@
 """The inner problem: the best plan of one option (template x GPU count) under the limits,
-by the proven-optimal solve of :func:`planner.orchestration.solver.solve`."""
+by the proven-optimal solve of :func:`planner.orchestration.train.solve`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from formulations.space import SpaceOptions
+from formulations.train.space import SpaceOptions
 from planner.errors import InfeasibleError
-from planner.orchestration.solver import SolvedPlan, solve
+from planner.orchestration.train import SolvedPlan, solve
 from planner.procurement.metrics import METRICS, TIME, Linear, Option, fmt, meets
 from planner.procurement.results import Procured
 from planner.specs.model import ModelSpec

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from planner.costmodel.evaluator import Estimate
-from planner.costmodel.goodput import Goodput
+from planner.costmodel.train.evaluator import Estimate
+from planner.costmodel.train.goodput import Goodput
 from planner.procurement.metrics import METRICS, meets
 from planner.specs.plan import Plan
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from planner.costmodel.evaluator import OFFLOAD_KEY, TIME_KEYS, Estimate
+from planner.costmodel.train.evaluator import OFFLOAD_KEY, TIME_KEYS, Estimate
 
 COLORS = {
     "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8172B3",

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.costmodel.constants import GiB
-from planner.costmodel.evaluator import Estimate
+from planner.costmodel.train.evaluator import Estimate
 from planner.specs.plan import WORLD_DIMS, Plan
 
 
@@ -157,7 +157,7 @@ def _totals_text(t: dict) -> str:
 
 
 def goodput_text(g: dict) -> str:
-    """One line on a goodput record (planner/costmodel/goodput.py ``Goodput.to_json``)."""
+    """One line on a goodput record (planner/costmodel/train/goodput.py ``Goodput.to_json``)."""
     if g["mtbf_s"] is None:
         return "goodput 100% (no interruptions)"
     return (f"goodput {g['fraction']:.1%}: an interruption every {g['mtbf_s'] / 3600:.2f} h, "

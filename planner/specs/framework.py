@@ -3,7 +3,7 @@
 A profile states, once, the plan fields and values a framework (at one version) supports,
 the named conditional rules it obeys (implemented once, in
 :mod:`planner.costmodel.frameworks`), its export format, and the kernels it runs. The
-search space (:mod:`formulations.space`) and the exporters' refusals
+search space (:mod:`formulations.train.space`) and the exporters' refusals
 (:mod:`planner.export`) both read it, so every plan a ``--framework F`` solve returns is one
 F's exporter accepts. Shipped as ``hardware_catalog/frameworks/<name>.yaml``; every
 restriction and rule carries a citation in ``sources``.

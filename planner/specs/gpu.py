@@ -28,7 +28,7 @@ class GPUEfficiency(Spec):
     hbm_fraction: float = Field(..., gt=0, le=1, description="achievable share of HBM bandwidth")
     embedding_lookup_fraction: float | None = Field(
         None, gt=0, le=1, description="share of HBM bandwidth that embedding-bag lookups "
-        "(random row gathers) reach; default hbm_fraction (planner/costmodel/dlrm.py)")
+        "(random row gathers) reach; default hbm_fraction (planner/costmodel/dlrm/model.py)")
     kernel_overhead_us: float = Field(0.0, ge=0, description="fixed cost per kernel launch")
     overlap_slowdown: float = Field(
         0.0, ge=0, le=1, description="share of overlapped communication time lost to compute"

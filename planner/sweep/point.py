@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from planner.costmodel.evaluator import OFFLOAD_KEY, Estimate, evaluate
+from planner.costmodel.train.evaluator import OFFLOAD_KEY, Estimate, evaluate
 from planner.errors import InfeasibleError, InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec

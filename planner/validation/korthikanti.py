@@ -16,9 +16,9 @@ from importlib import resources
 import yaml
 
 from planner.costmodel.constants import GiB
-from planner.costmodel.evaluator import evaluate, prepare
+from planner.costmodel.train.evaluator import evaluate, prepare
 from planner.costmodel.layer import dense_layer_params
-from planner.costmodel.stage import state_bytes
+from planner.costmodel.train.stage import state_bytes
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from planner.costmodel.evaluator import Estimate, evaluate
+from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.specs.cluster import ClusterSpec
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.model import ModelSpec

@@ -19,7 +19,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from planner.costmodel.serve_eval import ReplicaPerf, _fleet
+from planner.costmodel.serve.evaluate import ReplicaPerf, _fleet
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec

@@ -18,7 +18,7 @@ from importlib import resources
 
 import yaml
 
-from planner.costmodel.serve_eval import evaluate_serve
+from planner.costmodel.serve.evaluate import evaluate_serve
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
 

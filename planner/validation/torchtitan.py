@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from planner.costmodel.evaluator import Estimate, evaluate
+from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.costmodel.frameworks import framework_cluster
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec

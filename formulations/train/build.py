@@ -8,7 +8,7 @@ Decision variables (binary):
   at point q, with ``sum_u x[q,u] = y[q]``.
 - ``w[q,z]``: the state option z at point q (the ZeRO stage, and on clusters with an
   offload tier whether the optimizer and the ZeRO-3 parameter shards are offloaded:
-  :data:`formulations.space.STATES`), with ``sum_z w[q,z] = y[q]``.
+  :data:`formulations.train.space.STATES`), with ``sum_z w[q,z] = y[q]``.
 
 This is the disaggregated (convex-hull) form of the disjunction over points: given q,
 every term of the evaluator is a constant per (q, u) or (q, z), taken from
@@ -36,7 +36,7 @@ coarser power of ten for the largest jobs) and memory is integer bytes. Added te
 rounded down, subtracted ones (overlap windows) up, and ``kappa`` down. The model's time
 for any plan is therefore at most the evaluator's (up to one tick from the division by
 v pp), and its memory at most the evaluator's. Its feasible set contains the true one.
-The search in :mod:`formulations.search` re-evaluates each answer with the evaluator and
+The search in :mod:`formulations.train.search` re-evaluates each answer with the evaluator and
 stops only when no other plan's bound can beat the best exact value.
 """
 
@@ -48,8 +48,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from formulations.linear import Expr, LinearModel
-from formulations.space import RECOMPUTE
+from formulations.linear import Expr, LinearModel, Ticks, check_magnitudes, choose_ticks
+from formulations.train.space import RECOMPUTE
 from planner.errors import InputError
 from planner.costmodel.compose import (
     SHARDED_MICROBATCH_OVERLAP,
@@ -62,53 +62,10 @@ from planner.costmodel.compose import (
     stage_time,
     tail_time,
 )
-from planner.costmodel.tables import Key, Tables
+from planner.costmodel.train.tables import Key, Tables
 
 KAPPA_DEN = 1000
-#: Largest magnitude a row may reach. CP-SAT's presolve and LP work in doubles: rows whose
-#: terms reach ~1e16 lose exactness (seen here: a feasible better solution was pruned), so
-#: every coefficient x bound stays below 2^53 / 64.
-SAFE = 2**53 // 64
 OBJ_DIGITS = 6
-
-
-
-@dataclass(frozen=True)
-class Ticks:
-    """Integer time unit: the finest power-of-ten fraction of a second that keeps every
-    row below ``SAFE`` (picoseconds for small jobs, nanoseconds for the largest)."""
-
-    per_s: float
-
-    def down(self, x: float) -> int:
-        return int(math.floor(x * self.per_s))
-
-    def up(self, x: float) -> int:
-        return int(math.ceil(x * self.per_s))
-
-
-def choose_ticks(t_ub_s: float, multiplier: float) -> Ticks:
-    per_s = 1e12
-    while per_s > 1e3 and t_ub_s * per_s * multiplier > SAFE:
-        per_s /= 10
-    return Ticks(per_s)
-
-
-def check_magnitudes(lm: LinearModel) -> None:
-    """Refuse a model whose rows reach the magnitudes where double arithmetic goes inexact.
-
-    Only absurd inputs get here (a latency of years, a bandwidth of bytes per second), so
-    it is the input that is refused, with the quantity that overflowed."""
-    for c in lm.cons:
-        lo, hi = lm.bounds(c.expr)
-        if max(abs(lo), abs(hi)) > 64 * SAFE:
-            what = {"time": "an iteration time", "memory": "a memory total"}.get(
-                getattr(c, "dim", ""), "a row")
-            raise InputError(
-                f"{what} of some candidate plan reaches {max(abs(lo), abs(hi)):.3g} integer "
-                f"units, beyond what the solver represents exactly (2^53): check the "
-                f"cluster's latency_us and bandwidth_GBps and the GPU's peak_tflops and "
-                f"hbm_gib for implausible values")
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The exact evaluator of a DLRM sharding plan: per-rank loads, the phases of one
-iteration (each as long as its slowest rank; planner/costmodel/dlrm.py), samples/s and
-memory per GPU. The formulation (formulations/dlrm.py) minimizes the same sum of phases
+iteration (each as long as its slowest rank; planner/costmodel/dlrm/model.py), samples/s and
+memory per GPU. The formulation (formulations/dlrm/build.py) minimizes the same sum of phases
 with the same coefficients; :func:`compose` is the one place they combine."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.costmodel.dlrm import (
+from planner.costmodel.dlrm.model import (
     DenseCost,
     Links,
     Option,
@@ -123,7 +123,7 @@ def phase_floors_s(model: DLRMSpec, cluster: ClusterSpec, recv_bytes: float,
 def compose(model: DLRMSpec, cluster: ClusterSpec, loads: Loads) -> DLRMEstimate:
     """The iteration from per-rank loads: sparse phases at their slowest rank, the output
     distribution overlapped with the bottom MLP, the dense all-reduce with the backward
-    lookups (module docstring of planner/costmodel/dlrm.py)."""
+    lookups (module docstring of planner/costmodel/dlrm/model.py)."""
     ln, dn = links(model, cluster), dense_cost(model, cluster)
     lat_f, lat_b = latencies_s(ln, loads.used)
     _, ar_s, dist_f, dist_b = phase_floors_s(model, cluster, loads.recv_bytes,

@@ -48,13 +48,13 @@ from planner.costmodel.numerics import Numerics
 from planner.costmodel.network import PlacementError, combine, group_spans
 from planner.costmodel.pipeline import Stage, distinct_stages, stage_layout
 from planner.costmodel.moe import expert_spans
-from planner.costmodel.offload import (
+from planner.costmodel.train.offload import (
     OffloadTimes,
     host_state_bytes,
     missing_tier_reason,
     offload_times,
 )
-from planner.costmodel.stage import (
+from planner.costmodel.train.stage import (
     EndCost,
     add_dp_comm,
     add_states,

@@ -1,5 +1,5 @@
 """Brute force, the reference every other backend is tested against: every plan of the
-space, costed by the vectorized evaluator (:func:`planner.costmodel.batch.evaluate_columns`,
+space, costed by the vectorized evaluator (:func:`planner.costmodel.train.batch.evaluate_columns`,
 the evaluator's own terms and composition), the best ones re-evaluated one by one with
 the scalar evaluator, which decides the answer."""
 
@@ -11,10 +11,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from formulations.search import Candidate, SearchResult, SearchStats, evaluate_key
-from planner.costmodel.batch import evaluate_columns, inner_columns
+from formulations.train.search import Candidate, SearchResult, SearchStats, evaluate_key
+from planner.costmodel.train.batch import evaluate_columns, inner_columns
 from planner.costmodel.objective import Objective
-from planner.costmodel.tables import Tables, build_tables
+from planner.costmodel.train.tables import Tables, build_tables
 
 #: Points costed per vectorized call: bounds memory (a few hundred MB at most).
 CHUNK_PLANS = 200_000

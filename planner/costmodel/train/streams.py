@@ -48,7 +48,7 @@ def two_stream_iteration(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
                          prefetch: Literal["madmax", "optimized"] = "madmax") -> StreamTimes:
     """One iteration of ``plan`` (zero_stage 0 = DDP, 3 = FSDP) replayed on MAD-Max's two
     streams."""
-    from planner.costmodel.evaluator import prepare  # local: the evaluator imports us not
+    from planner.costmodel.train.evaluator import prepare  # local: the evaluator imports us not
 
     if plan.pp != 1 or plan.num_microbatches != 1:
         raise ValueError("the MAD-Max stream model needs pp = 1 and one microbatch per rank")

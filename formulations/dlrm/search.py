@@ -8,12 +8,12 @@ import math
 import time
 from dataclasses import dataclass
 
-from formulations.dlrm import DLRMVars, build, placement
-from formulations.dlrm_bound import lp_bound
-from formulations.dlrm_local import local_plan, local_state, state_plan
+from formulations.dlrm.build import DLRMVars, build, placement
+from formulations.dlrm.bound import lp_bound
+from formulations.dlrm.local import local_plan, local_state, state_plan
 from formulations.linear import CpsatSession, MilpSession, SolverOutcome
-from planner.costmodel.dlrm import Option, links, table_options
-from planner.costmodel.dlrm_eval import DLRMEstimate, Loads, compose, evaluate_dlrm
+from planner.costmodel.dlrm.model import Option, links, table_options
+from planner.costmodel.dlrm.evaluate import DLRMEstimate, Loads, compose, evaluate_dlrm
 from planner.errors import InfeasibleError, InputError, ResourceError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMPlan, DLRMSpec
@@ -27,7 +27,7 @@ MILP_RUNS = (({"tol": 1e-7, "presolve": "off"}, {"tol": 1e-6, "presolve": "off"}
              ({"tol": 1e-7, "presolve": "on"}, {"tol": 1e-6, "presolve": "on"}))
 #: Plans the exhaustive backend enumerates at most (it is the reference on tiny instances).
 MAX_EXHAUSTIVE = 200_000
-#: Share of CP-SAT's time limit the local search (formulations/dlrm_local.py) may use for
+#: Share of CP-SAT's time limit the local search (formulations/dlrm/local.py) may use for
 #: its warm start; on small instances it stops much earlier (no improving move left).
 LOCAL_SHARE = 0.5
 #: Variables (one per option, and per rank or node for placed options) beyond which the
@@ -160,7 +160,7 @@ def _exact(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s: fl
 
 def model_vars(model: DLRMSpec, cluster: ClusterSpec,
                kinds: tuple[str, ...] | None = None) -> int:
-    """Variables of the exact model :func:`formulations.dlrm.build` would make (its
+    """Variables of the exact model :func:`formulations.dlrm.build.build` would make (its
     assignment variables; the phase and indicator variables are a handful more)."""
     return _vars_of(model, cluster, [table_options(model, cluster, i, kinds)
                                      for i in range(len(model.tables))])
@@ -263,7 +263,7 @@ def greedy_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars,
     """A warm start for CP-SAT: the best (by the evaluator) of TorchRec's table-wise
     greedy partitioner, two best fits (:func:`best_fit_plan`: over every option, and over
     the options that place shards on chosen ranks or nodes only) and, given a
-    ``deadline``, the local search of :mod:`formulations.dlrm_local`."""
+    ``deadline``, the local search of :mod:`formulations.dlrm.local`."""
     best = None
     starts = [table_wise_greedy(model, cluster, vm), best_fit_plan(model, cluster, vm),
               best_fit_plan(model, cluster, vm, ("ranks", "node"))]
@@ -289,7 +289,7 @@ def table_wise_greedy(model: DLRMSpec, cluster: ClusterSpec,
     """TorchRec's greedy partitioner (torchrec/distributed/planner/partitioners.py,
     GreedyPerfPartitioner): largest table first, table-wise, onto the least-loaded rank
     with memory left."""
-    from planner.costmodel.dlrm import dense_cost, usable_hbm_bytes
+    from planner.costmodel.dlrm.model import dense_cost, usable_hbm_bytes
 
     ln = links(model, cluster)
     cap = usable_hbm_bytes(cluster) - dense_cost(model, cluster).memory_bytes
@@ -322,7 +322,7 @@ def best_fit_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars,
     variables, or None when some copy fits nowhere."""
     import numpy as np
 
-    from planner.costmodel.dlrm import dense_cost, usable_hbm_bytes
+    from planner.costmodel.dlrm.model import dense_cost, usable_hbm_bytes
 
     ln = links(model, cluster)
     cap = usable_hbm_bytes(cluster) - dense_cost(model, cluster).memory_bytes
@@ -433,7 +433,7 @@ def work_bound_s(model: DLRMSpec, cluster: ClusterSpec) -> float:
     at least the total work of all ranks over the rank count (a sum of per-phase maxima is
     at least the sum of per-phase means), each table doing its least total work, plus the
     dense middle and the optimizer step."""
-    from planner.costmodel.dlrm import dense_cost
+    from planner.costmodel.dlrm.model import dense_cost
 
     ln = links(model, cluster)
 
@@ -468,7 +468,7 @@ def decode(model: DLRMSpec, vm: DLRMVars, values: list[int]) -> DLRMPlan:
 
 def _infeasible(model: DLRMSpec, cluster: ClusterSpec) -> InfeasibleError:
     """Why nothing fits: the least memory any plan needs on its fullest rank."""
-    from planner.costmodel.dlrm import dense_cost, usable_hbm_bytes
+    from planner.costmodel.dlrm.model import dense_cost, usable_hbm_bytes
 
     ln = links(model, cluster)
     options = [table_options(model, cluster, i) for i in range(len(model.tables))]

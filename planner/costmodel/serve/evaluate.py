@@ -9,7 +9,7 @@ most ``1/w`` requests/s. Below saturation the decode batch is what the load keep
 flight (:func:`decode_batch`: Little's law against the step time, a fixed point), and
 the step is timed at that batch. Prefill work stalls decode: the mean TPOT is
 ``t_d(B) / (1 - lam o_p)``. TTFT waits in an M/D/1 queue
-(:mod:`planner.costmodel.queueing`). Disaggregated: prefill replicas are M/D/1 servers
+(:mod:`planner.costmodel.serve.queueing`). Disaggregated: prefill replicas are M/D/1 servers
 of ``o_p``; decode replicas step at ``t_d(B)``; the KV cache crosses the network between
 them. docs/serving.md.
 """
@@ -22,8 +22,8 @@ from functools import lru_cache
 
 from planner.costmodel.energy import energy_coefficients, price_per_gpu_hour
 from planner.costmodel.network import PlacementError, p2p_time_s
-from planner.costmodel.queueing import md1_wait_s, mdc_wait_s, normal_quantile, poisson_quantile
-from planner.costmodel.serving import (
+from planner.costmodel.serve.queueing import md1_wait_s, mdc_wait_s, normal_quantile, poisson_quantile
+from planner.costmodel.serve.step import (
     Prefill,
     ServeMemory,
     decode_step_s,

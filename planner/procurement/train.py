@@ -21,8 +21,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Callable, Sequence
 
-from formulations.space import SpaceOptions
-from planner.costmodel.goodput import training_goodput
+from formulations.train.space import SpaceOptions
+from planner.costmodel.train.goodput import training_goodput
 from planner.errors import InputError
 from planner.procurement.explain import explain
 from planner.procurement.metrics import (
@@ -61,7 +61,7 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     ``pareto``, every option within ``pareto_horizon`` times the limits is solved for
     the fronts of days against cost and against energy. ``goodput`` (on, async, off): every
     total, and the ``days`` limit, is the effective one, divided by the option's
-    training-time fraction under failures and checkpoints (planner/costmodel/goodput.py);
+    training-time fraction under failures and checkpoints (planner/costmodel/train/goodput.py);
     ``off`` keeps the ideal ones. Raises :class:`InfeasibleError`
     (``.result`` holds the partial :class:`ProcureResult`) when nothing meets the limits.
     """
@@ -236,7 +236,7 @@ def _pool(workers: int | None, jobs: int) -> Any:
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["planner.procurement.search"])
+        ctx.set_forkserver_preload(["planner.procurement.train"])
     pool = WorkerPool(max_workers=n, mp_context=ctx)
     pool.width = n  # type: ignore[attr-defined]
     return pool

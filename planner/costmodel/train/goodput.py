@@ -31,7 +31,7 @@ from typing import Any, Literal
 from planner.costmodel.layer import total_params
 from planner.costmodel.numerics import Numerics
 from planner.costmodel.pipeline import stage_layout
-from planner.costmodel.stage import expert_dp_size, stage_params_split, state_bytes
+from planner.costmodel.train.stage import expert_dp_size, stage_params_split, state_bytes
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec

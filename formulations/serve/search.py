@@ -1,5 +1,5 @@
 """Exact serving search: integer replica counts per pool over the tabulated layouts
-(:mod:`formulations.serve_space`), solved by CP-SAT, by a MILP (PuLP + HiGHS) and by a
+(:mod:`formulations.serve.space`), solved by CP-SAT, by a MILP (PuLP + HiGHS) and by a
 brute force over the same integer problem.
 
 Per pool ``P`` (aggregated; or prefill and decode) and row ``r`` (a replica layout with
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from formulations.linear import UNIT, CpsatSession, LinearModel, MilpSession, SolverOutcome
-from formulations.serve_space import Row
+from formulations.serve.space import Row
 from planner.errors import InputError
 from planner.specs.serve import MAX_REPLICAS
 

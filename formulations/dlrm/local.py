@@ -6,7 +6,7 @@ lowers the sum of the phase maxima, ties broken by the sum of squared per-rank l
 (which spreads load away from the fullest ranks).
 
 The search works on the same per-shard costs as the model and the evaluator
-(:func:`planner.costmodel.dlrm.table_options`); the floors of the phases that do not
+(:func:`planner.costmodel.dlrm.model.table_options`); the floors of the phases that do not
 depend on placement (received bytes, the bottom MLP, the dense all-reduce) are included so
 that it does not shorten a phase below what bounds it anyway.
 """
@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.costmodel.dlrm import Links, Option, dense_cost, links, usable_hbm_bytes
-from planner.costmodel.dlrm_eval import phase_floors_s
+from planner.costmodel.dlrm.model import Links, Option, dense_cost, links, usable_hbm_bytes
+from planner.costmodel.dlrm.evaluate import phase_floors_s
 from planner.specs.cluster import ClusterSpec
-from formulations.dlrm import placement
+from formulations.dlrm.build import placement
 from planner.specs.dlrm import DLRMPlan, DLRMSpec
 
 #: Extra total work a table may take on for a finer split (column-wise, more shards: each

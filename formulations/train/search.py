@@ -5,7 +5,7 @@
    memory), and an upper bound from exactly evaluating the inner choices of the few most
    promising points. Points whose lower bound exceeds the upper bound cannot be optimal
    and are dropped. Nothing here approximates: the bound is a bound.
-2. **Model**: :func:`formulations.build.build_model` over the remaining points, solved by
+2. **Model**: :func:`formulations.train.build.build_model` over the remaining points, solved by
    CP-SAT or by HiGHS through PuLP.
 3. **Loop**: each answer is evaluated exactly; a no-good cut removes it, and a bound cut
    keeps only plans whose model objective could still beat the K-th best exact value. The
@@ -22,10 +22,10 @@ from typing import Callable
 
 import numpy as np
 
-from formulations.build import VarMap, build_model
+from formulations.train.build import VarMap, build_model
 from formulations.linear import Constraint, CpsatSession, MilpSession
-from formulations.space import RECOMPUTE, Inner
-from planner.costmodel.tables import Key, Tables
+from formulations.train.space import RECOMPUTE, Inner
+from planner.costmodel.train.tables import Key, Tables
 from planner.costmodel.compose import (
     Overlap,
     busy_s,
@@ -36,7 +36,7 @@ from planner.costmodel.compose import (
     tail_time,
 )
 from planner.costmodel.objective import TIME
-from planner.costmodel.evaluator import Estimate, evaluate
+from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.specs.plan import Plan
 
 

@@ -24,14 +24,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from planner.costmodel.evaluator import check_structure
+from planner.costmodel.train.evaluator import check_structure
 from planner.costmodel.frameworks import (
     framework_defaults,
     plan_violations,
     recompute_ok,
     setting_problems,
 )
-from planner.costmodel.points import CP_COMMS, DECISIONS, RECOMPUTE, STATES, Inner, Outer
+from planner.costmodel.train.points import CP_COMMS, DECISIONS, RECOMPUTE, STATES, Inner, Outer
 from planner.costmodel.network import PlacementError, fill_level, spans_for
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec

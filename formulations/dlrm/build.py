@@ -1,18 +1,18 @@
 """Exact embedding-table sharding: a generalized assignment model of DLRM training.
 
 Per table entry ``t`` (``count`` identical copies) and sharding option ``o``
-(:func:`planner.costmodel.dlrm.table_options`): ``m[t,o]`` copies use ``o``; for
+(:func:`planner.costmodel.dlrm.model.table_options`): ``m[t,o]`` copies use ``o``; for
 per-rank options ``n[t,o,r]`` shards sit on rank ``r`` (at most one per copy, so
 ``n <= m`` and ``sum_r n = shards x m``); for table-row-wise ``z[t,o,g]`` copies sit on
 node ``g``. Each phase variable is at least every rank's load in that phase
 (min-max makespan); per-rank HBM and host memory (UVM-cached tables) are hard rows. The objective is the evaluator's
-iteration time, :func:`planner.costmodel.dlrm_eval.compose`, term by term:
+iteration time, :func:`planner.costmodel.dlrm.evaluate.compose`, term by term:
 
     T = P_lookup_fwd + P_dist_fwd + dense_middle + P_dist_bwd + P_lookup_bwd + optimizer
     P_dist_*     >= comm_r + latency(u),  >= receive(m) + latency(u),  >= bottom MLP
     P_lookup_bwd >= lookup_bwd_r,         >= all-reduce(m)
 
-Times are integer ticks rounded down (``formulations.build.Ticks``), so the model's
+Times are integer ticks rounded down (``formulations.train.build.Ticks``), so the model's
 value of any plan is at most the evaluator's and the model's optimum is a lower bound on
 every plan's exact time; the returned plan is re-evaluated and its gap to that bound is
 reported (rounding only: a few ticks). Ranks of one node are interchangeable, so their
@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from formulations.build import SAFE, Ticks, choose_ticks
+from formulations.linear import SAFE, Ticks, choose_ticks
 from formulations.linear import Expr, LinearModel, Var
-from planner.costmodel.dlrm import Links, Option, dense_cost, links, table_options
-from planner.costmodel.dlrm import usable_hbm_bytes
+from planner.costmodel.dlrm.model import Links, Option, dense_cost, links, table_options
+from planner.costmodel.dlrm.model import usable_hbm_bytes
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec, TablePlacement
@@ -219,7 +219,7 @@ def _host_rows(lm: LinearModel, vm: DLRMVars, ln: Links) -> None:
 
 
 def _dist_latency(vm: DLRMVars, ln: Links, fwd: bool) -> Expr:
-    """Latency of the output collectives in use (planner.costmodel.dlrm_eval.latencies_s)."""
+    """Latency of the output collectives in use (planner.costmodel.dlrm.evaluate.latencies_s)."""
     d = vm.ticks.down
     rs, node = (ln.rs, ln.rs_node) if fwd else (ln.ag, ln.ag_node)
     return {vm.u["any_a2a"]: d(ln.a2a[1]), vm.u["rs"]: d(rs[1]), vm.u["twrw"]: d(node[1])}

@@ -1,13 +1,13 @@
 """The vectorized evaluator: many plans at once, through the same terms and composition.
 
 :func:`evaluate_columns` evaluates a columnar batch, plans given as indices into
-coefficient tables (:mod:`planner.costmodel.tables`: point ``q``, recomputation per layer
+coefficient tables (:mod:`planner.costmodel.train.tables`: point ``q``, recomputation per layer
 type, sequence parallelism, state option), with numpy over the stage groups through
 :mod:`planner.costmodel.compose`, the composition the scalar evaluator uses.
 :func:`evaluate_many` takes a list of :class:`~planner.specs.plan.Plan` objects, tabulates
 the points they use, and answers with the same arrays; plans the tables cannot hold (a
 structural rule broken, a placement that does not fit the topology) go through the scalar
-evaluator, so every entry equals :func:`planner.costmodel.evaluator.evaluate` on its plan
+evaluator, so every entry equals :func:`planner.costmodel.train.evaluator.evaluate` on its plan
 (to float rounding, relative 1e-12 in practice).
 """
 
@@ -31,12 +31,12 @@ from planner.costmodel.compose import (
     tail_time,
 )
 from planner.costmodel.energy import energy_coefficients
-from planner.costmodel.evaluator import check_structure, evaluate
+from planner.costmodel.train.evaluator import check_structure, evaluate
 from planner.costmodel.layer import masked_attention_flops_per_sequence, model_flops_per_sequence
 from planner.costmodel.network import PlacementError, spans_for
 from planner.costmodel.objective import TIME, Objective
-from planner.costmodel.points import DECISIONS, RECOMPUTE, STATES, Inner, Outer
-from planner.costmodel.tables import Tables, build_tables
+from planner.costmodel.train.points import DECISIONS, RECOMPUTE, STATES, Inner, Outer
+from planner.costmodel.train.tables import Tables, build_tables
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import WORLD_DIMS, Plan

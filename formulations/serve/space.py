@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from planner.costmodel.energy import energy_coefficients, price_per_gpu_hour
-from planner.costmodel.serve_eval import (
+from planner.costmodel.serve.evaluate import (
     aggregated_capacity_rps,
     cluster_for,
     decode_capacity_rps,
@@ -22,7 +22,7 @@ from planner.costmodel.serve_eval import (
     prefill_capacity_rps,
     replica_perf,
 )
-from planner.costmodel.serving import max_concurrency
+from planner.costmodel.serve.step import max_concurrency
 from pydantic import ValidationError
 
 from planner.errors import InputError

@@ -11,18 +11,18 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
-from formulations.exhaustive import run_exhaustive
-from formulations.search import Candidate, SearchResult, run_search
-from formulations.space import DECISIONS, SearchSpace, SpaceOptions
-from planner.costmodel.tables import build_tables
+from formulations.train.exhaustive import run_exhaustive
+from formulations.train.search import Candidate, SearchResult, run_search
+from formulations.train.space import DECISIONS, SearchSpace, SpaceOptions
+from planner.costmodel.train.tables import build_tables
 import planner.catalog as catalog
 from planner.costmodel.constants import GiB
 from planner.costmodel.energy import price_per_gpu_hour
 from planner.costmodel.objective import Objective
-from planner.costmodel.evaluator import Estimate, check_structure, evaluate
-from planner.costmodel.goodput import Goodput
+from planner.costmodel.train.evaluator import Estimate, check_structure, evaluate
+from planner.costmodel.train.goodput import Goodput
 from planner.costmodel.frameworks import framework_cluster, framework_defaults
-from planner.costmodel.offload import missing_tier_reason
+from planner.costmodel.train.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
 from planner.orchestration.overrun import overrun_fields
 from planner.specs.plan_base import model_defaults, require_batch

@@ -1,5 +1,5 @@
 """A lower bound on every DLRM sharding plan's iteration time: the linear relaxation of
-:mod:`formulations.dlrm` with the ranks aggregated into one class.
+:mod:`formulations.dlrm.build` with the ranks aggregated into one class.
 
 Ranks of a node are interchangeable and so are nodes, so a fractional plan may as well
 spread every option evenly; what remains per phase (``x[t,o]``: copies of table entry
@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from formulations.linear import highs_bound
-from planner.costmodel.dlrm import Option, dense_cost, links, table_options, usable_hbm_bytes
+from planner.costmodel.dlrm.model import Option, dense_cost, links, table_options, usable_hbm_bytes
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec
 

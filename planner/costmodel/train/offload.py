@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from planner.costmodel import constants as C
 from planner.costmodel.numerics import Numerics
-from planner.costmodel.stage import StateBytes, state_bytes
+from planner.costmodel.train.stage import StateBytes, state_bytes
 from planner.specs.cluster import OffloadTier
 
 

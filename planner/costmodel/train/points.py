@@ -3,8 +3,8 @@
 ``Outer`` holds the parallel degrees, microbatch size, interleaving, the context-parallel
 exchange and the MoE degrees; ``Inner`` the per-point choices (recomputation per layer
 type, sequence parallelism, and the state option: ZeRO stage and offloads). The search
-space (:mod:`formulations.space`) enumerates them; the cost tables
-(:mod:`planner.costmodel.tables`) and the vectorized evaluator index by them.
+space (:mod:`formulations.train.space`) enumerates them; the cost tables
+(:mod:`planner.costmodel.train.tables`) and the vectorized evaluator index by them.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ CP_COMMS = ("ring", "all_to_all", "all_gather")
 DECISIONS = ("tp", "cp", "pp", "dp", "microbatch_size", "virtual_stages", "sequence_parallel",
              "recompute", "zero_stage", "placement", "uneven_pipeline", "tp_comm", "ep",
              "expert_tp", "cp_comm", "offload_optimizer", "offload_params")
-@dataclass(frozen=True)
-class SpaceOptions:
-    """Bounds of the search space (documented defaults; the CLI exposes them)."""
+
 #: State options ``(zero_stage, offload_optimizer, offload_params)``; the formulations index
 #: them by position (``z``). The first four are the ZeRO stages alone, the only options on
 #: a cluster without an offload tier; parameter offload needs ZeRO stage 3.

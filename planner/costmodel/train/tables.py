@@ -3,7 +3,7 @@ evaluator's own functions, as named numpy arrays (:class:`Terms`).
 
 For every point ``q = (outer, domain)`` of the search space and every inner choice
 (recomputation per layer type, sequence parallelism, state option ``z``: the ZeRO stage
-and the offloads of :data:`formulations.space.STATES`) the tables hold the
+and the offloads of :data:`formulations.train.space.STATES`) the tables hold the
 terms that the evaluator composes. :mod:`planner.costmodel.compose` combines them (the
 vectorized evaluator, the presolve bounds); the formulations re-express the same
 composition as linear rows. Nothing in this module computes physics of its own.
@@ -25,16 +25,16 @@ import numpy as np
 from typing import Any, Iterable, Protocol
 
 from planner.costmodel.objective import Objective
-from planner.costmodel.evaluator import layer_setup, state_shape, strategy_from
+from planner.costmodel.train.evaluator import layer_setup, state_shape, strategy_from
 from planner.costmodel.layer import LayerShape, Net, layer_cost
 from planner.costmodel.moe import expert_spans
 from planner.costmodel.network import combine, spans_for
 from planner.costmodel.compose import split_p2p, straggler_share
 from planner.costmodel.numerics import Numerics
-from planner.costmodel.offload import host_state_bytes, offload_times
+from planner.costmodel.train.offload import host_state_bytes, offload_times
 from planner.costmodel.pipeline import Stage, stage_layout
-from planner.costmodel.points import RECOMPUTE, STATES, Inner, Outer
-from planner.costmodel.stage import (
+from planner.costmodel.train.points import RECOMPUTE, STATES, Inner, Outer
+from planner.costmodel.train.stage import (
     comm_buffer_bytes,
     dp_comm,
     embedding_cost,
@@ -60,7 +60,7 @@ Key = tuple[int, tuple[int, ...], int, int]
 
 
 class PointSource(Protocol):
-    """What the tables need of a search space (:class:`formulations.space.SearchSpace`, or
+    """What the tables need of a search space (:class:`formulations.train.space.SearchSpace`, or
     the plan sets of the vectorized evaluator)."""
 
     model: ModelSpec

@@ -1,0 +1,2 @@
+"""DLRM cost model: embedding lookup, all-to-all and dense costs per table and device
+(model) and the exact evaluator of a sharding (evaluate)."""
