@@ -3,6 +3,7 @@ profiles."""
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any
 
@@ -11,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import planner.catalog as catalog
-from planner.cli.console import _emit_json, out
+from planner.cli.console import _emit_json, out, print_table
 
 
 class CatalogKind(str, Enum):
@@ -20,6 +21,21 @@ class CatalogKind(str, Enum):
     models = "models"
     frameworks = "frameworks"
     engines = "engines"
+
+
+#: Table headers with spaces (they wrap) for the JSON keys; units as the keys have them.
+HEADERS = {"params_b": "params (B)", "seq_len": "seq len", "bf16_tflops": "bf16 TFLOP/s",
+           "fp8_tflops": "fp8 TFLOP/s", "hbm_gib": "HBM GiB", "hbm_TBps": "HBM TB/s",
+           "nvlink_GBps": "NVLink GB/s", "tdp_w": "TDP W", "usd_per_gpu_hour": "$ per GPU-hour",
+           "num_gpus": "GPUs", "gqa_shared": "GQA KV shared", "request_ms": "request ms",
+           "collective_us": "collective us", "kernel_frac": "kernel fraction"}
+
+#: Columns a narrow terminal leaves out first (``--json`` has them all).
+DROP_ORDER = {CatalogKind.models: ["vocab", "moe", "seq_len", "hidden", "layers"],
+              CatalogKind.gpus: ["tdp_w", "nvlink_GBps", "fp8_tflops"],
+              CatalogKind.clusters: ["num_gpus"],
+              CatalogKind.frameworks: ["elementwise", "attention", "zero"],
+              CatalogKind.engines: ["gqa_shared"]}
 
 
 def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
@@ -39,8 +55,8 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
         for n in catalog.names("frameworks"):
             f = load_framework(n)
             rows.append(dict(name=f.name, export=f.export_format, version=f.version,
-                             zero=",".join(map(str, f.zero_stages)),
-                             recompute=",".join(f.recompute), attention=f.kernels.attention_backend,
+                             zero=", ".join(map(str, f.zero_stages)),
+                             recompute=", ".join(f.recompute), attention=f.kernels.attention_backend,
                              elementwise=f.kernels.elementwise, aliases=f.aliases))
     elif kind is CatalogKind.engines:
         from planner.specs.serve import load_engine
@@ -78,6 +94,12 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
     return rows
 
 
+def _short_commits(text: str) -> str:
+    """Git commit ids as their first 7 hex digits (git's own short form): a 40-digit word
+    does not wrap (``--json`` keeps them whole)."""
+    return re.sub(r"\b([0-9a-f]{7})[0-9a-f]{33}\b", r"\1", text)
+
+
 def catalog_cmd(
     kind: CatalogKind = typer.Argument(..., help="gpus, clusters, models, frameworks or engines"),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -89,9 +111,13 @@ def catalog_cmd(
         return
     table = Table(title=f"catalog: {kind.value}", header_style="bold")
     for col in rows[0]:
-        table.add_column(col)
+        table.add_column(HEADERS.get(col, col))
     for r in rows:
         # names from catalog files print as they are, never as rich markup
         table.add_row(*[escape(", ".join(v) if isinstance(v, list)
-                               else ("-" if v is None else str(v))) for v in r.values()])
-    out.print(table)
+                               else ("-" if v is None else _short_commits(str(v))))
+                        for v in r.values()])
+    # whole names within the terminal's width: the other columns wrap, and the least
+    # needed go (named under the table) only when wrapped they still do not fit
+    print_table(out, table, whole=("name",), words=("aliases", "gpu"),
+                drop=tuple(HEADERS.get(c, c) for c in DROP_ORDER[kind]))

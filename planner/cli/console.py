@@ -100,6 +100,19 @@ class LazyStatus:
             self.status.stop()
 
 
+def print_table(console: Console, table: Any, *, whole: tuple[str, ...] = (),
+                words: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> None:
+    """``table`` within the console's width: the ``whole`` columns (names) never cut, the
+    others wrapped, the ``drop`` columns left out (and named) only when nothing else fits
+    (planner/report/tables.py)."""
+    from planner.report.tables import fit_table, left_out_note
+
+    fitted, dropped = fit_table(table, console.width, whole=whole, words=words, drop=drop)
+    console.print(fitted)
+    if (note := left_out_note(dropped, console.width)) is not None:
+        console.print(note, style="dim", highlight=False)
+
+
 def say_overrun(fields: dict[str, Any], time_limit_s: float) -> None:
     """One stderr line when an answer ran more than 10 % past ``--time-limit``."""
     from planner.orchestration.overrun import overrun_line

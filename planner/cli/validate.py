@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from planner.cli.console import _emit_json, out
+from planner.cli.console import _emit_json, out, print_table
 
 
 def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -46,7 +46,7 @@ def _print_fit(mape: dict[str, float], fits: dict) -> None:
         loo = (f"{f['leave_one_out_mape']:.1%} ({f['leave_one_out_max']:.1%})"
                if f else "not fitted")
         t.add_row(gen, f.get("framework", ""), str(f.get("runs", "")), f"{m:.1%}", loo)
-    out.print(t)
+    print_table(out, t, whole=("generation",))
 
 
 def _mape_by_generation(rep, nemo, titan) -> dict[str, float]:
@@ -63,7 +63,7 @@ def _print_korthikanti(rep) -> None:
         t.add_column(col, justify="right" if col not in ("model", "mode") else "left")
     for r in rep.time_rows:
         t.add_row(r.model, r.mode, f"{r.predicted_s:.2f}", f"{r.published_s:.2f}", f"{r.error:+.1%}")
-    out.print(t)
+    print_table(out, t, whole=("model",))
     out.print(f"A100: MAPE {rep.mape:.2%}, max |error| {rep.max_error:.2%}  "
               "(Calculon on the same set: 3.65% mean, 8.87% max)")
     tm = Table(title="A100: memory per GPU, first stage (Figure 1)", header_style="bold")
@@ -72,7 +72,7 @@ def _print_korthikanti(rep) -> None:
     for r in rep.memory_rows:
         tm.add_row(r.model, r.quantity, f"{r.predicted_gib:.2f}", f"{r.published_gib:.2f}",
                    f"{r.error:+.1%}")
-    out.print(tm)
+    print_table(out, tm, whole=("model",))
 
 
 def _print_recipes(nemo, title: str = "H100/B200 FP8: NVIDIA NeMo recipes, tokens/s/GPU "
@@ -83,7 +83,7 @@ def _print_recipes(nemo, title: str = "H100/B200 FP8: NVIDIA NeMo recipes, token
     for r in nemo.rows:
         t.add_row(r.name, str(r.gpus), f"{r.predicted:,.0f}" if r.feasible else "does not fit",
                   f"{r.measured:,.0f}", f"{r.error:+.1%}")
-    out.print(t)
+    print_table(out, t, whole=("run",))
     for g in nemo.by_generation():
         out.print(f"{label or g}: MAPE {nemo.mape(g):.2%}, max |error| {nemo.max_error(g):.2%}")
 
@@ -97,7 +97,7 @@ def _print_serving(serving) -> None:
         name = "tok/s/GPU" if r.metric.startswith("output") else "TTFT ms"
         t.add_row(r.model, str(r.tp), str(r.batch), f"{r.isl}/{r.osl}", name,
                   f"{r.predicted:,.1f}", f"{r.measured:,.1f}", f"{r.error:+.1%}")
-    out.print(t)
+    print_table(out, t, whole=("model", "metric"), drop=("batch",))
     for metric, label in (("output_tokens_per_s_per_gpu", "output tokens/s/GPU"),
                           ("first_token_latency_ms", "TTFT")):
         out.print(f"serving {label}: MAPE {serving.mape(metric):.2%}, "

@@ -123,7 +123,14 @@ def print_procurement(console: Console, res: ProcureResult, pareto: bool) -> Non
     if res.choice is not None:
         console.print(choice_panel(res))
     if pareto:
-        console.print(front_table(res))
+        from planner.report.tables import fit_table, left_out_note
+
+        table, dropped = fit_table(front_table(res), console.width,
+                                   whole=("option", "cost", "days"), words=("cluster",),
+                                   drop=("limits", "MFU", "MWh"))
+        console.print(table)
+        if (note := left_out_note(dropped, console.width)) is not None:
+            console.print(note, style="dim", highlight=False)
     console.print(stats_line(res), style="dim", highlight=False)
 
 

@@ -1,0 +1,108 @@
+"""Issue 29's rough edges: tables that fit an 80-column terminal with whole names, and the
+frameworks' spellings of plan fields pointed at the plan's names."""
+
+from __future__ import annotations
+
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+from rich.table import Table
+
+from planner.cli import main
+from planner.report.tables import fit_table
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    old = sys.argv
+    sys.argv = ["planner", *args]
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    finally:
+        sys.argv = old
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err and "Traceback" not in cap.out
+    return code, cap.out, cap.err
+
+
+def _lines_fit(text: str, width: int) -> None:
+    long = [line for line in text.splitlines() if len(line) > width]
+    assert not long, f"{len(long)} lines over {width} columns, e.g. {long[0]!r}"
+    assert "…" not in text  # rich's mark for a cut cell
+
+
+@pytest.mark.parametrize("kind", ["models", "clusters", "gpus", "frameworks", "engines"])
+def test_catalog_fits_80_columns_with_whole_names(capsys, monkeypatch, kind):
+    code, js, _ = run(capsys, "catalog", kind, "--json")
+    assert code == 0
+    rows = json.loads(js)
+    monkeypatch.setenv("COLUMNS", "80")
+    code, text, _ = run(capsys, "catalog", kind)
+    assert code == 0
+    _lines_fit(text, 80)
+    cells = {w.strip(",") for line in text.splitlines() for w in line.replace("│", " ").split()}
+    for r in rows:
+        names = [r["name"], *r.get("aliases", []), *([r["gpu"]] if "gpu" in r else [])]
+        for name in names:
+            assert name in cells, f"{kind}: {name!r} is not whole at 80 columns"
+
+
+def test_fit_table_keeps_names_and_numbers_whole_and_names_what_it_leaves_out():
+    t = Table()
+    for col, just in (("name", "left"), ("notes", "left"), ("a", "right"), ("b", "right"),
+                      ("extra", "left")):
+        t.add_column(col, justify=just)
+    t.add_row("a-rather-long-catalog-name", "words that wrap at spaces " * 3, "12,345.6",
+              "98,765.4", "x" * 30)
+    fitted, dropped = fit_table(t, 60, whole=("name",), drop=("extra",))
+    assert dropped == ["extra"]
+    console = Console(width=60, record=True, file=open("/dev/null", "w"))
+    console.print(fitted)
+    text = console.export_text()
+    _lines_fit(text, 60)
+    for word in ("a-rather-long-catalog-name", "12,345.6", "98,765.4"):
+        assert word in text
+    # a table that fits is left as it is
+    same, none = fit_table(t, 400)
+    assert same is t and none == []
+
+
+def test_validate_serving_table_fits_80_columns():
+    from planner.cli.validate import _print_serving
+    from planner.cli import validate as v
+    from planner.validation.serving import run_serving
+
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    serving = run_serving()
+    old = v.out
+    v.out = console
+    try:
+        _print_serving(serving)
+    finally:
+        v.out = old
+    text = console.export_text()
+    _lines_fit(text, 80)
+    for r in serving.rows:
+        assert r.model in text and f"{r.predicted:,.1f}" in text and f"{r.measured:,.1f}" in text
+
+
+def test_procure_front_table_fits_80_columns():
+    from planner.report.procure import print_procurement
+
+    recs = [SimpleNamespace(num_gpus=n, gpu="a100-sxm-80gb", cluster="dgx-a100-superpod",
+                            days=100.0 / n, cost_usd=1.2e6 + n, energy_mwh=50.0 + n, mfu=0.5,
+                            meets_limits=True, plan=n) for n in (1024, 2048, 4096)]
+    res = SimpleNamespace(pareto=recs, pareto_energy=recs[:2], choice=None, stats=dict(
+        options=3, pruned_by_limits=0, solved=3, pruned_by_incumbent=0, pruned_by_dominance=0,
+        solver_calls=3, wall_s=1.0))
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    print_procurement(console, res, True)
+    text = console.export_text()
+    _lines_fit(text, 80)
+    for r in recs:
+        assert f"{r.num_gpus:,} x a100-sxm-80gb" in text and "dgx-a100-superpod" in text
