@@ -1,11 +1,12 @@
 """One solver adapter (formulations/linear.py): the only module that builds a solver, and
-whose sessions never call an answer cut short by the time limit optimal; the serving and
-DLRM searches pass that on as ``time_limit``."""
+whose sessions never call an answer cut short by the time limit optimal; the training,
+serving and DLRM searches pass that on as ``time_limit`` with the incumbent's gap."""
 
 from __future__ import annotations
 
 import ast
 import random
+from dataclasses import replace
 
 import pulp
 import pytest
@@ -261,3 +262,100 @@ def test_time_limit_line_rounds_the_gap_up():
     assert time_limit_line({"status": "time_limit", "gap": 0.256771}).endswith(
         "within 25.68 % of optimal")
     assert "gap unknown" in time_limit_line({"status": "time_limit", "gap": None})
+
+
+# ---- training: cut short, the answer is its incumbent and the gap to the best bound ------
+def _sessions_stop_after_one_answer(monkeypatch):
+    """Both sessions as if the time limit fell during the first solve: after its first
+    solution if it found one (passed on unproven, with the solver's bound), before the
+    proof if the model had none (presolve's incumbents may already be the optimum); no
+    time is left for another."""
+    from formulations.linear import SolverOutcome
+
+    for cls in (CpsatSession, MilpSession):
+        real, calls = cls.solve, []
+
+        def stopped(self, *args, _real=real, _calls=calls, **kwargs):
+            _calls.append(1)
+            if len(_calls) > 1:
+                return SolverOutcome("unknown", None, None, 0.0)
+            out = _real(self, *args, **kwargs)
+            if out.status == "infeasible":
+                return SolverOutcome("unknown", None, None, out.wall_s)
+            return replace(out, status="feasible") if out.status == "optimal" else out
+
+        monkeypatch.setattr(cls, "solve", stopped)
+
+
+TRAIN_SMALL = dict(fixed={"global_batch_size": 64},
+                   options=dict(max_microbatch=4, max_virtual_stages=2))
+
+
+def _train_solve(backend: str, presolve: bool = True):
+    from formulations.train.space import SpaceOptions
+    from planner.orchestration.train import solve
+    from planner.specs.loaders import load_cluster, load_model
+
+    from test_cli import SUPERPOD
+
+    cluster = load_cluster(SUPERPOD, 16)
+    return solve(load_model("llama3-8b"), cluster, fixed=TRAIN_SMALL["fixed"],
+                 options=SpaceOptions(**TRAIN_SMALL["options"]), backend=backend,
+                 time_limit_s=120, presolve=presolve)
+
+
+@pytest.mark.parametrize("presolve", [True, False])
+@pytest.mark.parametrize("backend", ["cpsat", "milp"])
+def test_train_time_limited_is_time_limit_with_gap(monkeypatch, backend, presolve):
+    """A training solve cut short is ``time_limit`` (never optimal), keeps its incumbent,
+    and reports its gap to a lower bound that holds over the whole space: no better than
+    the optimum the uncut solve proves. Without presolve the bound is the solver's, which
+    the rounding slack puts strictly below any plan's exact value: the gap is positive
+    (the incumbent's own value passed off as the bound would read 0)."""
+    proven = _train_solve(backend, presolve)
+    assert proven.status == "optimal" and proven.optimality_gap == 0.0
+    optimum = proven.best.objective
+    _sessions_stop_after_one_answer(monkeypatch)
+    out = _train_solve(backend, presolve)
+    assert out.status == "time_limit" and out.status_text == "best found (time limit)"
+    assert out.best.estimate.feasible and out.best.objective >= optimum * (1 - 1e-12)
+    if backend == "milp" and not _milp_has_bound() and not presolve:
+        assert out.proven_bound is None and out.optimality_gap is None
+        return
+    assert out.proven_bound is not None and out.proven_bound <= optimum * (1 + 1e-9)
+    assert out.optimality_gap == pytest.approx(
+        (out.best.objective - out.proven_bound) / out.best.objective)
+    assert (0.0 if presolve else 1e-12) <= out.optimality_gap < 1.0
+    solver = out.to_json()["solver"]
+    assert solver["status"] == "time_limit" and solver["status_text"] == "best found (time limit)"
+    assert (solver["optimality_gap"], solver["proven_bound"]) == (
+        out.optimality_gap, out.proven_bound)
+
+
+def test_train_cli_time_limit_json_and_text(monkeypatch, capsys):
+    """`planner solve`: cut short, --json carries status time_limit, the plan, the gap and
+    the bound; the text says "best found (time limit)" and the gap, never "proven"."""
+    import json
+
+    from test_cli import SUPERPOD, run
+
+    args = ["solve", "-m", "llama3-8b", "-c", SUPERPOD, "--gpus", "16", "--global-batch",
+            "64", "--max-microbatch", "4", "--max-virtual-stages", "2", "--time-limit", "120"]
+    _sessions_stop_after_one_answer(monkeypatch)
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    solver = data["solver"]
+    assert solver["status"] == "time_limit" and data["plan"] is not None
+    assert solver["status_text"] == "best found (time limit)"
+    gap, bound = solver["optimality_gap"], solver["proven_bound"]
+    assert gap is not None and 0.0 <= gap < 1.0
+    assert gap == pytest.approx((solver["evaluator_objective"] - bound)
+                                / solver["evaluator_objective"])
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "best found (time limit)" in flat and "not proven optimal" in flat
+    assert "proven optimal" not in flat.replace("not proven optimal", "")
+    assert "optimality gap 0 (proven)" not in flat
+    assert f"optimality gap at most {gap:.1e} (bound {bound:.6g})" in flat

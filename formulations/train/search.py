@@ -66,7 +66,8 @@ class SearchResult:
     backend: str
     status: str  # optimal | feasible | infeasible | time_limit
     candidates: list[Candidate] = field(default_factory=list)  # feasible, best first
-    bound: float | None = None  # proven lower bound of the objective over the space
+    bound: float | None = None  # proven lower bound of the objective over the space (also
+    # when time-limited: then below the best plan by the gap left)
     stats: SearchStats = field(default_factory=SearchStats)
     wall_s: float = 0.0
 
@@ -293,11 +294,16 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     t0 = time.perf_counter()
     stats = SearchStats(points_total=tb.num_points)
     pool: dict[Key, Candidate] = {}
+    # a lower bound over every plan the model still holds (the plans it no longer holds
+    # are each no better than the best incumbent): presolve's, then the solver's
+    model_lb = -math.inf
     if use_presolve:
-        points, incumbents, _ = presolve(tb, top_k=top_k, max_time_s=max_time_s)
+        points, incumbents, lb = presolve(tb, top_k=top_k, max_time_s=max_time_s)
         for c in incumbents:
             pool[c.key] = c
         stats.evaluations += len(incumbents)
+        if points:
+            model_lb = float(np.min(lb[points]))
     else:
         points = [q for q in range(tb.num_points)]
     stats.points_model = len(points)
@@ -337,8 +343,10 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
         if res.status not in ("optimal", "feasible"):
             break
         key = vm.decode(res.values)
-        lb_units = res.objective
-        proof = lb_units * (1 - rel) - slack
+        lb_units = res.objective if res.status == "optimal" else res.bound
+        if lb_units is not None:  # later cuts only remove plans: the bound still holds
+            model_lb = max(model_lb, (lb_units * (1 - rel) - slack) / per_unit)
+        proof = res.objective * (1 - rel) - slack
         if res.status == "optimal" and proof >= kth * per_unit:
             status, bound = "optimal", proof / per_unit
             break
@@ -352,6 +360,8 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
             progress(f"{stats.solver_calls} solves, {stats.evaluations} exact evaluations, "
                      f"best {best:.6g}")
         session.add_constraint(_nogood(vm, key))
+    if status == "time_limit" and math.isfinite(model_lb):
+        bound = min(model_lb, _kth(pool, 1))  # the incumbent's gap to it is the answer's
     return _result(backend, status, pool, top_k, bound, stats, t0)
 
 

@@ -257,9 +257,9 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     plans = [_solved(c, objective, tokens, backend, res.status == "optimal")
              for c in res.candidates]
     status = res.status if res.status != "infeasible" else "optimal"
-    # no plan in the space is better than this (the best plan's value once proven); a
-    # search stopped by the time limit has proven no bound over the whole space
-    pb = None if res.bound is None or status != "optimal" else min(res.bound * objective_scale(
+    # no plan in the space is better than this: the best plan's value once proven; cut
+    # short, the best bound the search reached (None when it reached none)
+    pb = None if res.bound is None else min(res.bound * objective_scale(
         objective, plans[0].plan, tokens), plans[0].objective)
     fw = space.options.framework
     return SolveResult(backend, status, objective, plans, wall, size,
