@@ -106,3 +106,33 @@ def test_procure_front_table_fits_80_columns():
     _lines_fit(text, 80)
     for r in recs:
         assert f"{r.num_gpus:,} x a100-sxm-80gb" in text and "dgx-a100-superpod" in text
+
+
+@pytest.mark.parametrize("spelling, field", [
+    ("tensor_parallel", "tp"), ("--tensor-model-parallel-size", "tp"),
+    ("pipeline_model_parallel_size", "pp"), ("parallelism.context_parallel_degree", "cp"),
+    ("data_parallel", "dp"), ("micro_batch_size", "microbatch_size"),
+    ("virtual_pipeline_model_parallel_size", "virtual_stages")])
+def test_framework_spellings_point_at_the_plan_field(capsys, spelling, field):
+    code, _, err = run(capsys, "solve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "8", f"--fix={spelling}=2")
+    assert code != 0
+    assert f"calls it {field}" in err, err
+    assert "closest" not in err  # difflib's guess (sequence_parallel for tensor_parallel)
+
+
+def test_framework_spellings_are_suggested_never_accepted():
+    from planner.specs.loaders import FRAMEWORK_SPELLINGS, unknown_plan_keys
+    from planner.specs.plan import Plan
+
+    assert not set(FRAMEWORK_SPELLINGS) & set(Plan.model_fields)
+    assert set(FRAMEWORK_SPELLINGS.values()) <= set(Plan.model_fields)
+    assert unknown_plan_keys({"tensor_model_parallel_size": 8}) == [
+        "tensor_model_parallel_size (did you mean tp?)"]
+
+
+def test_serve_fix_points_a_framework_spelling_at_the_knob(capsys):
+    code, _, err = run(capsys, "serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "8", "--isl", "128", "--osl", "128", "--rate", "1",
+                       "--fix", "tensor_parallel_size=8")
+    assert code != 0 and "tensor_parallel_size is tp" in err, err

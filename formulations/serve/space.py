@@ -75,7 +75,12 @@ def fixed_space(space: ServeSpace, fix: dict) -> ServeSpace:
     """``space`` with the fixed knobs pinned (checked against the spec's types)."""
     bad = sorted(set(fix) - set(FIXABLE))
     if bad:
-        raise InputError(f"--fix {bad[0]}: not a serving knob; expected one of {', '.join(FIXABLE)}")
+        from planner.specs.loaders import framework_spelling
+
+        known = framework_spelling(bad[0])
+        said = f" ({bad[0]} is {known} here)" if known in FIXABLE else ""
+        raise InputError(f"--fix {bad[0]}: not a serving knob{said}; expected one of "
+                         f"{', '.join(FIXABLE)}")
     probe = {k: v for k, v in fix.items() if k not in ("mode", "gpu")}
     if "ep" in probe and "tp" not in probe and isinstance(probe["ep"], int):
         probe["tp"] = probe["ep"]  # checked alone here; tp is searched among multiples of ep

@@ -242,7 +242,7 @@ def unknown_plan_keys(data: dict[str, Any]) -> list[str]:
     """Keys of a plan mapping that are not plan fields, with suggestions."""
     out = []
     for key in Plan.unknown_keys(data):
-        near = difflib.get_close_matches(key, list(Plan.model_fields), n=1)
+        near = field_suggestion(key, list(Plan.model_fields))
         out.append(f"{key} (did you mean {near[0]}?)" if near else key)
     return out
 
@@ -264,10 +264,69 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+#: The frameworks' spellings of plan fields, pointed at in errors (never accepted: a plan
+#: has one name per field). Megatron-LM arguments.py (core_v0.15.3: --tensor-model-parallel-
+#: size, --micro-batch-size, ...); NeMo / Megatron-Bridge configs (tensor_model_parallel_size,
+#: virtual_pipeline_model_parallel_size, ...); torchtitan JobConfig (parallelism.
+#: tensor_parallel_degree, data_parallel_shard_degree, training.local_batch_size, ...);
+#: DeepSpeed config (train_micro_batch_size_per_gpu, train_batch_size, zero_optimization.
+#: stage); vLLM engine arguments (tensor_parallel_size, pipeline_parallel_size); and the
+#: words people write (tensor_parallel, micro_batch_size).
+FRAMEWORK_SPELLINGS: dict[str, str] = {
+    **dict.fromkeys(("tensor_parallel", "tensor_model_parallel_size", "tensor_parallel_size",
+                     "tensor_parallel_degree", "tp_size", "tp_degree"), "tp"),
+    **dict.fromkeys(("pipeline_parallel", "pipeline_model_parallel_size",
+                     "pipeline_parallel_size", "pipeline_parallel_degree", "pp_size",
+                     "pp_degree"), "pp"),
+    **dict.fromkeys(("data_parallel", "data_parallel_size", "data_parallel_degree",
+                     "data_parallel_shard_degree", "dp_size", "dp_degree"), "dp"),
+    **dict.fromkeys(("context_parallel", "context_parallel_size", "context_parallel_degree",
+                     "cp_size", "cp_degree"), "cp"),
+    **dict.fromkeys(("expert_parallel", "expert_model_parallel_size", "expert_parallel_size",
+                     "expert_parallel_degree", "ep_size"), "ep"),
+    **dict.fromkeys(("expert_tensor_parallel_size", "expert_tensor_parallel_degree"),
+                    "expert_tp"),
+    **dict.fromkeys(("micro_batch_size", "micro_batch", "mbs", "microbatch",
+                     "train_micro_batch_size_per_gpu", "local_batch_size"), "microbatch_size"),
+    **dict.fromkeys(("global_batch", "gbs", "train_batch_size", "global_batch_size_tokens"),
+                    "global_batch_size"),
+    **dict.fromkeys(("virtual_pipeline_model_parallel_size", "virtual_pipeline_stages",
+                     "vpp", "vp_size", "interleave"), "virtual_stages"),
+    **dict.fromkeys(("seq_length", "sequence_length", "max_seq_len", "encoder_seq_length"),
+                    "seq_len"),
+    **dict.fromkeys(("recompute_granularity", "activation_checkpointing",
+                     "activation_checkpoint", "recompute_activations"), "recompute"),
+    **dict.fromkeys(("zero", "zero_optimization", "zero_optimization_stage",
+                     "use_distributed_optimizer"), "zero_stage"),
+    **dict.fromkeys(("sp", "sequence_parallelism"), "sequence_parallel"),
+    **dict.fromkeys(("precision", "params_dtype", "mixed_precision_param"), "dtype"),
+}
+
+
+def framework_spelling(key: str) -> str | None:
+    """The plan field a framework's spelling ``key`` names (``--tensor-model-parallel-size``,
+    ``parallelism.tensor_parallel_degree``), or None."""
+    norm = key.strip().lstrip("-").lower().replace("-", "_")
+    return FRAMEWORK_SPELLINGS.get(norm) or FRAMEWORK_SPELLINGS.get(norm.rsplit(".", 1)[-1])
+
+
+def field_suggestion(key: str, fields: list[str]) -> list[str]:
+    """The ``fields`` to suggest for an unknown ``key``: the field a framework spelling
+    names, else the closest by spelling."""
+    field = framework_spelling(key)
+    if field is not None and field in fields:
+        return [field]
+    return difflib.get_close_matches(key, fields, n=3)
+
+
 def plan_field(key: str) -> str:
     """``key`` if it names a plan field (or ``placement.*``), else an :class:`InputError`
-    with the closest field names."""
+    with the field a framework's spelling means, or the closest field names."""
     if key not in Plan.model_fields and not key.startswith("placement."):
+        field = framework_spelling(key)
+        if field is not None:
+            raise InputError(f"'{_short(key)[1:-1]}' is not a plan field; the plan calls it "
+                             f"{field}")
         near = difflib.get_close_matches(key, list(Plan.model_fields), n=3)
         hint = f"; closest: {', '.join(near)}" if near else ""
         raise InputError(f"'{_short(key)[1:-1]}' is not a plan field{hint}")
