@@ -121,9 +121,10 @@ def test_llama3_405b_production_plan_is_plausible():
              virtual_stages=4, uneven_pipeline=True, sequence_parallel=True,
              recompute="selective", zero_stage=1)
     est = evaluate(m, c, p)
-    # This interleaved schedule holds more microbatches in flight than Meta's tuned one
-    # (Sec. 3.3.2: fewer layers on the end stages, a tunable in-flight count; not public),
-    # so with the HBM headroom (2 GiB reserve + 3 % fragmentation) it is short by a few GiB:
-    assert est.reasons and all("HBM is 80 GiB" in r for r in est.reasons)
+    # Meta ran it on 80 GiB. This interleaved schedule holds more microbatches in flight
+    # than Meta's tuned one (Sec. 3.3.2: fewer layers on the end stages, a tunable in-flight
+    # count; not public), so the model may find it a few GiB short: memory is the only
+    # reason it may give, and by less than 10 %.
+    assert all("HBM is 80 GiB" in r for r in est.reasons)
     assert est.memory_per_gpu_bytes < 1.1 * est.hbm_capacity_bytes
     assert 0.33 <= est.mfu <= 0.48
