@@ -14,12 +14,11 @@ FSDP FULL_SHARD (ZeRO-3), FlashAttention, bf16, on 8-64 GPUs; throughput in toke
 
 from __future__ import annotations
 
-import statistics
-
 from planner.costmodel.train.evaluator import evaluate
 from planner.specs.loaders import load_cluster
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
+from planner.validation.errors import summary
 
 #: cluster, name, hidden, layers, heads, sequence, GPUs, microbatch, global batch,
 #: activation checkpointing, measured tokens/s/GPU, published MFU %.
@@ -64,8 +63,8 @@ def main() -> None:
         print(f"{gen:4s} {name:11s} {gpus:4d} {'full' if ac else 'none':>9s} {measured:9,d} "
               f"{predicted:9,.0f} {err:+7.1%}  {mfu:.1f}/{100 * est.mfu:.1f}")
     for (gen, ac), errs in errors.items():
-        print(f"{gen} {'full recompute' if ac else 'no recompute'}: mean error "
-              f"{statistics.mean(errs):+.1%}, max {max(errs, key=abs):+.1%}")
+        print(f"{gen} {'full recompute' if ac else 'no recompute'}: {summary(errs)}")
+    print(f"all: {summary([e for errs in errors.values() for e in errs])}")
 
 
 if __name__ == "__main__":

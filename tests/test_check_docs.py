@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -29,3 +30,25 @@ def test_a_stale_figure_fails_naming_the_document_and_the_text(tmp_path):
     readme.write_text(readme.read_text().replace(want, want.replace(" %", "0 %", 1)))
     bad = check_docs.stale(tmp_path)
     assert len(bad) == 1 and bad[0].startswith("README.md: expected") and want in bad[0]
+
+
+def test_every_figure_fails_when_its_document_is_stale(tmp_path):
+    """Each registered figure, made stale in a copy of its document (the first digit of
+    its text there changed), is reported, naming that document, and no other figure is."""
+    docs = {f.doc for f in check_docs.FIGURES}
+    for doc in docs:
+        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
+    fresh = set(check_docs.stale())  # figures stale in the tree already are not this test's
+    for i, fig in enumerate(check_docs.FIGURES):
+        for doc in docs:
+            shutil.copy(ROOT / doc, tmp_path / doc)
+        path = tmp_path / fig.doc
+        text = path.read_text()
+        # the figure as the document holds it, prose line breaks included
+        found = re.search(r"\s+".join(map(re.escape, fig.text().split())), text)
+        if found is None:
+            continue  # stale in the tree already (in `fresh`)
+        at = found.start() + next(j for j, ch in enumerate(found[0]) if ch.isdigit())
+        path.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:])
+        bad = set(check_docs.stale(tmp_path)) - fresh
+        assert len(bad) == 1 and next(iter(bad)).startswith(f"{fig.doc}: expected"), (i, bad)

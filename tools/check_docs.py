@@ -121,6 +121,35 @@ def _titan(doc: str) -> Callable[[], str]:
     return text
 
 
+#: bench_heldout_mosaicml's sets: its label, docs/validation.md's row label.
+MOSAICML = (("A100 no recompute", "A100, 4 runs without recomputation (1B-13B, 2K context)"),
+            ("A100 full recompute", "A100, 4 runs with full recomputation (7B 8K, 13B 4K, "
+             "30B, 70B on 64 GPUs)"),
+            ("H100 no recompute", "H100 BF16, 3 runs without recomputation (7B, 13B on 8 "
+             "and 64 GPUs)"),
+            ("H100 full recompute", "H100 BF16, 5 runs with full recomputation (7B 4K, 13B "
+             "4K, 30B on 8 and 32, 70B on 64)"))
+
+
+def _mosaicml_row(label: str, row: str) -> Callable[[], str]:
+    def text() -> str:
+        r = bench("bench_heldout_mosaicml")[label]
+        return f"| {row} | {pct(r['mape'])} | {signed(r['mean'])} | {signed(r['max'])} |"
+    return text
+
+
+def _mosaicml(doc: str) -> Callable[[], str]:
+    def text() -> str:
+        b = bench("bench_heldout_mosaicml")
+        a, n = b["A100 no recompute"], pct(b["all"]["mape"])
+        if doc == "README.md":
+            return (f"the 16 runs come out within {n} MAPE (A100 without recomputation "
+                    f"{signed(a['mean'])}, max {signed(a['max'])}")
+        return (f"| MosaicML llm-foundry FSDP, 8-64 A100/H100, bf16 (used for one binary "
+                f"choice) | 16 | {n} |")
+    return text
+
+
 GENERATIONS = ("A100", "H100", "B200", "H100 torchtitan")
 FIGURES: tuple[Figure, ...] = (
     *(Figure("README.md", "planner validate", _readme_row(g)) for g in GENERATIONS),
@@ -135,6 +164,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
            _heldout_row("GB200", "GB200, NeMo 25.04", 8)),
     *(Figure(doc, "python benchmarks/bench_heldout_torchtitan.py", _titan(doc))
+      for doc in ("README.md", "docs/validation.md")),
+    *(Figure("docs/validation.md", "python benchmarks/bench_heldout_mosaicml.py",
+             _mosaicml_row(label, row)) for label, row in MOSAICML),
+    Figure("docs/validation.md", "python benchmarks/bench_heldout_mosaicml.py",
+           lambda: f"All 16 runs: {pct(bench('bench_heldout_mosaicml')['all']['mape'])} MAPE."),
+    *(Figure(doc, "python benchmarks/bench_heldout_mosaicml.py", _mosaicml(doc))
       for doc in ("README.md", "docs/validation.md")),
 )
 
