@@ -136,3 +136,40 @@ def test_serve_fix_points_a_framework_spelling_at_the_knob(capsys):
                        "8", "--isl", "128", "--osl", "128", "--rate", "1",
                        "--fix", "tensor_parallel_size=8")
     assert code != 0 and "tensor_parallel_size is tp" in err, err
+
+
+def _captured(monkeypatch, module) -> list:
+    figs: list = []
+    monkeypatch.setattr(module, "_save", lambda fig, plt, path, force: figs.append(fig))
+    return figs
+
+
+def test_heatmap_title_names_nf_only_when_a_cell_has_it(monkeypatch, tmp_path):
+    import planner.report.sweep as sw
+
+    figs = _captured(monkeypatch, sw)
+    full = [dict(a=a, b=b, iteration_time_s=float(a + b)) for a in (1, 2) for b in (1, 2)]
+    sw.plot_heatmap(full, "a", "b", tmp_path / "x.png")
+    gap = [*full[:3], dict(a=2, b=2, iteration_time_s=None)]
+    sw.plot_heatmap(gap, "a", "b", tmp_path / "y.png")
+    titles = [f.axes[0].get_title() for f in figs]
+    assert "n/f" not in titles[0] and "n/f: nothing fits" in titles[1]
+
+
+@pytest.mark.parametrize("command, value", [("procure", "cost_usd"),
+                                            ("solve", "iteration_time_s")])
+def test_sweep_heatmap_value_defaults_to_cost_for_procure(monkeypatch, command, value):
+    import planner.report.sweep as sw
+    from planner.cli.sweep import _plot
+
+    seen = []
+    monkeypatch.setattr(sw, "plot_heatmap", lambda rows, x, y, path, v, **kw: seen.append(v))
+    _plot([], ["a", "b"], "p.png", None, None, None, None, None, command=command)
+    assert seen == [value]
+
+
+def test_serve_says_its_price_counts_output_tokens(capsys):
+    code, out, _ = run(capsys, "serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
+                       "1", "--isl", "128", "--osl", "128", "--rate", "1")
+    assert code == 0
+    assert "$ per million output tokens" in out and "per million tokens" not in out

@@ -312,7 +312,7 @@ def _print(res, pareto: bool) -> None:
                     ("output tokens/s", f"{e.output_tokens_per_s:,.0f}"),
                     ("output tokens/s per GPU", f"{e.output_tokens_per_s_per_gpu:,.1f}"),
                     ("memory per GPU GiB", f"{e.memory_per_gpu_gib:.1f}"),
-                    ("$ per million tokens", "-" if e.usd_per_million_tokens is None
+                    ("$ per million output tokens", "-" if e.usd_per_million_tokens is None
                      else f"{e.usd_per_million_tokens:.3f}"),
                     ("power kW", f"{(e.power_w or 0) / 1e3:.1f}")):
         t.add_row(name, v)

@@ -40,15 +40,16 @@ def _progress(total: int, done: int):
 
 def _plot(rows: list[dict[str, Any]], axes: list[str], path: str, kind: PlotKind | None,
           x: str | None, y: str | None, value: str | None, group: str | None,
-          force: bool = False) -> None:
+          force: bool = False, command: str = "solve") -> None:
     from planner.report.sweep import plot_bottlenecks, plot_heatmap
 
     kind = kind or (PlotKind.heatmap if len(axes) >= 2 else PlotKind.bottleneck)
     if kind == PlotKind.heatmap:
         if len(axes) < 2 and (x is None or y is None):
             raise InputError("--plot heatmap: needs two axes (--x and --y)")
-        plot_heatmap(rows, x or axes[0], y or axes[1], path, value or "iteration_time_s",
-                     force=force)
+        # a procure sweep asks what it costs; a solve sweep how fast it runs
+        default = "cost_usd" if command == "procure" else "iteration_time_s"
+        plot_heatmap(rows, x or axes[0], y or axes[1], path, value or default, force=force)
     else:
         plot_bottlenecks(rows, x or axes[-1], path,
                          group=group or (axes[0] if len(axes) >= 2 and x is None else None),
@@ -75,8 +76,8 @@ def sweep(
                                     "last for bottleneck bars)."),
     y: Optional[str] = typer.Option(None, "--y", help="Heatmap's second axis."),
     value: Optional[str] = typer.Option(None, "--value", help="Heatmap value: "
-                                        "iteration_time_s (default), train_days, cost_usd, mfu, "
-                                        "..."),
+                                        "iteration_time_s (default; cost_usd for a procure "
+                                        "sweep), train_days, mfu, ..."),
     group: Optional[str] = typer.Option(None, "--group", help="Bottleneck bars: one panel "
                                         "per value of this axis."),
     force: bool = typer.Option(False, "--force", help="Replace a --plot file that exists "
@@ -107,7 +108,7 @@ def sweep(
     axes = list(points[0].axes)
     _summary(rows, axes, out_path)
     if plot:
-        _plot(rows, axes, plot, plot_kind, x, y, value, group, force)
+        _plot(rows, axes, plot, plot_kind, x, y, value, group, force, spec.command)
 
 
 def _warn(message: str) -> None:

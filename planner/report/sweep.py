@@ -85,8 +85,9 @@ def plot_heatmap(rows: Sequence[dict[str, Any]], x: str, y: str, path: str | Pat
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     fig.colorbar(im, ax=ax, label=LABELS.get(value, value))
-    ax.set_title(title or f"{LABELS.get(value, value)} over {x} x {y} (n/f: nothing fits)",
-                 fontsize=9)
+    # the legend for the n/f mark only where a cell carries it
+    nf = " (n/f: nothing fits)" if np.isnan(grid).any() else ""
+    ax.set_title(title or f"{LABELS.get(value, value)} over {x} x {y}{nf}", fontsize=9)
     return _save(fig, plt, path, force)
 
 
