@@ -1,0 +1,69 @@
+"""The planner's serving step times against aiconfigurator's measured TensorRT-LLM
+per-operation database (hardware_catalog/calibration/aiconfigurator_steps.yaml, composed by
+benchmarks/bench_aiconfigurator.py): Llama 3 8B/70B, TP 1/2/4/8, H100 SXM and H200, BF16.
+Issue 29 asks for 15 % on every row; these tests assert the rows where that holds today
+and pin the cause of the rest (docs/serving.md, "Against aiconfigurator's database")."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from planner.specs.serve import load_engine
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    "bench_aiconfigurator", ROOT / "benchmarks" / "bench_aiconfigurator.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return bench.rows("bf16", "trtllm")
+
+
+def _off(rows):
+    return [(r["model"], r["gpu"], r["tp"], r["phase"], r["size"], round(r["ratio"], 3))
+            for r in rows if abs(r["ratio"] - 1) > bench.BOUND]
+
+
+def test_the_extracted_rows_are_cited_and_read_as_stored():
+    db = bench.database()
+    assert db["source"]["repo"] == "ai-dynamo/aiconfigurator" and len(db["source"]["commit"]) == 40
+    h100 = bench.AicGPU("h100_sxm", "bf16")
+    m, n, k, ms = db["gpus"]["h100_sxm"]["gemm"]["bfloat16"][0]
+    assert h100.gemm_s(m, n, k) == pytest.approx(ms * 1e-3)
+    # off the grid: between the bracketing rows
+    lo, hi = h100.gemm_s(128, 4096, 12288), h100.gemm_s(128, 4096, 16384)
+    assert lo < h100.gemm_s(128, 4096, 14336) < hi
+
+
+def test_single_gpu_steps_within_15_percent(shipped):
+    """TP 1: every prefill (ISL 512-8192) and decode (batch 1-128) row of both models on
+    both GPUs: the GEMM roofline, FlashAttention and decode attention alone."""
+    rows = [r for r in shipped if r["tp"] == 1]
+    assert len(rows) == 2 * 2 * 7
+    assert _off(rows) == []
+
+
+def test_long_prefill_within_15_percent_at_every_tp(shipped):
+    rows = [r for r in shipped if r["phase"] == "prefill" and r["size"] >= 2048]
+    assert len(rows) == 2 * 2 * 4 * 2
+    assert _off(rows) == []
+
+
+def test_small_batch_decode_gap_at_tp_is_the_per_collective_overhead(shipped):
+    """Decode at batch <= 8 and TP > 1 misses by up to 2x with the engine's 30 us per TP
+    all-reduce (fitted on TensorRT-LLM v0.6.1); without it every such row is within 15 %:
+    aiconfigurator measures TensorRT-LLM 1.3's custom all-reduce at 2.6-3.5 us per call for
+    these messages, less than the network model's own latency term."""
+    pick = [r for r in shipped if r["phase"] == "decode" and r["size"] <= 8 and r["tp"] > 1]
+    assert max(r["ratio"] for r in pick) > 1 + bench.BOUND
+    engine = load_engine("trtllm").model_copy(update={"collective_overhead_us": 0.0})
+    rows = [r for r in bench.rows("bf16", engine)
+            if r["phase"] == "decode" and r["size"] <= 8 and r["tp"] > 1]
+    assert len(rows) == len(pick)
+    assert _off(rows) == []
