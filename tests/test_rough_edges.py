@@ -173,3 +173,35 @@ def test_serve_says_its_price_counts_output_tokens(capsys):
                        "1", "--isl", "128", "--osl", "128", "--rate", "1")
     assert code == 0
     assert "$ per million output tokens" in out and "per million tokens" not in out
+
+
+def _overlaps(fig) -> list[tuple[str, str]]:
+    """Pairs of drawn texts (tick labels, axis labels, titles, annotations, the legend box)
+    whose renderer bounding boxes intersect."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    boxes = []
+    for ax in fig.axes:
+        texts = [*ax.get_xticklabels(), *ax.get_yticklabels(), ax.xaxis.label, ax.yaxis.label,
+                 ax.title, *ax.texts]
+        boxes += [(t.get_text(), t.get_window_extent(r)) for t in texts
+                  if t.get_visible() and t.get_text().strip()]
+        if ax.get_legend() is not None:
+            boxes.append(("legend", ax.get_legend().get_window_extent(r)))
+    return [(a, b) for i, (a, x) in enumerate(boxes) for b, y in boxes[i + 1:]
+            if x.overlaps(y) and x.width > 0 and y.width > 0]
+
+
+def test_breakdown_legend_clear_of_the_tick_labels(monkeypatch, tmp_path):
+    import planner.report.plots as plots
+    from planner import evaluate
+
+    figs = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, plt, path, **kw: figs.append(fig))
+    from planner.specs.loaders import load_cluster
+
+    est = evaluate("llama3-8b", load_cluster("dgx-h100-superpod").resized(8),
+                   plan={"tp": 1, "dp": 8, "global_batch_size": 64, "seq_len": 8192})
+    plots.plot_breakdown([("dp8", est)], tmp_path / "b.png")
+    legend_hits = [p for p in _overlaps(figs[0]) if "legend" in p]
+    assert not legend_hits, legend_hits

@@ -66,8 +66,8 @@ def plot_breakdown(items: Sequence[tuple[str, Estimate]], path: str | Path,
     ax.invert_yaxis()
     ax.set_xlim(0, max(left) * 1.3 if left and max(left) > 0 else 1)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(ncol=5, fontsize=7, loc="lower center",
-                  bbox_to_anchor=(0.5, -0.25 - 0.1 / max(1, len(items))), frameon=False)
+        # beside the bars, not below them: below, it sat on the x tick labels
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     else:  # nothing to draw: a plan that cannot be costed has no breakdown; say so
         ax.text(0.5, 0.5, "no time breakdown: the plan cannot be costed", transform=ax.transAxes,
                 ha="center", va="center", fontsize=9)
