@@ -52,7 +52,6 @@ from formulations.linear import Expr, LinearModel, Ticks, check_magnitudes, choo
 from formulations.train.space import RECOMPUTE
 from planner.errors import InputError
 from planner.costmodel.compose import (
-    SHARDED_MICROBATCH_OVERLAP,
     STRAGGLER_DEN,
     dp_window_microbatches,
     headroom_bytes,
@@ -103,6 +102,7 @@ class _Setup:
     kappa_n: int  # overlap slowdown x KAPPA_DEN, rounded down
     ovl_param: bool
     ovl_grad: bool
+    sharded_overlap: bool  # per-microbatch ZeRO-2/3 traffic overlaps (the framework's)
     usable: int  # HBM - reserve, bytes
     host_cap: int
     ticks: Ticks
@@ -192,6 +192,7 @@ def _setup(tb: Tables, pts: list[int], time_only: bool, obj_mult: int = 1) -> _S
     return _Setup(
         kappa_n=int(math.floor(cluster.gpu.efficiency.overlap_slowdown * KAPPA_DEN)),
         ovl_param=base.overlap_param_gather, ovl_grad=base.overlap_dp_grad_reduce,
+        sharded_overlap=cluster.gpu.efficiency.sharded_overlap,
         usable=int(math.floor(cluster.gpu.hbm_bytes))
         - int(math.floor(headroom_bytes(cluster))),
         host_cap=(int(math.floor(cluster.offload.capacity_bytes))
@@ -231,9 +232,9 @@ def _stage_row(lm: LinearModel, st: _Setup, A, pt: _Point, g: int, terms: dict,
             window[i] = window.get(i, 0) + c
         row[_exposure(lm, f"pp{q}_{g}", {pt.y: st.down(A.p2p_overlap_s[q])}, window, True,
                       layers, st.kappa_n)] = 1
-    for arr, win, on, tag in ((A.dp_fwd_s[q, g], wf, st.ovl_param and SHARDED_MICROBATCH_OVERLAP,
+    for arr, win, on, tag in ((A.dp_fwd_s[q, g], wf, st.ovl_param and st.sharded_overlap,
                                "mbf"),
-                              (A.dp_bwd_s[q, g], wb, st.ovl_grad and SHARDED_MICROBATCH_OVERLAP,
+                              (A.dp_bwd_s[q, g], wb, st.ovl_grad and st.sharded_overlap,
                                "mbb")):
         if any(arr[z] > 0 for z in pt.zs):
             row[_exposure(lm, f"{tag}{q}_{g}", _on_states(st, pt, arr), win, on, layers,

@@ -37,16 +37,20 @@ from planner.costmodel.pipeline import bubble_factor
 #: in the model than measured when it overlaps and within 4.9 % MAPE when it is charged in
 #: full; MAD-Max (Hsia et al. 2024, Sec. VI) measures DDP 1.68x faster than FSDP on 2048
 #: A100 for the same reason. The plan's overlap switches act on the once-per-iteration part.
+#: A framework whose sharding prefetches (FSDP2, a profile's ``kernels.fsdp_prefetch``)
+#: overrides it through ``GPUEfficiency.sharded_overlap``.
 SHARDED_MICROBATCH_OVERLAP = False
 
 
 @dataclass(frozen=True)
 class Overlap:
-    """The plan's overlap switches and the compute slowdown while NCCL runs beside it."""
+    """The plan's overlap switches, the compute slowdown while NCCL runs beside it, and
+    whether the per-microbatch ZeRO-2/3 traffic overlaps too (the framework's)."""
 
     param_gather: bool
     grad_reduce: bool
     slowdown: float
+    sharded: bool = SHARDED_MICROBATCH_OVERLAP
 
 
 def overlapped_s(comm, window, layers, overlap: bool, slowdown: float):
@@ -110,7 +114,7 @@ def stage_time(compute_s, window_fwd_s, window_bwd_s, p2p_s, p2p_overlap_s, dp_f
     data-parallel and offload traffic."""
     k = ov.slowdown
     pp = p2p_s + overlapped_s(p2p_overlap_s, window_fwd_s + window_bwd_s, layers, True, k)
-    on = SHARDED_MICROBATCH_OVERLAP
+    on = ov.sharded
     dp = (overlapped_s(dp_fwd_s, window_fwd_s, layers, ov.param_gather and on, k)
           + overlapped_s(dp_bwd_s, window_bwd_s, layers, ov.grad_reduce and on, k))
     off = (overlapped_s(fetch_s, window_fwd_s, layers, ov.param_gather, 0.0)

@@ -71,6 +71,16 @@ ELEMENTWISE_BWD_RATIO = 2.0
 #: Cross-entropy over fp32 logits: cast/write logits (4 B), read for max/sum (4 B), write
 #: gradient (4 B) and read it in the head's backward (4 B) (Megatron vocab-parallel CE).
 LOSS_BYTES_PER_LOGIT = 16.0
+#: HBM bytes per local logit live at the loss's peak, by how the framework computes the
+#: cross-entropy (a profile's ``kernels.cross_entropy``). ``fused``: Megatron's
+#: vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py) casts the
+#: logits to fp32 once and turns them into the softmax and its gradient in place: one fp32
+#: buffer. ``eager_fp32``: ``F.cross_entropy(logits.float(), labels)`` in eager PyTorch,
+#: unchunked (torchtitan train.py @9dec370 ``loss_fn``; torchtitan/components/loss.py
+#: v0.2.2): autograd keeps the fp32 log-softmax output for backward, where the loss's
+#: gradient (fp32, dense) and log_softmax_backward's fp32 output are live beside it,
+#: 3 x 4 B (the bf16 logits are freed before backward, ``del pred``).
+LOSS_PEAK_BYTES_PER_LOGIT: dict[str, float] = {"fused": 4.0, "eager_fp32": 12.0}
 #: FP8 training leaves the LM head in BF16: Megatron-LM's ``GPTModel.output_layer`` is a
 #: ``tensor_parallel.ColumnParallelLinear`` (megatron/core/models/gpt/gpt_model.py), not a
 #: Transformer Engine module, so no FP8 autocast applies to it (torchtitan's float8

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from planner.costmodel.constants import LOSS_PEAK_BYTES_PER_LOGIT
 from planner.costmodel.network import PlacementError, domain_factors, fill_level
 from planner.costmodel.pipeline import block_recompute_runs_half, chunk_sizes
 from planner.specs.cluster import ClusterSpec
@@ -53,9 +54,10 @@ def _values(vals: list[Any]) -> str:
 
 def framework_cluster(cluster: ClusterSpec, profile: FrameworkProfile | None) -> ClusterSpec:
     """``cluster`` as ``profile`` runs it: the GPU's kernels become the framework's (its
-    fused-attention backend, read from the GPU's kernel table) and, where the profile was
-    fitted on runs on this GPU, its framework-level parameters. ``None``, or a framework
-    that changes neither, returns ``cluster`` itself."""
+    fused-attention backend, read from the GPU's kernel table; whether its sharding
+    prefetches; its loss's fp32 buffers) and, where the profile was fitted on runs on this
+    GPU, its framework-level parameters. ``None``, or a framework that changes none of
+    them, returns ``cluster`` itself."""
     if profile is None:
         return cluster
     eff = cluster.gpu.efficiency
@@ -63,6 +65,8 @@ def framework_cluster(cluster: ClusterSpec, profile: FrameworkProfile | None) ->
     backend = profile.kernels.attention_backend
     if backend != "unfused":  # unfused attention is the plan's attention=standard
         update["attention_backend"] = backend
+    update["sharded_overlap"] = profile.kernels.fsdp_prefetch
+    update["loss_bytes_per_logit"] = LOSS_PEAK_BYTES_PER_LOGIT[profile.kernels.cross_entropy]
     fit = profile.fit.get(cluster.gpu.name)
     if fit is not None:
         update["kernel_fraction"] = fit.kernel_fraction

@@ -56,6 +56,15 @@ class FrameworkKernels(Spec):
         "tensorwise/rowwise dynamic scaling (torchao), none (no FP8 training)")
     cuda_graphs: bool = Field(False, description="the training step is captured in CUDA "
                               "graphs by default")
+    fsdp_prefetch: bool = Field(
+        False, description="ZeRO-3 parameter gathers are prefetched and gradient "
+        "reduce-scatters overlapped with the neighbouring blocks' compute every microbatch "
+        "(FSDP2's fully_shard); False: that per-microbatch traffic is charged in full")
+    cross_entropy: Literal["fused", "eager_fp32"] = Field(
+        "fused", description="how the loss is computed: fused = a vocabulary-parallel "
+        "cross-entropy kernel on one fp32 logits buffer (Megatron); eager_fp32 = "
+        "F.cross_entropy on an fp32 copy of the logits in eager PyTorch, unchunked (the "
+        "log-softmax output and gradients in fp32)")
     sources: dict[str, str] = Field(default_factory=dict, description="a citation per field")
 
 

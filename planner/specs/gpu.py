@@ -43,6 +43,16 @@ class GPUEfficiency(Spec):
         "(GEMM, fused attention) a training step sustains: clocks under sustained power draw, "
         "gaps between kernels; a framework-level parameter (the profile's fit), unused where "
         "the GPU has no kernel table")
+    sharded_overlap: bool = Field(
+        False, description="ZeRO-2/3's per-microbatch parameter gathers and gradient "
+        "reduce-scatters overlap compute under the plan's overlap switches (the framework's: "
+        "its profile's kernels.fsdp_prefetch); False: charged in full "
+        "(planner/costmodel/compose.py SHARDED_MICROBATCH_OVERLAP)")
+    loss_bytes_per_logit: float = Field(
+        4.0, gt=0, description="HBM bytes per local logit live at the peak of the loss "
+        "(the framework's: its profile's kernels.cross_entropy, "
+        "planner/costmodel/constants.py LOSS_PEAK_BYTES_PER_LOGIT); 4: one fp32 logits "
+        "buffer, Megatron's vocab-parallel cross-entropy")
 
 
 class GPUSpec(Spec):

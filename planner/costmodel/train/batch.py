@@ -99,7 +99,7 @@ def evaluate_columns(tb: Tables, q: np.ndarray, rc: np.ndarray, sp: np.ndarray,
     by_z = lambda arr: arr[q, :, z]  # noqa: E731  (P, G)
     settings = tb.space.plan(*tb.points[0], next(iter(tb.space.inners(tb.points[0][0]))))
     ov = Overlap(settings.overlap_param_gather, settings.overlap_dp_grad_reduce,
-                 cluster.gpu.efficiency.overlap_slowdown)
+                 cluster.gpu.efficiency.overlap_slowdown, cluster.gpu.efficiency.sharded_overlap)
     layers = A.group_layers[q]
     stage = stage_time(compute, wf, wb, A.p2p_s[q][:, None], A.p2p_overlap_s[q][:, None],
                        by_z(A.dp_fwd_s), by_z(A.dp_bwd_s), by_z(A.fetch_s), layers, ov)

@@ -454,7 +454,7 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
 
     layers = max(st.num_layers, 1)
     ov = Overlap(plan.overlap_param_gather, plan.overlap_dp_grad_reduce,
-                 gpu.efficiency.overlap_slowdown)
+                 gpu.efficiency.overlap_slowdown, gpu.efficiency.sharded_overlap)
     comm, tied, optimizer, states, (ot, host) = _stage_states(
         model, cluster, plan, st, dp_spans, pp_spans, dp_cp, edp_spans)
     compute = sum(time[k] for k in ("forward", "backward", "recompute", "tp_comm", "cp_comm",

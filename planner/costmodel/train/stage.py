@@ -68,7 +68,8 @@ def head_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
         # max and sum-of-exp of the vocab-parallel cross-entropy
         comm += 2 * collective_time_s("allreduce", t * 4.0, net.tp_spans, net.levels, net.chunks)
     act = (C.ACT_BYTES / sp_div + C.ACT_BYTES) * t * h  # final-norm input, head input
-    logits = 4.0 * t * v_loc  # fp32 logits and their gradient live during the loss
+    # the loss's live fp32 buffers at its peak (the framework's cross-entropy)
+    logits = gpu.efficiency.loss_bytes_per_logit * t * v_loc
     return EndCost(fwd, bwd, comm, act, logits)
 
 
