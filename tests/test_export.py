@@ -5,9 +5,13 @@ for the README's plans cannot go stale."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import shlex
 import math
+import shutil
+import sys
 import tomllib
 from pathlib import Path
 
@@ -191,9 +195,11 @@ def _reason(plan: Plan, model, cluster) -> str:
     return ""
 
 
-def test_megatron_args_for_the_readme_70b_plan():
+def test_megatron_args_for_a_70b_cp_plan():
     m, c = load_model("llama3-70b"), load_cluster("examples/superpod.yaml")
-    plan = Plan.model_validate(_yaml(LAUNCH / "llama3-70b.plan.yaml"))
+    plan = Plan.model_validate(dict(tp=4, cp=2, pp=2, dp=64, virtual_stages=8,
+                                    global_batch_size=512, seq_len=8192,
+                                    sequence_parallel=True, zero_stage=1))
     args = megatron.to_args(plan, Target(m, c))
     joined = " ".join(args)
     for part in ("--tensor-model-parallel-size 4", "--pipeline-model-parallel-size 2",
@@ -402,22 +408,20 @@ def test_deepspeed_batch_and_torchtitan_degrees(fmt_case):
 
 # ---- golden files and the CLI ------------------------------------------------------------------
 
-#: (plan file, model, cluster, GPUs, formats): the README's plans (Megatron features) and the
-#: best plans of the same runs under torchtitan's and DeepSpeed's features (docs/export.md)
-GOLDEN = [
-    ("llama3-70b.plan.yaml", "llama3-70b", "examples/superpod.yaml", None,
-     ("megatron", "megatron-bridge")),
-    ("llama3-405b.plan.yaml", "llama3-405b", "dgx-h100-superpod", 16384,
-     ("megatron", "megatron-bridge")),
-    ("llama3-70b.torchtitan.plan.yaml", "llama3-70b", "examples/superpod.yaml", None,
-     ("torchtitan",)),
-    ("llama3-70b.deepspeed.plan.yaml", "llama3-70b", "examples/superpod.yaml", 512,
-     ("deepspeed",)),
-    ("llama3-405b.torchtitan.plan.yaml", "llama3-405b", "dgx-h100-superpod", 16384,
-     ("torchtitan",)),
-    ("llama3-405b.deepspeed.plan.yaml", "llama3-405b", "dgx-h100-superpod", 2048,
-     ("deepspeed",)),
-]
+def _load_tool(name: str):
+    """A script of tools/ as a module (registered first: its dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+golden_plans = _load_tool("golden_plans")
+#: (plan file, model, cluster, GPUs, formats): the README's plans (Megatron-Core) and the
+#: best plans of the same runs that torchtitan and DeepSpeed run; the solves that produce
+#: them are tools/golden_plans.py's table (docs/export.md)
+GOLDEN = [(g.plan_file, g.model, g.cluster, g.gpus, g.formats) for g in golden_plans.GOLDEN]
 
 
 def golden_files():
@@ -436,6 +440,46 @@ def test_golden_files_are_current(plan_file, m, c, gpus, fmt, out):
     version = {"megatron": megatron.VERSION, "megatron-bridge": bridge.VERSION,
                "torchtitan": torchtitan.VERSION, "deepspeed": deepspeed.VERSION}[fmt]
     assert version in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("golden", golden_plans.GOLDEN, ids=lambda g: g.plan_file)
+def test_golden_plans_are_what_their_solves_return(golden):
+    """Each plan file, its launch files and its docs/export.md row are what the solve in
+    tools/golden_plans.py gives now (python tools/golden_plans.py --write regenerates)."""
+    assert golden_plans.stale(goldens=(golden,)) == []
+
+
+@pytest.mark.slow
+def test_a_stale_golden_plan_is_reported_and_rewritten(tmp_path):
+    """A plan file that is not its solve's answer, and a docs row with an old figure, are
+    each named; --write restores the plan file and the launch files made from it."""
+    g = golden_plans.GOLDEN[0]
+    (tmp_path / "docs").mkdir()
+    shutil.copytree(LAUNCH, tmp_path / "examples" / "launch")
+    row = golden_plans.row(g)
+    old_row = row.replace(f"{golden_plans.solved(g).best.estimate.iteration_time_s:.2f} s",
+                          "9.99 s")
+    assert old_row != row
+    (tmp_path / "docs" / "export.md").write_text(old_row + "\n")
+    plan_path = tmp_path / "examples" / "launch" / g.plan_file
+    plan = _yaml(plan_path)
+    plan["tp"], plan["dp"] = plan["tp"] // 2, plan["dp"] * 2
+    plan_path.write_text(json.dumps(plan))
+    bad = golden_plans.stale(tmp_path, (g,))
+    assert any(line.startswith(f"examples/launch/{g.plan_file}: not what") for line in bad)
+    assert any(line.startswith("docs/export.md: expected the row") and row in line
+               for line in bad)
+    assert golden_plans.write(tmp_path, (g,)) == [f"examples/launch/{g.plan_file}"]
+    assert plan_path.read_text() == (LAUNCH / g.plan_file).read_text()
+    (tmp_path / "examples" / "launch" / g.launch_files()[0][1]).write_text("stale\n")
+    assert golden_plans.write(tmp_path, (g,)) == [f"examples/launch/{g.launch_files()[0][1]}"]
+    (tmp_path / "docs" / "export.md").write_text(row + "\n")
+    assert golden_plans.stale(tmp_path, (g,)) == []
+    # a solve whose answer moved (here: half the GPUs) makes the file stale
+    moved = dataclasses.replace(g, gpus=512)
+    assert any(line.startswith(f"examples/launch/{g.plan_file}: not what `{moved.command()}`")
+               for line in golden_plans.stale(tmp_path, (moved,)))
 
 
 def test_cli_export_and_evaluate_from_megatron(capsys, tmp_path):
@@ -464,7 +508,7 @@ def test_cli_export_and_evaluate_from_megatron(capsys, tmp_path):
     (["export", "PLAN", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--format", "x"],
      "x"),
     (["export", "PLAN", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--format",
-      "deepspeed"], "cannot export to deepspeed: tp=4"),
+      "deepspeed"], "cannot export to deepspeed: tp="),
     (["evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--from", "nemo", "--bf16"],
      "--from 'nemo'"),
     (["evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--tpp", "3"], "3"),
@@ -570,12 +614,13 @@ def test_moe_and_mla_architecture_arguments_round_trip():
 def test_python_api():
     import planner
 
-    text = planner.export_plan("megatron", "llama3-70b", "examples/superpod.yaml",
-                               _yaml(LAUNCH / "llama3-70b.plan.yaml"))
+    golden = _yaml(LAUNCH / "llama3-70b.plan.yaml")
+    text = planner.export_plan("megatron", "llama3-70b", "examples/superpod.yaml", golden)
     assert text == (LAUNCH / "llama3-70b.megatron.sh").read_text()
     plan, ignored = planner.plan_from_megatron(text + " --lr 1", "llama3-70b",
                                                "examples/superpod.yaml")
-    assert plan.tp == 4 and ignored == ["--lr"]
+    assert (plan.tp, plan.pp, plan.dp) == (golden["tp"], golden["pp"], golden["dp"])
+    assert ignored == ["--lr"]
     for bad in (3, None):
         with pytest.raises(InputError):
             planner.export_plan(bad, "llama3-70b", "examples/superpod.yaml", {})

@@ -267,6 +267,37 @@ def test_cli_framework_options(capsys, tmp_path):
     assert code == 2 and "--framework 'titan2'" in err
 
 
+#: issue 26's acceptance, as the README's Frameworks section runs it: (model, GPUs of
+#: dgx-h100-superpod, --framework, --export)
+ACCEPTANCE = [("llama3-70b", 512, "megatron-core", "megatron"),
+              ("llama3-70b", 512, "nemo", "megatron-bridge"),
+              ("llama3-70b", 512, "torchtitan", "torchtitan"),
+              ("llama3-8b", 64, "deepspeed", "deepspeed")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, gpus, name, fmt", ACCEPTANCE)
+def test_solve_with_a_framework_exports_its_format(capsys, tmp_path, model, gpus, name, fmt):
+    """`planner solve -m M -c dgx-h100-superpod --gpus N --framework F --export FORMAT`
+    exits 0 with a proven optimum of F's space that breaks none of F's rules, written in
+    F's format (the file is the exporter's text of that plan)."""
+    from test_cli import run
+
+    from planner.specs.loaders import load_cluster, load_model
+
+    dest = tmp_path / "launch"
+    code, out, err = run(capsys, "solve", "-m", model, "-c", "dgx-h100-superpod", "--gpus",
+                         str(gpus), "--framework", name, "--export", fmt, "--export-out",
+                         str(dest), "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["framework"] == name and res["solver"]["status"] == "optimal"
+    plan = Plan.model_validate(res["plan"])
+    m, c = load_model(model), load_cluster("dgx-h100-superpod", gpus)
+    assert not violations(load_framework(name), plan, m, c)
+    assert dest.read_text() == export_plan(fmt, plan, m, c)
+
+
 def test_sweep_axis_over_frameworks():
     """A sweep axis over frameworks: each point's plan is one its framework runs, and a
     point without one keeps the key it had before the field existed."""
