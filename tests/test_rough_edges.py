@@ -205,3 +205,58 @@ def test_breakdown_legend_clear_of_the_tick_labels(monkeypatch, tmp_path):
     plots.plot_breakdown([("dp8", est)], tmp_path / "b.png")
     legend_hits = [p for p in _overlaps(figs[0]) if "legend" in p]
     assert not legend_hits, legend_hits
+
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_sweep_paths_are_relative_to_the_sweep_file(capsys, monkeypatch, tmp_path):
+    import shutil
+
+    import yaml
+
+    from conftest import DATA
+
+    folder = tmp_path / "sweeps"
+    folder.mkdir()
+    shutil.copy(DATA / "tiny-model.yaml", folder / "tiny.yaml")
+    (folder / "s.yaml").write_text(yaml.safe_dump({
+        "base": {"model": "tiny.yaml", "cluster": "dgx-h100-superpod", "gpus": 8,
+                 "time_limit_s": 30},
+        "axes": {"hbm_capacity": [1, 2]}}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = run(capsys, "sweep", "../sweeps/s.yaml", "--workers", "1")
+    assert code == 0, err
+    rows = out.strip().splitlines()[1:]
+    assert len(rows) == 2 and all(",optimal," in r for r in rows), out
+
+
+def test_example_sweeps_run_from_any_directory(monkeypatch, tmp_path):
+    from planner.sweep import expand, load_sweep
+    from planner.sweep.point import check_points
+
+    monkeypatch.chdir(tmp_path)
+    files = [f for f in sorted((REPO / "examples" / "sweeps").glob("*.yaml"))
+             if "\naxes:" in f.read_text()]
+    assert len(files) >= 3
+    for f in files:
+        check_points(expand(load_sweep(f), str(f)))  # loads every model and cluster
+
+
+def test_lbnl_heatmap_axes_name_the_unit_and_base(monkeypatch):
+    import planner.report.sweep as sw
+    from planner.cli.sweep import _plot
+    from planner.sweep import expand, load_sweep
+    from planner.sweep.scaling import axis_labels
+
+    figs = _captured(monkeypatch, sw)
+    points = expand(load_sweep(REPO / "examples" / "sweeps" / "lbnl-hbm.yaml"))
+    axes = list(points[0].axes)
+    rows = [{**p.axes, "iteration_time_s": 1.0} for p in points]
+    _plot(rows, axes, "x.png", None, None, None, None, None, labels=axis_labels(axes, points))
+    ax = figs[0].axes[0]
+    # the catalog B200: 167.6 GiB = 180 GB of HBM3e at 8 TB/s
+    assert ax.get_xlabel() == "HBM capacity, x 180 GB"
+    assert ax.get_ylabel() == "HBM bandwidth, x 8 TB/s"

@@ -40,7 +40,8 @@ def _progress(total: int, done: int):
 
 def _plot(rows: list[dict[str, Any]], axes: list[str], path: str, kind: PlotKind | None,
           x: str | None, y: str | None, value: str | None, group: str | None,
-          force: bool = False, command: str = "solve") -> None:
+          force: bool = False, command: str = "solve",
+          labels: dict[str, str] | None = None) -> None:
     from planner.report.sweep import plot_bottlenecks, plot_heatmap
 
     kind = kind or (PlotKind.heatmap if len(axes) >= 2 else PlotKind.bottleneck)
@@ -49,11 +50,12 @@ def _plot(rows: list[dict[str, Any]], axes: list[str], path: str, kind: PlotKind
             raise InputError("--plot heatmap: needs two axes (--x and --y)")
         # a procure sweep asks what it costs; a solve sweep how fast it runs
         default = "cost_usd" if command == "procure" else "iteration_time_s"
-        plot_heatmap(rows, x or axes[0], y or axes[1], path, value or default, force=force)
+        plot_heatmap(rows, x or axes[0], y or axes[1], path, value or default, force=force,
+                     labels=labels)
     else:
         plot_bottlenecks(rows, x or axes[-1], path,
                          group=group or (axes[0] if len(axes) >= 2 and x is None else None),
-                         force=force)
+                         force=force, labels=labels)
     err.print(f"plot written to {path}", soft_wrap=True)
 
 
@@ -108,7 +110,10 @@ def sweep(
     axes = list(points[0].axes)
     _summary(rows, axes, out_path)
     if plot:
-        _plot(rows, axes, plot, plot_kind, x, y, value, group, force, spec.command)
+        from planner.sweep.scaling import axis_labels
+
+        _plot(rows, axes, plot, plot_kind, x, y, value, group, force, spec.command,
+              axis_labels(axes, points))
 
 
 def _warn(message: str) -> None:

@@ -56,9 +56,10 @@ def best_by(rows: Sequence[dict[str, Any]], keys: Sequence[str], value: str
 
 def plot_heatmap(rows: Sequence[dict[str, Any]], x: str, y: str, path: str | Path,
                  value: str = "iteration_time_s", title: str | None = None, *,
-                 force: bool = True) -> Path:
+                 force: bool = True, labels: dict[str, str] | None = None) -> Path:
     """The best ``value`` for each (x, y) over the other axes; cells with no feasible
-    point are grey and marked."""
+    point are grey and marked. ``labels``: axis titles by axis name (what a factor
+    scales and its base, planner/sweep/scaling.py axis_labels); the names otherwise."""
     for name, opt in ((x, "--x"), (y, "--y"), (value, "--value")):
         _check_axis(rows, name, opt)
     xs, ys = _order([r[x] for r in rows]), _order([r[y] for r in rows])
@@ -82,18 +83,20 @@ def plot_heatmap(rows: Sequence[dict[str, Any]], x: str, y: str, path: str | Pat
                     fontsize=7, color="black" if bright else "white")
     ax.set_xticks(range(len(xs)), [f"{v:g}" if isinstance(v, float) else str(v) for v in xs])
     ax.set_yticks(range(len(ys)), [f"{v:g}" if isinstance(v, float) else str(v) for v in ys])
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel((labels or {}).get(x, x))
+    ax.set_ylabel((labels or {}).get(y, y))
     fig.colorbar(im, ax=ax, label=LABELS.get(value, value))
     # the legend for the n/f mark only where a cell carries it
     nf = " (n/f: nothing fits)" if np.isnan(grid).any() else ""
-    ax.set_title(title or f"{LABELS.get(value, value)} over {x} x {y}{nf}", fontsize=9)
+    names = {a: (labels or {}).get(a, a).split(",")[0] for a in (x, y)}  # no base
+    ax.set_title(title or f"{LABELS.get(value, value)} over {names[x]} x {names[y]}{nf}",
+                 fontsize=9)
     return _save(fig, plt, path, force)
 
 
 def plot_bottlenecks(rows: Sequence[dict[str, Any]], x: str, path: str | Path,
                      group: str | None = None, title: str | None = None, *,
-                     force: bool = True) -> Path:
+                     force: bool = True, labels: dict[str, str] | None = None) -> Path:
     """Stacked bars of the best plan's limiting terms (compute, memory, network, pipeline
     bubble) per value of ``x``, one panel per value of ``group``; each bar is labelled
     with its speed-up over the panel's first bar and its bottleneck."""
@@ -109,7 +112,7 @@ def plot_bottlenecks(rows: Sequence[dict[str, Any]], x: str, path: str | Path,
     for ax, g in zip(axes[0], groups):
         _bottleneck_panel(ax, [best.get((g, v) if group else (v,)) for v in xs], xs)
         ax.set_title(str(g) if group else "", fontsize=9)
-        ax.set_xlabel(x)
+        ax.set_xlabel((labels or {}).get(x, x))
     axes[0][0].set_ylabel("seconds per iteration")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, frameon=False, ncol=4, loc="lower center",

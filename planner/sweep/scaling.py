@@ -15,7 +15,7 @@ from planner.specs.base import Spec
 from planner.specs.validate import format_validation_error
 from planner.specs.cluster import ClusterSpec, TopologyLevel
 from planner.specs.gpu import GPUSpec
-from planner.sweep.spec import PointSpec
+from planner.sweep.spec import Point, PointSpec
 
 T = TypeVar("T", bound=Spec)
 
@@ -111,3 +111,61 @@ def scaled_cluster(cluster: ClusterSpec, p: PointSpec) -> ClusterSpec:
     update = {"gpu": _checked(scaled_gpu(out.gpu, p), f"GPU {out.gpu.name}"), "topology": levels,
               "price_per_gpu_hour": None if price is None else price * price_factor(out.gpu, p)}
     return out.model_copy(update=update)
+
+
+#: what a factor axis scales, for plot labels: (name, the base value's text for a GPU)
+_GPU_AXES = {
+    # HBM capacity in GB as the datasheets state it (the catalog holds GiB)
+    "hbm_capacity": ("HBM capacity", lambda g: f"{g.hbm_gib * 2**30 / 1e9:,.0f} GB"),
+    "hbm_bandwidth": ("HBM bandwidth", lambda g: f"{g.hbm_TBps:g} TB/s"),
+    "peak_flops": ("peak FLOP/s", lambda g: f"{g.peak_flops('bf16') / 1e12:,.0f} TFLOP/s "
+                   "bf16"),
+}
+
+
+def _base_clusters(p: PointSpec) -> list[ClusterSpec]:
+    """The unscaled clusters a point runs on: its cluster, or its procure templates."""
+    from planner.procurement import catalog_templates, named_templates
+    from planner.specs.loaders import load_cluster
+
+    if p.command == "solve":
+        return [load_cluster(p.cluster, p.gpus)] if p.cluster else []
+    names = p.gpu_types.split(",") if p.gpu_types else None
+    return named_templates(p.clusters.split(","), names) if p.clusters else \
+        catalog_templates(names)
+
+
+def _level_text(cluster: ClusterSpec, ref: str, field: str) -> str:
+    lv = cluster.topology[_level_index(list(cluster.topology), ref, field)]
+    return f"{lv.bandwidth_GBps:g} GB/s" if field == "bandwidth" else f"{lv.latency_us:g} us"
+
+
+def axis_label(name: str, points: list[Point]) -> str:
+    """A plot label for axis ``name`` that names what a factor scales and its base value,
+    e.g. ``HBM capacity, x 180 GB`` (``points``: the expanded sweep); the bare name when
+    the axis is no factor, or the base differs between the points' clusters."""
+    head, _, level = name.partition(".")
+    if name not in _GPU_AXES and not (head in ("bandwidth", "latency") and level):
+        return name
+    # the clusters once per distinct setting (a grid repeats them at every scaling)
+    where = {(p.spec.command, p.spec.cluster, p.spec.gpus, p.spec.gpu_types, p.spec.clusters):
+             p.spec for p in points}
+    clusters = [c for spec in where.values() for c in _base_clusters(spec)]
+    if name in _GPU_AXES:
+        what, text = _GPU_AXES[name]
+        bases = {text(c.gpu) for c in clusters}
+    else:
+        what = f"{level} {head}"
+        bases = {_level_text(c, level, head) for c in clusters}
+    if len(bases) != 1:
+        return f"{what} (factor on each GPU's)" if name in _GPU_AXES else f"{what} (factor)"
+    return f"{what}, x {bases.pop()}"
+
+
+def axis_labels(axes: list[str], points: list[Point]) -> dict[str, str]:
+    """:func:`axis_label` of every axis; a point whose cluster cannot be loaded leaves the
+    names bare (the sweep reports that point's error in its row)."""
+    try:
+        return {a: axis_label(a, points) for a in axes}
+    except InputError:
+        return {a: a for a in axes}

@@ -14,6 +14,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -159,7 +160,46 @@ def load_sweep(path: str | Path) -> SweepSpec:
     p = Path(path)
     if not (p.exists() or p.is_symlink()):  # read_structured names a FIFO, a link loop ...
         raise InputError(f"sweep file {str(path)!r}: no such file")
-    return sweep_from_dict(read_structured(p), str(path))
+    return relative_to(sweep_from_dict(read_structured(p), str(path)), p.parent)
+
+
+#: the fields that name files (or catalog entries); ``clusters`` lists several
+PATH_FIELDS = ("model", "cluster", "clusters")
+
+
+def _is_path(ref: str) -> bool:
+    """A reference written as a file (the loaders' test, less the look in the working
+    directory): a catalog name has no folder and no file suffix."""
+    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref
+
+
+def _against(folder: Path, field: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value  # the point's validation names the bad type
+    parts = value.split(",") if field == "clusters" else [value]
+    # normpath: from the repository root, examples/sweeps/x.yaml names x.yaml as it did
+    # when the file's paths were the root's (the points' keys are unchanged)
+    return ",".join(os.path.normpath(os.path.join(folder, q.strip())) if _is_path(q.strip())
+                    else q for q in parts)
+
+
+def relative_to(spec: SweepSpec, folder: Path) -> SweepSpec:
+    """``spec`` with its relative file paths (models, clusters, cluster templates) taken
+    against ``folder``, the sweep file's: the same file runs from any working directory.
+    Catalog names are left as they are."""
+    if folder == Path("."):
+        return spec
+    base = {k: _against(folder, k, v) if k in PATH_FIELDS else v for k, v in spec.base.items()}
+    axes: dict[str, Any] = {}
+    for name, values in spec.axes.items():
+        if isinstance(values, dict):
+            axes[name] = {label: {k: _against(folder, k, v) if k in PATH_FIELDS else v
+                                  for k, v in sets.items()} for label, sets in values.items()}
+        elif name in PATH_FIELDS:
+            axes[name] = [_against(folder, name, v) for v in values]
+        else:
+            axes[name] = values
+    return spec.model_copy(update={"base": base, "axes": axes})
 
 
 def sweep_from_dict(data: Any, source: str) -> SweepSpec:
