@@ -262,8 +262,11 @@ def test_dlrm_a_is_network_bound_and_b_lookup_bound():
 
 
 def test_faster_network_speeds_up_network_bound_dlrm_a_most():
-    """RAMP's trend (seeds/notes/004_ramp.md): all-to-all-bound DLRM gains from a faster
-    network; 4x the inter-node bandwidth helps DLRM-A far more than DLRM-B."""
+    """RAMP's trend (Ottino, Benjamin, Zervas, "RAMP: A Flat Nanosecond Optical Network and
+    MPI Operations for Distributed Deep Learning Systems", arXiv 2211.15226, 2022, Sec. 8.1
+    and Fig. 17: the all-to-all dominates DLRM's data transfer): all-to-all-bound DLRM
+    gains from a faster network; 4x the inter-node bandwidth helps DLRM-A far more than
+    DLRM-B."""
     c = load_cluster("zionex-128")
     fast = c.model_copy(update={"topology": [c.topology[0], c.topology[1].model_copy(
         update={"bandwidth_GBps": 100})]})
@@ -572,7 +575,9 @@ def test_local_search_beats_greedy_at_scale():
 def test_ramp_dlrm_speedup_over_fat_tree():
     """RAMP Table 10's 256-GPU DLRM (328B parameters) on RAMP against the paper's fat-tree
     baseline: all-to-all bound, so RAMP is several times faster (RAMP reports 7.8-58x
-    across 256-65K servers, seeds/notes/004_ramp.md 3.8; ours at 256 GPUs: 8.4x)."""
+    across 256-65K servers: Ottino, Benjamin, Zervas, "RAMP: A Flat Nanosecond Optical
+    Network and MPI Operations for Distributed Deep Learning Systems", arXiv 2211.15226,
+    2022, Sec. 8.1, Fig. 17; ours at 256 GPUs: 8.4x)."""
     m = load_model("ramp-dlrm-256")
     assert m.embedding_params == 327_680_000_000
     ramp = solve_sharding(m, load_cluster("ramp-a100", 256), "cpsat", 30).estimate
