@@ -183,3 +183,26 @@ def test_python_api_solve():
     with pytest.raises(InfeasibleError) as info:
         planner.solve("llama3-405b", SUPERPOD, gpus=16)
     assert info.value.reasons and info.value.hints
+
+
+def test_search_bounds_are_declared_once():
+    """The solve command's search-bound options come from SpaceOptions' own declaration
+    (default and help), so the CLI and the API cannot drift apart."""
+    import inspect
+    from dataclasses import fields
+
+    from formulations.train.options import SpaceOptions, knob
+    from planner.cli.solve import solve
+
+    params = inspect.signature(solve).parameters
+    flagged = {f.name: f for f in fields(SpaceOptions) if f.metadata.get("flag")}
+    assert set(flagged) == {"max_microbatch", "max_virtual_stages", "allow_idle_gpus",
+                            "allow_uneven"}
+    by_flag = {p.default.param_decls[0]: p.default for p in params.values()
+               if getattr(p.default, "param_decls", None)}
+    for name, f in flagged.items():
+        default, help_text, flag = knob(name)
+        opt = by_flag[flag]
+        assert opt.default == default and opt.help == help_text == f.metadata["help"]
+    # the inverted flag leaves the field at its default
+    assert knob("allow_uneven")[0] is (not SpaceOptions().allow_uneven)

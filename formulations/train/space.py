@@ -31,35 +31,13 @@ from planner.costmodel.frameworks import (
     recompute_ok,
     setting_problems,
 )
+from formulations.train.options import SpaceOptions
 from planner.costmodel.train.points import CP_COMMS, DECISIONS, RECOMPUTE, STATES, Inner, Outer
 from planner.costmodel.network import PlacementError, fill_level, spans_for
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
-from planner.specs.framework import FrameworkProfile
 from planner.specs.model import ModelSpec
 from planner.specs.plan import DEFAULT_ORDER, WORLD_DIMS, Plan
-
-
-@dataclass(frozen=True)
-class SpaceOptions:
-    """Bounds of the search space (documented defaults; the CLI exposes them)."""
-
-    max_microbatch: int = 16
-    max_virtual_stages: int = 8
-    #: context parallelism only while each rank keeps at least this many tokens
-    min_cp_tokens: int = 4096
-    #: context-parallel exchanges to choose from when cp > 1 (``--fix cp_comm=...`` pins one)
-    cp_comms: tuple[str, ...] = CP_COMMS
-    allow_idle_gpus: bool = False
-    #: allow layer splits that do not divide pp x v (end stages get fewer layers)
-    allow_uneven: bool = True
-    search_placement: bool = True
-    #: highest ZeRO stage to consider: 1 for frameworks whose sharding is Megatron-LM's
-    #: distributed optimizer (NeMo, Megatron-LM without its FSDP), 3 for FSDP/DeepSpeed
-    max_zero_stage: int = 3
-    #: the framework whose rules the space obeys (None: every plan the cost model accepts);
-    #: its single-field rules restrict the domains, its conditional rules filter the points
-    framework: FrameworkProfile | None = None
 
 
 def divisors(n: int) -> list[int]:

@@ -28,7 +28,9 @@ from planner.cli.console import (
     err,
     out,
 )
+from formulations.train.options import knob
 from planner.errors import InfeasibleError
+
 
 class GoodputSetting(str, Enum):
     on = "on"
@@ -46,6 +48,12 @@ FRAMEWORK_HELP = ("The training framework the plan is for (planner catalog frame
                   "only plans it can run are searched. Default: the framework of --export "
                   "FORMAT, else none: every plan the cost model accepts, and the output "
                   "names the frameworks that run the best one.")
+
+
+def _knob(name: str) -> Any:
+    """The CLI option of a search-space bound, from its one declaration (SpaceOptions)."""
+    default, help_text, flag = knob(name)
+    return typer.Option(default, flag, help=help_text)
 
 
 def solve(
@@ -75,10 +83,10 @@ def solve(
     json_: bool = typer.Option(False, "--json", help="Print one JSON object."),
     verbose: bool = typer.Option(False, "--verbose", help="Show the solver log."),
     no_presolve: bool = typer.Option(False, "--no-presolve", help="Skip the bound presolve (slower)."),
-    allow_idle_gpus: bool = typer.Option(False, "--allow-idle-gpus", help="Plans may leave GPUs idle."),
-    even_pipeline: bool = typer.Option(False, "--even-pipeline", help="Layers must divide pp x virtual stages."),
-    max_microbatch: int = typer.Option(16, "--max-microbatch", help="Largest microbatch to consider."),
-    max_virtual_stages: int = typer.Option(8, "--max-virtual-stages", help="Most interleaved chunks per GPU."),
+    allow_idle_gpus: bool = _knob("allow_idle_gpus"),
+    even_pipeline: bool = _knob("allow_uneven"),
+    max_microbatch: int = _knob("max_microbatch"),
+    max_virtual_stages: int = _knob("max_virtual_stages"),
     memory_headroom: Optional[float] = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     framework: Optional[str] = typer.Option(None, "--framework", help=FRAMEWORK_HELP),
