@@ -24,7 +24,7 @@ import json
 import random
 import time
 
-from formulations.dlrm.search import solve_sharding
+from formulations.dlrm.search import solve_sharding, torchrec_greedy
 from planner.costmodel.dlrm.model import dense_cost, table_options, usable_hbm_bytes
 from planner.costmodel.dlrm.evaluate import evaluate_dlrm
 from planner.specs.dlrm import DLRMPlan, DLRMSpec
@@ -43,21 +43,12 @@ def model(n: int, seed: int) -> DLRMSpec:
 
 
 def greedy(m: DLRMSpec, c) -> DLRMPlan:
-    """Largest table first onto the least-loaded rank (forward lookups plus output
-    distribution) that still has memory; table-wise only."""
-    cap = usable_hbm_bytes(c) - dense_cost(m, c).memory_bytes
-    opts = [next(o for o in table_options(m, c, i) if o.kind == "table_wise")
-            for i in range(len(m.tables))]
-    load, mem, where = [0.0] * c.num_gpus, [0] * c.num_gpus, {}
-    for i in sorted(range(len(m.tables)), key=lambda i: -opts[i].cost.memory_bytes):
-        o = opts[i].cost
-        ok = [r for r in range(c.num_gpus) if mem[r] + o.memory_bytes <= cap]
-        r = min(ok or range(c.num_gpus), key=lambda k: (load[k], k))
-        load[r] += o.lookup_fwd_s + o.lookup_bwd_s + o.comm_fwd_s + o.comm_bwd_s
-        mem[r] += o.memory_bytes
-        where[i] = r
-    return DLRMPlan(tables=[dict(table=m.tables[i].name, sharding_type="table_wise",
-                                 ranks={where[i]: 1}) for i in range(len(m.tables))])
+    """TorchRec's greedy partitioner (formulations/dlrm/greedy.py), the one baseline the
+    tests and the README use too."""
+    plan = torchrec_greedy(m, c)
+    if plan is None:
+        raise SystemExit(f"{m.name}: TorchRec's greedy partitioner places no plan on {c.name}")
+    return plan
 
 
 def sparse_s(est) -> float:

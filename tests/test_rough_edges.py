@@ -260,3 +260,65 @@ def test_lbnl_heatmap_axes_name_the_unit_and_base(monkeypatch):
     # the catalog B200: 167.6 GiB = 180 GB of HBM3e at 8 TB/s
     assert ax.get_xlabel() == "HBM capacity, x 180 GB"
     assert ax.get_ylabel() == "HBM bandwidth, x 8 TB/s"
+
+
+def test_procure_csv_rounds_float_noise():
+    from planner.report.procure import procurement_csv
+
+    rec = SimpleNamespace(gpu="h100-sxm", num_gpus=8, cluster="dgx-h100-superpod", plan=None,
+                          days=4.999999999999999, cost_usd=1234.5678901234567)
+    rec.to_json = lambda: dict(
+        gpu="h100-sxm", num_gpus=8, cluster="dgx-h100-superpod", days=4.999999999999999,
+        cost_usd=1234.5678901234567, energy_mwh=0.1 + 0.2, gpu_hours=960.0, mfu=0.5,
+        iteration_time_s=2.0, usd_per_gpu_hour=2.5, meets_limits=True, proven_optimal=True,
+        plan={})
+    res = SimpleNamespace(records=[rec], choice=rec, pareto=[], pareto_energy=[])
+    text = procurement_csv(res)
+    assert "4.999999999999999" not in text and "0.30000000000000004" not in text
+    row = text.splitlines()[1].split(",")
+    assert row[4:7] == ["5.0", "1234.56789012", "0.3"]
+
+
+def test_procure_small_run_in_units_that_show_it(capsys):
+    code, out, _ = run(capsys, "procure", "-m", "llama3-8b", "--tokens", "1e9", "--gpus",
+                       "h100", "--counts", "8")
+    assert code == 0
+    hours = next(line for line in out.splitlines() if "GPU-hours" in line)
+    energy = next(line for line in out.splitlines() if "energy " in line)
+    assert "0.00M" not in hours and "(ideal " in hours, hours  # ~30 GPU-hours
+    assert " 0 MWh" not in energy and "kWh" in energy, energy
+
+
+def test_procure_serve_rows_by_cost_and_price_per_output_token(capsys, monkeypatch):
+    import planner.procurement.serve as ps
+
+    def fleet(gpu, usd_per_hour):
+        plan = SimpleNamespace(replicas=1, gpu=gpu, tp=1, pp=1, weight_dtype="fp8",
+                               concurrency=64, prefill=None)
+        est = SimpleNamespace(num_gpus=1, usd_per_hour=usd_per_hour,
+                              usd_per_million_tokens=usd_per_hour / 10)
+        return SimpleNamespace(plan=plan, estimate=est, solver={"mode": "aggregated"})
+
+    rows = [("b200", fleet("b200", 5.0), ""), ("a100-sxm-40gb", None, "too slow"),
+            ("mi300x", fleet("mi300x", 2.2), ""), ("h100-sxm", fleet("h100-sxm", 2.5), "")]
+    monkeypatch.setattr(ps, "procure_serve", lambda *a, **k: SimpleNamespace(
+        mode="rent", per_gpu=rows, best=rows[2][1]))
+    code, out, _ = run(capsys, "procure", "--serve", "-m", "llama3-8b", "--rate", "1",
+                       "--isl", "128", "--osl", "128", "--gpus", "h100")
+    assert code == 0
+    order = [g for line in out.splitlines() for g in ("mi300x", "h100-sxm", "b200",
+                                                       "a100-sxm-40gb") if f"│ {g} " in line]
+    assert order == ["mi300x", "h100-sxm", "b200", "a100-sxm-40gb"], out
+    header = out.split("│ mi300x")[0]  # the title and the (maybe wrapped) column names
+    assert "output" in header and "$/Mtok" not in out
+
+
+def test_time_limit_without_a_plan_is_not_called_infeasible(capsys):
+    from planner.sweep.point import run_point
+
+    code, _, err = run(capsys, "solve", "-m", "llama3-70b", "-c", "dgx-h100-superpod",
+                       "--gpus", "64", "--time-limit", "0.001")
+    assert code == 1 and err.startswith("time limit:") and "infeasible" not in err, err
+    row = run_point({"model": "llama3-70b", "cluster": "dgx-h100-superpod", "gpus": 64,
+                     "time_limit_s": 0.001})
+    assert row["status"] == "time_limit" and "time limit" in row["reason"], row

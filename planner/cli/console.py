@@ -126,7 +126,9 @@ def print_error(e: PlannerError) -> None:
     """An error as ``main`` shows it on stderr: infeasible with its reasons and hints, or
     one line for bad input."""
     if isinstance(e, InfeasibleError):
-        err.print(f"[bold red]infeasible:[/] {escape(str(e))}", soft_wrap=True)
+        # a time limit that ran out before any plan proves nothing infeasible
+        label = "time limit" if e.status == "time_limit" else "infeasible"
+        err.print(f"[bold red]{label}:[/] {escape(str(e))}", soft_wrap=True)
         for r in e.reasons:
             err.print(f"  - {escape(r)}", soft_wrap=True)
         for h in e.hints:

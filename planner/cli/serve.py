@@ -359,9 +359,12 @@ def procure_serve_cmd(model: str, gpus: str | None, clusters: list[str], pricing
     t = Table(title=f"Serving {rate:g} req/s ({res.mode}, {escape(eng.name)}): cheapest fleet "
               "per GPU type",
               header_style="bold")
-    for col in ("GPU", "GPUs", "$/h", "$/Mtok", "mode", "layout"):
+    for col in ("GPU", "GPUs", "$/h", "$/M output tok", "mode", "layout"):
         t.add_column(col, justify="left" if col in ("GPU", "mode", "layout") else "right")
-    for gpu, r, why in res.per_gpu:
+    # cheapest first; GPU types that cannot serve the rate last
+    rows = sorted(res.per_gpu, key=lambda g: (g[1] is None, g[1].estimate.usd_per_hour
+                                              if g[1] is not None else 0.0))
+    for gpu, r, why in rows:
         if r is None:
             t.add_row(gpu, "-", "-", "-", "-", why[:60])
             continue
@@ -370,7 +373,8 @@ def procure_serve_cmd(model: str, gpus: str | None, clusters: list[str], pricing
                   r.solver["mode"], _short(r.plan))
     out.print(t)
     b = res.best.estimate
-    out.print(f"[bold]cheapest:[/bold] {b.num_gpus} GPUs, ${b.usd_per_hour:,.2f}/h, "
+    gpus = f"{b.num_gpus} GPU{'s' * (b.num_gpus != 1)}"
+    out.print(f"[bold]cheapest:[/bold] {gpus}, ${b.usd_per_hour:,.2f}/h, "
               f"${b.usd_per_million_tokens:.3f} per million output tokens: {_short(res.best.plan)}")
 
 

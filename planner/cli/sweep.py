@@ -137,9 +137,13 @@ def _spec_inputs(spec: Any) -> list[tuple[str, str]]:
 def _summary(rows: list[dict[str, Any]], axes: list[str], out_path: str | None) -> None:
     """The table on stdout when not written to a file; counts on stderr."""
     infeasible = sum(r["status"] == "infeasible" for r in rows)
+    # a time-limited point without a plan is no proof that nothing fits
+    unanswered = sum(r["status"] == "time_limit" and r.get("iteration_time_s") is None
+                     for r in rows)
     if out_path:
-        err.print(f"{len(rows)} rows written to {out_path} ({infeasible} infeasible)",
-                  soft_wrap=True)
+        err.print(f"{len(rows)} rows written to {out_path} ({infeasible} infeasible"
+                  + (f", {unanswered} without a plan at the time limit" if unanswered else "")
+                  + ")", soft_wrap=True)
         return
     import csv
     import sys

@@ -32,6 +32,36 @@ def money(usd: float) -> str:
     return f"${usd:,.2f}"
 
 
+def hours_text(hours: float) -> str:
+    """GPU-hours in a unit that suits their size: ``1.23M``, ``45,678``, ``0.75``."""
+    if abs(hours) >= 1e6:
+        return f"{hours / 1e6:,.2f}M"
+    if abs(hours) >= 100:
+        return f"{hours:,.0f}"
+    return f"{hours:.3g}"
+
+
+def energy_text(mwh: float) -> str:
+    """Energy in MWh, or kWh below one MWh (a small run is not ``0 MWh``)."""
+    if abs(mwh) >= 10:
+        return f"{mwh:,.0f} MWh"
+    if abs(mwh) >= 1:
+        return f"{mwh:.2f} MWh"
+    return f"{mwh * 1e3:,.3g} kWh"
+
+
+#: significant digits of a CSV number: a float carries 15-17, the last of which are the
+#: binary rounding of sums and products (4.999999999999999 for 5); --json keeps them all
+CSV_DIGITS = 12
+
+
+def csv_number(v: object) -> object:
+    """``v`` rounded to :data:`CSV_DIGITS` significant digits when a finite float."""
+    if isinstance(v, float) and v == v and abs(v) != float("inf"):
+        return float(f"{v:.{CSV_DIGITS}g}")
+    return v
+
+
 def tokens_text(tokens: float) -> str:
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
         if tokens >= scale:
@@ -62,9 +92,8 @@ def choice_panel(res: ProcureResult) -> Panel:
                  f"({_fmt_s(c.estimate.iteration_time_s)} per iteration{mfu})")
     grid.add_row("cost", f"{money(c.cost_usd)}{_ideal(c, 'cost_usd', None)} "
                  f"({money(c.cost_usd / c.gpu_hours)} per GPU-hour)")
-    grid.add_row("energy", f"{c.energy_mwh:,.0f} MWh{_ideal(c, 'energy_mwh', '{:,.0f}')}")
-    grid.add_row("GPU-hours", f"{c.gpu_hours / 1e6:,.2f}M"
-                 f"{_ideal(c, 'gpu_hours', None, 1e-6)}")
+    grid.add_row("energy", f"{energy_text(c.energy_mwh)}{_ideal(c, 'energy_mwh', None)}")
+    grid.add_row("GPU-hours", f"{hours_text(c.gpu_hours)}{_ideal(c, 'gpu_hours', None)}")
     if c.goodput is not None:
         grid.add_row("goodput", goodput_text(c.goodput.to_json()).removeprefix("goodput "))
     parts: list = [grid]
@@ -76,13 +105,13 @@ def choice_panel(res: ProcureResult) -> Panel:
     return Panel(Group(*parts), title=escape(title), expand=False)
 
 
-def _ideal(c: Procured, metric: str, form: str | None, scale: float = 1.0) -> str:
+def _ideal(c: Procured, metric: str, form: str | None) -> str:
     """`` (ideal X)`` beside an effective figure, when goodput is counted."""
     if c.goodput is None:
         return ""
     v = c.ideal(metric)
-    text = money(v) if metric == "cost_usd" else (
-        f"{v * scale:,.2f}M" if form is None else form.format(v))
+    text = {"cost_usd": money, "gpu_hours": hours_text, "energy_mwh": energy_text}.get(
+        metric, form.format if form else str)(v)
     return f" (ideal {text})"
 
 
@@ -150,7 +179,8 @@ def procurement_csv(res: ProcureResult) -> str:
     for r in sorted(rows, key=lambda r: (r.days, r.cost_usd)):
         data = r.to_json()
         plan = data["plan"]
-        w.writerow([_same(r, res.choice), *[data[k] for k in keys], id(r) in on_cost,
+        w.writerow([_same(r, res.choice), *[csv_number(data[k]) for k in keys],
+                    id(r) in on_cost,
                     id(r) in on_energy,
                     *[json.dumps(plan.get(f)) if isinstance(plan.get(f), dict) else plan.get(f)
                       for f in CSV_PLAN_FIELDS]])

@@ -121,14 +121,17 @@ def _procure_row(p: PointSpec) -> dict[str, Any]:
 
 
 def run_point(settings: dict[str, Any]) -> dict[str, Any]:
-    """The row of one point (``settings``: a :class:`PointSpec` as a dict). An infeasible
-    point is a row with ``status`` infeasible and the reason; bad input raises."""
+    """The row of one point (``settings``: a :class:`PointSpec` as a dict). A point with
+    no plan is a row with the reason and ``status`` infeasible, or time_limit when the
+    time limit ran out before any plan was found (it may still be feasible); bad input
+    raises."""
     p = PointSpec.model_validate(settings)
     check_point(p, "point")
     try:
         row = _solve_row(p) if p.command == "solve" else _procure_row(p)
     except InfeasibleError as err:
-        return {"point_key": p.key(), "status": "infeasible", "reason": str(err).split("\n")[0]}
+        return {"point_key": p.key(), "status": err.status,
+                "reason": str(err).split("\n")[0]}
     row["point_key"] = p.key()
     row["reason"] = None
     return row
