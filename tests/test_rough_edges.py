@@ -322,3 +322,31 @@ def test_time_limit_without_a_plan_is_not_called_infeasible(capsys):
     row = run_point({"model": "llama3-70b", "cluster": "dgx-h100-superpod", "gpus": 64,
                      "time_limit_s": 0.001})
     assert row["status"] == "time_limit" and "time limit" in row["reason"], row
+
+
+#: Llama 3 8B as Megatron-LM arguments, TP 8, no --global-batch-size
+MEGATRON_8B = ("--tensor-model-parallel-size 8 --micro-batch-size 1 --seq-length 8192 --bf16 "
+               "--normalization RMSNorm --swiglu --position-embedding-type rope "
+               "--untie-embeddings-and-output-weights --group-query-attention "
+               "--num-query-groups 8 --disable-bias-linear --attention-dropout 0.0 "
+               "--hidden-dropout 0.0 --rotary-base 500000")
+EVAL_64 = ("evaluate", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus", "64",
+           "--from", "megatron")
+
+
+@pytest.mark.parametrize("args", [f"... {MEGATRON_8B}", f"{MEGATRON_8B} --bf16 …"])
+def test_from_megatron_refuses_a_pasted_ellipsis(capsys, args):
+    code, _, err = run(capsys, *EVAL_64, args)
+    assert code == 2 and "literal '...'" in err, err
+
+
+def test_from_megatron_names_the_global_batch_default(capsys):
+    code, out, _ = run(capsys, *EVAL_64, MEGATRON_8B.replace("micro-batch-size 1",
+                                                             "micro-batch-size 2"))
+    assert code == 0
+    assert "global batch 16 = micro 2 x dp 8 (no --global-batch-size given)" in out, out
+    code, js, _ = run(capsys, *EVAL_64, MEGATRON_8B, "--json")
+    assert json.loads(js)["defaults"] == [
+        "global batch 8 = micro 1 x dp 8 (no --global-batch-size given)"]
+    code, js, _ = run(capsys, *EVAL_64, MEGATRON_8B + " --global-batch-size 8", "--json")
+    assert json.loads(js)["defaults"] == []

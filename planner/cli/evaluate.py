@@ -31,10 +31,42 @@ def _overrides(sets: list[str], shortcuts: dict[str, Any]) -> list[tuple[str, An
     return pairs
 
 
+#: words that stand for elided arguments when pasted from documentation
+ELISIONS = ("...", "\u2026")
+
+
+def _refuse_elisions(text: str) -> None:
+    """A pasted ``...`` is no argument: the arguments it stands for would be read as
+    absent and their defaults costed instead, silently."""
+    from planner.errors import InputError
+    from planner.export.megatron import command_words
+
+    try:
+        launcher, words = command_words(text)
+    except ValueError:
+        return  # the parser names the unreadable script
+    at = [i + 1 for i, w in enumerate([*launcher, *words]) if w in ELISIONS]
+    if at:
+        raise InputError(f"--from megatron: a literal '...' (word {', '.join(map(str, at))}) "
+                         "stands for arguments left out; the planner would cost their "
+                         "defaults instead; give the whole argument string (or @FILE)")
+
+
+def batch_default_note(text: str, plan: Any) -> str | None:
+    """What decided the global batch when the arguments give no ``--global-batch-size``
+    (Megatron-LM's default: one microbatch per data-parallel rank)."""
+    from planner.export.megatron import tokenize
+
+    if "--global-batch-size" in tokenize(text)[0]:
+        return None
+    return (f"global batch {plan.global_batch_size:,} = micro {plan.microbatch_size} x dp "
+            f"{plan.dp} (no --global-batch-size given)")
+
+
 def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: Any, c: Any,
-               warnings: list[str]) -> Any:
+               warnings: list[str], notes: list[str]) -> Any:
     """The plan a framework's arguments run (``--from megatron "ARGS"``); what was ignored
-    goes to ``warnings``."""
+    goes to ``warnings``, the defaults that decided the plan to ``notes``."""
     from planner.errors import InputError
     from planner.export import plan_from_megatron
 
@@ -49,9 +81,12 @@ def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: 
         from planner.fileio import read_user_file
 
         text = read_user_file(args[1:], "--from megatron @FILE")
+    _refuse_elisions(text)
     p, ignored = plan_from_megatron(text, m, c)
     if ignored:
         warnings.append("ignored (no effect on the plan's cost): " + " ".join(ignored))
+    if (note := batch_default_note(text, p)) is not None:
+        notes.append(note)
     return p
 
 
@@ -128,13 +163,14 @@ def evaluate(
     c = with_headroom(load_cluster(cluster, gpus), memory_headroom)
     warn_context_length(m, seq_len, bool(plan) or any(x.startswith("seq_len=") for x in set_))
     warnings: list[str] = []
+    defaults: list[str] = []  # defaults that decided the plan, named in the output
     shortcuts = dict(tp=tp, pp=pp, dp=dp, cp=cp, microbatch_size=mbs,
                      global_batch_size=global_batch, seq_len=seq_len, dtype=dtype)
     overrides = _overrides(set_, shortcuts)
     if (from_ or args) and overrides:
         raise InputError(f"--from megatron takes the whole plan from ARGS; drop "
                          f"{', '.join(k for k, _ in overrides)} (or put them in ARGS)")
-    p = (_plan_from(from_, args, plan, m, c, warnings) if from_ or args
+    p = (_plan_from(from_, args, plan, m, c, warnings, defaults) if from_ or args
          else build_plan(m, c, plan, overrides, warnings))
     broken = _framework_violations(framework, p, m, c)
     c = _framework_kernels(framework, c)
@@ -149,13 +185,16 @@ def evaluate(
     if json_:
         fw = {} if framework is None else {"framework": {"name": framework,
                                                          "violations": broken}}
-        _emit_json({"plan": p.to_dict(), **est.to_json(), "calibration_notes": notes, **fw})
+        _emit_json({"plan": p.to_dict(), **est.to_json(), "calibration_notes": notes,
+                    "defaults": defaults, **fw})
     else:
         try:
             domain = domain_factors(p, c.domain_size)
         except PlacementError:
             domain = None
         print_estimate(out, f"{m.name} on {c.name} ({c.num_gpus}x {c.gpu.name})", p, est, domain)
+        for d in defaults:
+            out.print(f"default: {escape(d)}", highlight=False, soft_wrap=True)
         if plot:
             out.print(f"wrote {plot}")
     if not est.feasible:
