@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from formulations.dlrm.build import DLRMVars, build, placement
 from formulations.dlrm.bound import lp_bound
+from formulations.dlrm.greedy import greedy_assignment
 from formulations.dlrm.local import local_plan, local_state, state_plan
 from formulations.linear import CpsatSession, MilpSession, SolverOutcome
 from planner.costmodel.dlrm.model import Option, links, table_options
@@ -286,31 +287,28 @@ def _values(vm: DLRMVars, hint: dict[int, int]) -> list[int]:
 
 def table_wise_greedy(model: DLRMSpec, cluster: ClusterSpec,
                       vm: DLRMVars) -> dict[int, int] | None:
-    """TorchRec's greedy partitioner (torchrec/distributed/planner/partitioners.py,
-    GreedyPerfPartitioner): largest table first, table-wise, onto the least-loaded rank
-    with memory left."""
-    from planner.costmodel.dlrm.model import dense_cost, usable_hbm_bytes
-
-    ln = links(model, cluster)
-    cap = usable_hbm_bytes(cluster) - dense_cost(model, cluster).memory_bytes
-    load, mem = [0.0] * ln.ranks, [0] * ln.ranks
-    hint = {i: 0 for i in (*vm.m.values(), *vm.n.values(), *vm.z.values())}
-    tw = {t: o for (t, o) in vm.m  # the HBM kernel, as TorchRec's default
-          if vm.options[t][o].kind == "table_wise" and vm.options[t][o].kernel == "fused"}
-    if len(tw) < len(model.tables):
+    """TorchRec's greedy partitioner (:mod:`formulations.dlrm.greedy`) as values of the
+    model's variables."""
+    found = greedy_assignment(model, cluster, vm.options)
+    if found is None:
         return None
-    for t in sorted(tw, key=lambda t: -vm.options[t][tw[t]].cost.memory_bytes):
-        c, o = vm.options[t][tw[t]].cost, tw[t]
-        for _ in range(model.tables[t].count):
-            ok = [r for r in range(ln.ranks) if mem[r] + c.memory_bytes <= cap]
-            if not ok:
-                return None
-            r = min(ok, key=lambda k: (load[k], k))
-            load[r] += c.lookup_fwd_s + c.lookup_bwd_s + c.comm_fwd_s + c.comm_bwd_s
-            mem[r] += c.memory_bytes
-            hint[vm.n[t, o, r]] += 1
+    hint = {i: 0 for i in (*vm.m.values(), *vm.n.values(), *vm.z.values())}
+    for t, (o, ranks) in found.items():
+        for r, copies in ranks.items():
+            hint[vm.n[t, o, r]] += copies
         hint[vm.m[t, o]] = model.tables[t].count
-    return _relabel(vm, ln, hint)
+    return _relabel(vm, links(model, cluster), hint)
+
+
+def torchrec_greedy(model: DLRMSpec, cluster: ClusterSpec) -> DLRMPlan | None:
+    """TorchRec's greedy partitioner's plan (:mod:`formulations.dlrm.greedy`): the baseline
+    the DLRM figures compare with; None when it cannot place every table."""
+    options = [table_options(model, cluster, t) for t in range(len(model.tables))]
+    found = greedy_assignment(model, cluster, options)
+    if found is None:
+        return None
+    return DLRMPlan(tables=[placement(model, t, options[t][o], model.tables[t].count, ranks,
+                                      None) for t, (o, ranks) in sorted(found.items())])
 
 
 def best_fit_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars,
