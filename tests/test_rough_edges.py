@@ -350,3 +350,32 @@ def test_from_megatron_names_the_global_batch_default(capsys):
         "global batch 8 = micro 1 x dp 8 (no --global-batch-size given)"]
     code, js, _ = run(capsys, *EVAL_64, MEGATRON_8B + " --global-batch-size 8", "--json")
     assert json.loads(js)["defaults"] == []
+
+
+def test_serve_pareto_labels_clear_unique_and_inside(monkeypatch, tmp_path):
+    import planner.report.serve as sv
+
+    figs: list = []
+    monkeypatch.setattr(sv, "save_figure", lambda fig, plt, path, **kw: figs.append(fig))
+    # a crowded front as serve --pareto gives it: 32 layouts, pairs alike but for KV dtype
+    front = []
+    for i in range(32):
+        plan = {"tp": 8 if i < 20 else 4, "pp": 1 + i % 2, "weight_dtype": "fp8",
+                "concurrency": 2 ** (i // 4), "kv_dtype": "fp8" if i % 4 > 1 else "bf16",
+                "replicas": 1, "prefill": None}
+        front.append({"gpu": "h100-sxm", "tokens_per_s_per_user": 120.0 - 2.4 * i,
+                      "tokens_per_s_per_gpu": 1.0 + 0.3 * i * i, "plan": plan})
+    sv.plot_serve_pareto(front, tmp_path / "f.png", "llama3-70b")
+    fig = figs[0]
+    assert not _overlaps(fig), _overlaps(fig)[:3]
+    r = fig.canvas.get_renderer()
+    texts = [t for ax in fig.axes for t in (*ax.texts, ax.title, ax.xaxis.label,
+                                            ax.yaxis.label) if t.get_text()]
+    off = [t.get_text() for t in texts
+           if not fig.bbox.contains(*t.get_window_extent(r).p0)
+           or not fig.bbox.contains(*t.get_window_extent(r).p1)]
+    assert not off, off
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert len(labels) == len(set(labels)) >= 8, labels
+    every = sv.point_labels(front)
+    assert len(set(every)) == len(front)  # each point has a label of its own
