@@ -3,6 +3,7 @@
     python benchmarks/bench_dlrm.py                 # 500 tables, 128 GPUs, CP-SAT
     python benchmarks/bench_dlrm.py --tables 200 --backend milp --json
     python benchmarks/bench_dlrm.py --tables 5000 --gpus 1024 --time-limit 60   # no exact model
+    python benchmarks/bench_dlrm.py --time-limit 10 --repeats 3   # the spread over 3 runs
 
 The tables are drawn with a fixed seed (rows log-uniform from 1e3 to 5e7, dim 32/64/128,
 pooling 1 to 60, some skew), as production models mix a few huge tables with many small
@@ -14,7 +15,11 @@ the same evaluator. ``optimum_*`` is the plan returned: the proven optimum when
 ``status`` is ``optimal``, else the best plan found (``heuristic``: the model was too
 large to build and the local search answered alone), with ``lower_bound_ms`` (the best of
 CP-SAT's bound, the work bound and the rank-aggregated LP, formulations/dlrm/bound.py)
-and ``bound_gap`` = (plan - bound) / plan. Run on an idle machine.
+and ``bound_gap`` = (plan - bound) / plan. With ``--repeats N`` the whole run is repeated:
+the times are given as min / median / max over the runs, and a result that differs between
+runs (a time-limited solve may stop at another incumbent) as the list of its values. The
+machine (CPU, cores, load average, Python, OR-Tools) is printed first. Run on an idle
+machine.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import json
 import random
 import time
 
+from _timing import add_repeats, machine, machine_line, merge_runs, spread_text
 from formulations.dlrm.search import solve_sharding, torchrec_greedy
 from planner.costmodel.dlrm.model import dense_cost, table_options, usable_hbm_bytes
 from planner.costmodel.dlrm.evaluate import evaluate_dlrm
@@ -78,6 +84,9 @@ def run(n: int, gpus: int, backend: str, seed: int, time_limit: float) -> dict:
             "greedy_vs_optimum": round(g.iteration_time_s / s.estimate.iteration_time_s, 3)}
 
 
+TIMED = ("solve_time_s", "greedy_time_s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tables", type=int, default=500)
@@ -85,11 +94,17 @@ def main() -> None:
     ap.add_argument("--backend", default="cpsat", choices=["cpsat", "milp"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-limit", type=float, default=60.0)
+    add_repeats(ap)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    row = run(a.tables, a.gpus, a.backend, a.seed, a.time_limit)
-    print(json.dumps(row, indent=2) if a.json else
-          "\n".join(f"{k:>24}: {v}" for k, v in row.items()))
+    row = merge_runs([run(a.tables, a.gpus, a.backend, a.seed, a.time_limit)
+                      for _ in range(a.repeats)], TIMED)
+    if a.json:
+        print(json.dumps({"machine": machine(), **row}, indent=2))
+        return
+    print(machine_line())
+    print("\n".join(f"{k:>24}: {spread_text(v, fmt='.3f') if k in TIMED else v}"
+                    for k, v in row.items()))
 
 
 if __name__ == "__main__":

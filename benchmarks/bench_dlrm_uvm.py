@@ -2,6 +2,7 @@
 
     python benchmarks/bench_dlrm_uvm.py            # 16, 24, 32 A100-80GB, 30 s each
     python benchmarks/bench_dlrm_uvm.py --gpus 16 --json
+    python benchmarks/bench_dlrm_uvm.py --gpus 16 --repeats 3   # the solve time's spread
 
 DLRM-A (MAD-Max Table II: 4,096 tables of 2.08M x 94 fp16 rows, 1.6 TB with the Adagrad
 state) on the catalog's DGX A100 SuperPOD, whose nodes have 256 GiB of host DDR4 per GPU
@@ -9,7 +10,9 @@ over PCIe Gen4 (hardware_catalog/clusters/dgx-a100-superpod.yaml). For each GPU 
 the best plan with every table in HBM, and with table-wise tables allowed in host memory
 behind an HBM cache (TorchRec ``fused_uvm_caching``, 20 % of the rows cached, hit rate =
 load factor), each from ``solve_sharding`` (CP-SAT, proven optimal unless ``status`` says
-time_limit, then ``bound_gap`` to the best bound). Run on an idle machine.
+time_limit, then ``bound_gap`` to the best bound). ``solve_time_s`` is min / median / max
+over ``--repeats`` solves (a result that differs between them is listed per run), after a
+line naming the machine. Run on an idle machine.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from _timing import add_repeats, machine, machine_line, merge_runs, spread_text
 from formulations.dlrm.search import solve_sharding
 from planner.errors import InfeasibleError
 from planner.specs.loaders import load_cluster, load_model
@@ -45,18 +49,26 @@ def run(gpus: int, time_limit: float) -> list[dict]:
     return rows
 
 
+TIMED = ("solve_time_s",)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, nargs="*", default=[16, 24, 32])
     ap.add_argument("--time-limit", type=float, default=30.0)
+    add_repeats(ap)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    rows = [r for g in a.gpus for r in run(g, a.time_limit)]
+    rows = []
+    for g in a.gpus:
+        runs = [run(g, a.time_limit) for _ in range(a.repeats)]
+        rows += [merge_runs(same, TIMED) for same in zip(*runs)]
     if a.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"machine": machine(), "rows": rows}, indent=1))
         return
+    print(machine_line())
     for r in rows:
-        print("  ".join(f"{k} {v}" for k, v in r.items()))
+        print("  ".join(f"{k} {spread_text(v) if k in TIMED else v}" for k, v in r.items()))
 
 
 if __name__ == "__main__":

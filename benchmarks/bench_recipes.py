@@ -10,6 +10,10 @@ sharding by the distributed optimizer, ZeRO-1); the last column searches every Z
 (FSDP/DeepSpeed), which the recipes could not use.
 
     python benchmarks/bench_recipes.py            # about a minute
+    python benchmarks/bench_recipes.py --repeats 3   # each row's two solves 3 times
+
+The time at the end of a row is the wall time of its two solves, median, min and max over
+``--repeats`` runs; the first line names the machine.
 
 A real optimum may beat a tuned recipe by a few percent; a large margin means the model is
 optimistic where the solver lands (README, "Trust at the optimum").
@@ -17,9 +21,10 @@ optimistic where the solver lands (README, "Trust at the optimum").
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import time
 
+from _timing import add_repeats, machine_line, spread_text, timed
 from formulations.train.space import SpaceOptions
 from planner.api import solve
 from planner.costmodel.train.evaluator import evaluate
@@ -40,7 +45,11 @@ def _plan_text(p) -> str:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_repeats(ap)
+    args = ap.parse_args()
     data = nemo_data()
+    print(machine_line())
     ratios, free_ratios = [], []
     print(f"{'run':38s} {'published':>9s} {'recipe*':>8s} {'optimum*':>8s} {'opt/pub':>8s}"
           f" {'opt/recipe*':>11s} {'GiB rec/opt':>11s}  optimum plan   (* = predicted, "
@@ -50,14 +59,15 @@ def main() -> None:
         rec_est = evaluate(model, cluster, recipe_plan(row))
         recipe = tokens_per_s_per_gpu(row, rec_est)
         base = recipe_base(row)
-        t0 = time.perf_counter()
         kw = dict(global_batch_size=base["global_batch_size"], seq_len=base["seq_len"],
                   dtype=base["dtype"], time_limit_s=120,
                   fix={"fp8_params": base["fp8_params"],
                        "grad_reduce_dtype": base["grad_reduce_dtype"]})
         # the recipes' framework shards with the distributed optimizer (ZeRO-1) only
-        same = solve(model, cluster, options=SpaceOptions(max_zero_stage=1), **kw).best
-        free = solve(model, cluster, **kw).best
+        runs, walls = timed(lambda kw=kw: (
+            solve(model, cluster, options=SpaceOptions(max_zero_stage=1), **kw).best,
+            solve(model, cluster, **kw).best), args.repeats)
+        same, free = runs[-1]
         opt, any_fw = (tokens_per_s_per_gpu(row, b.estimate) for b in (same, free))
         ratios.append(opt / row["measured"])
         free_ratios.append(any_fw / row["measured"])
@@ -65,7 +75,7 @@ def main() -> None:
         print(f"{row['name']:38s} {row['measured']:9,.0f} {recipe:8,.0f} {opt:8,.0f} "
               f"{opt / row['measured'] - 1:+8.1%} {opt / recipe - 1:+11.1%} {gib:>11s}  "
               f"{_plan_text(same.plan)}  | any framework {any_fw / row['measured'] - 1:+.1%}"
-              f" {_plan_text(free.plan)}  ({time.perf_counter() - t0:.1f} s)")
+              f" {_plan_text(free.plan)}  {spread_text(walls, fmt='.1f')}")
     for name, r in (("Megatron features (ZeRO <= 1)", ratios), ("any framework", free_ratios)):
         print(f"optimum vs published, {name}: mean {statistics.mean(r) - 1:+.1%}, "
               f"max {max(r) - 1:+.1%}, min {min(r) - 1:+.1%}")
