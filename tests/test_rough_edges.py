@@ -379,3 +379,32 @@ def test_serve_pareto_labels_clear_unique_and_inside(monkeypatch, tmp_path):
     assert len(labels) == len(set(labels)) >= 8, labels
     every = sv.point_labels(front)
     assert len(set(every)) == len(front)  # each point has a label of its own
+
+
+@pytest.mark.parametrize("flags, shown", [((), True), (("--quiet",), False),
+                                          (("--json",), False)])
+def test_procure_progress_on_stderr_only(capsys, monkeypatch, flags, shown):
+    import io
+
+    import planner.cli.console as console
+    import planner.cli.procure as procure
+
+    buf = io.StringIO()
+    monkeypatch.setattr(procure, "err", Console(file=buf, force_terminal=True, width=120))
+    monkeypatch.setattr(console, "PROGRESS_DELAY_S", 0.0)
+    code, out, _ = run(capsys, "procure", "-m", "llama3-8b", "--tokens", "1e9", "--gpus",
+                       "h100", "--counts", "8,16", *flags)
+    assert code == 0
+    text = buf.getvalue()
+    assert ("option 1 of 2" in text) == ("ETA" in text) == shown, text
+    assert "option 1 of" not in out
+
+
+def test_sweep_quiet_hides_the_bar(monkeypatch):
+    import planner.cli.sweep as sw
+
+    monkeypatch.setattr(sw, "err", Console(file=open("/dev/null", "w"), force_terminal=True))
+    bar, _ = sw._progress(10, 0)
+    assert not bar.disable
+    bar, _ = sw._progress(10, 0, quiet=True)
+    assert bar.disable

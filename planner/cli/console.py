@@ -8,6 +8,7 @@ never from ``planner.cli`` itself.
 from __future__ import annotations
 
 import json
+import re
 import time
 from enum import Enum
 from typing import Any
@@ -98,6 +99,52 @@ class LazyStatus:
     def stop(self) -> None:
         if self.status is not None:
             self.status.stop()
+
+
+#: seconds of quiet before a progress line appears (a quick answer prints none)
+PROGRESS_DELAY_S = 1.0
+
+
+class ProgressLine:
+    """A rich progress line on stderr for long searches: the step being solved, the time
+    spent, and a bar with an ETA when the step says ``i of n``. Never on stdout; off when
+    ``enabled`` is false (--quiet, --json, --csv) or stderr is no terminal."""
+
+    COUNT = re.compile(r"(\d[\d,]*) of (\d[\d,]*)")
+
+    def __init__(self, console: Console, enabled: bool):
+        self.console, self.enabled = console, enabled and console.is_terminal
+        self.t0 = time.perf_counter()
+        self.bar: Any = None
+        self.task: Any = None
+        self.last = "starting"
+
+    def __call__(self, message: str) -> None:
+        self.last = message
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.perf_counter() - self.t0 < PROGRESS_DELAY_S:
+                return
+            from rich.progress import (BarColumn, Progress, SpinnerColumn, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                TimeElapsedColumn(), TextColumn("ETA"),
+                                TimeRemainingColumn(), console=self.console, transient=True)
+            self.task = self.bar.add_task(escape(message), total=None)
+            self.bar.start()
+        count = self.COUNT.search(message)
+        if count:  # "option 3 of 12": 2 done of 12
+            done, total = (int(g.replace(",", "")) for g in count.groups())
+            self.bar.update(self.task, description=escape(message), total=total,
+                            completed=max(done - 1, 0))
+        else:
+            self.bar.update(self.task, description=escape(message))
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def print_table(console: Console, table: Any, *, whole: tuple[str, ...] = (),

@@ -14,7 +14,7 @@ import typer
 from planner.cli.console import (
     DTYPE_HELP,
     SEQ_LEN_HELP,
-    LazyStatus,
+    ProgressLine,
     _emit_json,
     FORCE_HELP,
     check_files,
@@ -109,6 +109,8 @@ def procure(
     framework: Optional[str] = typer.Option(None, "--framework", help=PROCURE_FRAMEWORK_HELP),
     goodput: GoodputSetting = typer.Option(
         GoodputSetting.on, "--goodput", help=GOODPUT_HELP + " --days limits the effective days."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line on stderr (none "
+                               "with --json or --csv either)."),
 ) -> None:
     """Buy or rent: the cheapest cluster and plan to train by a deadline, or fastest in a budget."""
     from planner.api import procure as run_procure
@@ -117,7 +119,7 @@ def procure(
         return procure_serve_cmd(model, gpus, cluster, pricing, prices, json_, rate, isl, osl, ttft_ms, tpot_ms, engine)
     _check_args(model, tokens, json_, csv_, workers, plot, prices, cluster, force, engine)
     fronts = pareto or bool(plot) or json_ or csv_
-    status = LazyStatus(err, not (json_ or csv_))
+    status = ProgressLine(err, not (json_ or csv_ or quiet))
     result = None
     failure: InfeasibleError | None = None
     try:

@@ -26,14 +26,15 @@ class PlotKind(str, Enum):
     bottleneck = "bottleneck"
 
 
-def _progress(total: int, done: int):
-    """A rich progress bar with an ETA on stderr (hidden when stderr is not a terminal)."""
+def _progress(total: int, done: int, quiet: bool = False):
+    """A rich progress bar with an ETA on stderr (hidden with --quiet or when stderr is not
+    a terminal)."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
     bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn(), console=err,
-                   disable=not err.is_terminal)
+                   disable=quiet or not err.is_terminal)
     task = bar.add_task("sweep", total=total, completed=done)
     return bar, (lambda _p, _r: bar.advance(task))
 
@@ -84,6 +85,7 @@ def sweep(
                                         "per value of this axis."),
     force: bool = typer.Option(False, "--force", help="Replace a --plot file that exists "
                                "(--out is resumed, never replaced)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
 ) -> None:
     """Run a what-if sweep: every point of the grid is a solve or a procure."""
     from planner.sweep import expand, load_sweep, run_sweep
@@ -103,7 +105,7 @@ def sweep(
         unique = len({p.key for p in points})  # points with the same settings run once
         err.print(f"{len(points)} points ({unique} distinct)"
                   + (f", {done} already in {out_path}" if done else ""), soft_wrap=True)
-        bar, tick = _progress(unique, done)
+        bar, tick = _progress(unique, done, quiet)
         with bar, signals_raise(signal.SIGTERM):  # stop the workers and save, as on Ctrl-C
             rows = run_sweep(points, out=out_path, backend=backend.value, address=address,
                              workers=workers, on_result=tick)
