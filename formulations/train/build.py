@@ -181,8 +181,7 @@ def build_model(tb: Tables, points: list[int] | None = None,
 def _setup(tb: Tables, pts: list[int], time_only: bool, obj_mult: int = 1) -> _Setup:
     A, space = tb.terms, tb.space
     cluster = space.cluster
-    o0, d0 = tb.points[0]
-    base = space.plan(o0, d0, next(iter(space.inners(o0))))
+    base = tb.settings
     t_ub_s = max(_time_bound_s(tb, q) for q in pts)
     # the largest factor a time is multiplied by: v pp (m + 1) in the iteration row, and
     # KAPPA_DEN x layers x 2 in the overlap-exposure rows

@@ -97,7 +97,7 @@ def evaluate_columns(tb: Tables, q: np.ndarray, rc: np.ndarray, sp: np.ndarray,
     wf = np.einsum("pgt,pt->pg", n, pick(A.layer_fwd_s)) + on_ends(A.emb_fwd_s, A.head_fwd_s)
     wb = np.einsum("pgt,pt->pg", n, pick(A.layer_bwd_s)) + on_ends(A.emb_bwd_s, A.head_bwd_s)
     by_z = lambda arr: arr[q, :, z]  # noqa: E731  (P, G)
-    settings = tb.space.plan(*tb.points[0], next(iter(tb.space.inners(tb.points[0][0]))))
+    settings = tb.settings
     ov = Overlap(settings.overlap_param_gather, settings.overlap_dp_grad_reduce,
                  cluster.gpu.efficiency.overlap_slowdown, cluster.gpu.efficiency.sharded_overlap)
     layers = A.group_layers[q]

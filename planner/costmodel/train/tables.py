@@ -173,6 +173,9 @@ class Tables:
     objective: Objective
     layer_types: tuple[str, ...]
     terms: Terms
+    #: a plan of the space: the settings every plan shares (dtype, attention kernel,
+    #: overlap switches), read once here instead of from a throwaway plan per reader
+    settings: Plan | None = None
 
     @property
     def num_points(self) -> int:
@@ -269,7 +272,7 @@ def build_tables(space: PointSource, objective: Objective | str = "time") -> Tab
     A["straggler"] = np.array([straggler_share(ctx.cluster.step_time_cv, int(n))
                                for n in A["world"]], float).reshape(-1)
     terms = Terms(**A)
-    return Tables(space, points, objective, ctx.types, terms)
+    return Tables(space, points, objective, ctx.types, terms, ctx.base)
 
 
 def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
