@@ -135,7 +135,7 @@ def level_bandwidth_Bps(level: TopologyLevel, k: int) -> float:
     group only the ``k - 1`` links to its other members, up to the level's bandwidth:
     TP2 on an 8-GPU mesh moves 1 link's worth, TP8 7 links' (direct algorithm, one
     message per peer at once). ASTRA-sim's FC dimension gives each of its p-1 links
-    B/(p-1) (seeds/notes/001_astrasim2.md, Sec. 6.2 item 2), so a group spanning the
+    B/(p-1) (ASTRA-sim 2.0, Won et al. 2023, its analytical backend), so a group spanning the
     whole dimension gets B either way."""
     if level.kind == "ramp" and level.transceiver_groups:
         return level.effective_Bps * ramp_io_fraction(level.transceiver_groups, k,

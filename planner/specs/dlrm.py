@@ -71,7 +71,7 @@ class Interaction(Spec):
     ``dot``: pairwise dot products of the F = tables + 1 vectors (DLRM, Naumov et al.
     2019, Sec. 2); ``dcnv2``: ``cross_layers`` full-rank cross layers over the
     concatenated vector (Wang et al. 2021, DCN-V2, Eq. 1); ``none``: concatenation with no
-    interaction FLOPs, as MAD-Max's released DLRM configs (seeds/notes/002_madmax.md 2.1)."""
+    interaction FLOPs, as MAD-Max's released DLRM configs (Hsia et al. 2024, the authors' released configs)."""
 
     kind: Literal["dot", "dcnv2", "none"] = "dot"
     cross_layers: int = Field(0, ge=0, le=64, description="dcnv2 only")

@@ -1,7 +1,7 @@
 """Cost model of DLRM training: embedding tables sharded over ranks, MLPs data parallel.
 
 One iteration (TorchRec's sharded embedding collections with a data-parallel dense part;
-MAD-Max, Hsia et al. 2024, Sec. III and Fig. 6; seeds/notes/002_madmax.md 2.2-2.5) runs
+MAD-Max, Hsia et al. 2024, Sec. III and Fig. 6) runs
 in phases; each sparse phase lasts as long as its slowest rank:
 
 1. forward lookups: every rank gathers and pools the rows of the shards it holds;
