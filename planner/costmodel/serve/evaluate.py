@@ -8,7 +8,10 @@ its share of ``osl`` decode steps at the concurrency cap ``C``), so a replica se
 most ``1/w`` requests/s. Below saturation the decode batch is what the load keeps in
 flight (:func:`decode_batch`: Little's law against the step time, a fixed point), and
 the step is timed at that batch. Prefill work stalls decode: the mean TPOT is
-``t_d(B) / (1 - lam o_p)``. TTFT waits in an M/D/1 queue
+``t_d(B) / (1 - lam o_p)``; its percentile adds to the step at the batch's quantile the
+prefills landing in a request's ``osl - 1`` steps at their quantile, each prefill
+lengthening the window more land in (the arrivals of an M/D/1 busy period started by the
+steps' work, :func:`planner.costmodel.serve.queueing.busy_arrivals_quantile`). TTFT waits in an M/D/1 queue
 (:mod:`planner.costmodel.serve.queueing`). Disaggregated: prefill replicas are M/D/1 servers
 of ``o_p``; decode replicas step at ``t_d(B)``; the KV cache crosses the network between
 them. docs/serving.md.
@@ -22,7 +25,12 @@ from functools import lru_cache
 
 from planner.costmodel.energy import energy_coefficients, price_per_gpu_hour
 from planner.costmodel.network import PlacementError, p2p_time_s
-from planner.costmodel.serve.queueing import md1_wait_s, mdc_wait_s, normal_quantile, poisson_quantile
+from planner.costmodel.serve.queueing import (
+    busy_arrivals_quantile,
+    md1_wait_s,
+    mdc_wait_s,
+    normal_quantile,
+)
 from planner.costmodel.serve.step import (
     Prefill,
     ServeMemory,
@@ -228,9 +236,12 @@ def aggregated_latency(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload,
     batch = decode_batch(perf, lam * max(w.osl - 1, 0), stretch)
     t_d = perf.step_s(batch)
     tpot = t_d * stretch
-    arrivals = lam * w.osl * tpot  # prefills landing inside one request's decode (mean)
+    # the prefills landing in one request's osl - 1 decode steps, each lengthening the
+    # window it lands in (an M/D/1 busy period started by the steps' own work)
+    gaps = max(w.osl - 1, 1)
+    stalls = busy_arrivals_quantile(lam, gaps * t_d, o_p, w.percentile)
     tpot_q = perf.step_s(batch_quantile(batch, w.percentile, plan.concurrency)) \
-        + poisson_quantile(arrivals, w.percentile) * o_p / w.osl
+        + stalls * o_p / gaps
     # the prompt's chunks ride on decode steps of the sequences in flight, the first
     # once the step in progress ends (half a step on average)
     ride = pre.chunks * _ride_s(perf, batch - 1)

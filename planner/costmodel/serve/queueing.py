@@ -63,12 +63,32 @@ def normal_quantile(quantile: float) -> float:
     return hi
 
 
-def poisson_quantile(mean: float, quantile: float) -> float:
-    """Normal approximation of a Poisson count's quantile, ``m + z sqrt(m)`` (exact enough
-    for counts of a few or more; docs/serving.md)."""
-    if mean <= 0:
+def busy_arrivals_quantile(lam: float, work_s: float, service_s: float,
+                           quantile: float) -> float:
+    """The ``quantile`` of the number of arrivals that land in a window of ``work_s``
+    seconds of other work when each one lengthens the window by its own ``service_s``
+    (Poisson arrivals at ``lam``): the customers served in an M/D/1 busy period started
+    by ``work_s`` of work. Each of the ``a = lam work_s`` (Poisson) arrivals in the bare
+    window brings the arrivals in its own service, and theirs: a Borel(``rho``) cluster
+    (``rho = lam service_s``; Takacs 1962, Introduction to the Theory of Queues, Ch. 2),
+    so the count is compound Poisson with cumulants ``a E[T^k]``: mean ``a / (1 - rho)``,
+    variance ``a / (1 - rho)^3``, third ``a (1 + 2 rho) / (1 - rho)^5``. The quantile is
+    their Cornish-Fisher expansion ``m + (z + (z^2 - 1) g / 6) sd`` (``g`` the skewness):
+    within 4 % of the exact count at the P99 for ``a >= 10`` and ``rho <= 0.8``, and
+    above it where it is off (+9 % at ``a = 5``, more with fewer; docs/serving.md). A
+    Poisson quantile at the mean leaves the lengthening out: its spread is short by a
+    factor ``(1 - rho)``."""
+    rho = lam * service_s
+    a = lam * work_s
+    if a <= 0:
         return 0.0
-    return mean + normal_quantile(quantile) * math.sqrt(mean)
+    if rho >= 1:
+        return math.inf
+    free = 1.0 - rho
+    mean, var = a / free, a / free**3
+    skew = a * (1.0 + 2.0 * rho) / free**5 / var**1.5
+    z = normal_quantile(quantile)
+    return max(0.0, mean + (z + (z * z - 1.0) * skew / 6.0) * math.sqrt(var))
 
 
 def mdc_wait_s(lam: float, service_s: float, servers: int,
