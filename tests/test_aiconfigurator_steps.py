@@ -55,15 +55,24 @@ def test_long_prefill_within_15_percent_at_every_tp(shipped):
     assert _off(rows) == []
 
 
-def test_small_batch_decode_gap_at_tp_is_the_per_collective_overhead(shipped):
-    """Decode at batch <= 8 and TP > 1 misses by up to 2x with the engine's 30 us per TP
-    all-reduce (fitted on TensorRT-LLM v0.6.1); without it every such row is within 15 %:
-    aiconfigurator measures TensorRT-LLM 1.3's custom all-reduce at 2.6-3.5 us per call for
-    these messages, less than the network model's own latency term."""
-    pick = [r for r in shipped if r["phase"] == "decode" and r["size"] <= 8 and r["tp"] > 1]
-    assert max(r["ratio"] for r in pick) > 1 + bench.BOUND
-    engine = load_engine("trtllm").model_copy(update={"collective_overhead_us": 0.0})
-    rows = [r for r in bench.rows("bf16", engine)
-            if r["phase"] == "decode" and r["size"] <= 8 and r["tp"] > 1]
-    assert len(rows) == len(pick)
+def test_small_batch_decode_at_tp_within_15_percent(shipped):
+    """Decode at batch <= 8 and TP > 1, where the all-reduces weigh most: within 15 % with
+    the profile's all-reduce (the network model alone: aiconfigurator measures TensorRT-LLM
+    1.3's custom all-reduce at 2.8-6.4 us per call for these messages, less than the
+    network model charges). The 30 us per collective fitted on v0.6.1 misses them by up
+    to 2x."""
+    rows = [r for r in shipped if r["phase"] == "decode" and r["size"] <= 8 and r["tp"] > 1]
+    assert len(rows) == 2 * 2 * 3 * 2
     assert _off(rows) == []
+    old = load_engine("trtllm").model_copy(update={"collective_overhead_us": 30.0})
+    pick = [r for r in bench.rows("bf16", old)
+            if r["phase"] == "decode" and r["size"] <= 8 and r["tp"] > 1]
+    assert max(r["ratio"] for r in pick) > 1 + bench.BOUND
+
+
+def test_rows_within_15_percent(shipped):
+    """At least 103 of the 112 BF16 rows; those left are too fast, not too slow (decode at
+    batch 32-128 with TP 2 or 8, the 8B prefill of 512 tokens at TP 8; docs/serving.md)."""
+    off = _off(shipped)
+    assert len(shipped) == 112 and len(shipped) - len(off) >= 103
+    assert all(r[5] < 1 for r in off)

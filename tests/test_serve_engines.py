@@ -30,10 +30,13 @@ def test_each_profile_loads_and_cites_every_field():
         assert e.name == name and e.launcher == name and e.version
         assert set(ENGINE_FIELDS) <= set(e.sources), name
         for f in ENGINE_FIELDS:
-            if e.sources[f].startswith("assumed: TensorRT-LLM's fit"):
+            if e.sources[f].startswith("assumed: TensorRT-LLM's"):
                 assert getattr(e, f) == getattr(load_engine("trtllm"), f), (name, f)
+            if e.sources[f].startswith("fitted by tools/calibrate_serving.py"):
+                assert getattr(e, f) == getattr(fitted, f), (name, f)
     trt = load_engine("trtllm")
-    assert all(getattr(trt, f) == getattr(fitted, f) for f in ENGINE_FIELDS)
+    assert [f for f in ENGINE_FIELDS if trt.sources[f].startswith("fitted")] == [
+        "request_overhead_ms", "kernel_fraction"]
     assert load_engine(None).name == "trtllm" and load_engine("TensorRT-LLM").name == "trtllm"
 
 

@@ -92,9 +92,10 @@ class ServeEngine(Spec):
     calibration set). ``request_overhead_ms``: fixed host time per request before its first
     token (scheduling, input copy, sampling); ``collective_overhead_us``: the launch and
     synchronization of each TP/EP collective beyond the links' latency (an NCCL kernel per
-    all-reduce). Both fitted once on the whole calibration set by
-    tools/calibrate_serving.py. Per-engine profiles, each field cited in ``sources``:
-    ``hardware_catalog/engines/`` (:func:`load_engine`)."""
+    all-reduce). The class defaults are the fit on the whole calibration set by
+    tools/calibrate_serving.py (TensorRT-LLM v0.6.1); the shipped profiles take the
+    collective overhead from a measured custom all-reduce instead. Per-engine profiles,
+    each field cited in ``sources``: ``hardware_catalog/engines/`` (:func:`load_engine`)."""
 
     name: Name = "default"
     aliases: list[Name] = Field(default_factory=list)
