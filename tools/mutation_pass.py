@@ -40,6 +40,8 @@ TESTS = (
     "tests/test_serve_model.py",
     "tests/test_kernels.py",
     "tests/test_kernel_costs.py",
+    "tests/test_torchtitan_calibration.py",
+    "tests/test_recipe_memory.py",
     "tests/test_cli.py::test_validate_json",
 )
 #: Slow consistency tests left out of the subset (solver agreement, not cost terms).
@@ -198,6 +200,12 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("dp_interleaved_window", "compose.py",
        ("    out = np.where(v > 1, np.clip(steps, 1.0, np.maximum(m, 1.0)), 1.0)",
         "    out = np.where(v > 1, 1.0, 1.0) + 0.0 * steps")),
+    _m("fsdp2_prefetch", "compose.py",
+       ("    on = ov.sharded\n", "    on = False\n")),
+    # ---- framework profiles: what a framework changes in the cost model
+    _m("framework_loss_bytes", "frameworks.py",
+       ("    update[\"loss_bytes_per_logit\"] = LOSS_PEAK_BYTES_PER_LOGIT[profile.kernels.cross_entropy]\n",
+        "")),
     # ---- network
     _m("collective_latency", "network.py",
        ("        latency += steps * level.latency_us * 1e-6", "        latency += 0.0")),
