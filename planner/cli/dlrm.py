@@ -1,16 +1,20 @@
 """``planner solve`` for a DLRM model (kind: dlrm): the sharding plan as a table
-(table -> type -> ranks), per-rank memory and time, samples/s."""
+(table -> type -> ranks), per-rank memory and time, samples/s; ``planner evaluate --plan``
+costs a sharding a user already runs, printed the same way."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
 from rich.markup import escape
 from rich.table import Table
 
-from planner.cli.console import _emit_json, out, say_overrun
-from planner.errors import InfeasibleError
+from planner.cli.console import _emit_json, err, out, say_overrun
+from planner.errors import InfeasibleError, InputError
 from planner.orchestration.dlrm import STATUS_TEXT
+from planner.specs.base import Spec
+from planner.specs.dlrm import DLRMPlan, TablePlacement
 
 
 def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
@@ -76,25 +80,37 @@ def _print(res: Any) -> None:
     s, est, c = res.solution, res.solution.estimate, res.cluster
     out.print(f"[bold]best sharding: {escape(res.model.name)} on {escape(c.name)} "
               f"({c.num_gpus}x {escape(c.gpu.name)})[/]")
+    _print_plan(s.plan, c)
+    _print_ranks(est)
+    _print_phases(est)
+    status = STATUS_TEXT[s.status] + ("" if s.status == "heuristic" else f" by {s.backend}")
+    gap = s.optimality_gap
+    out.print(_totals(est) + f"; {status} in {s.solve_time_s:.2f} s"
+              + (f", gap to bound {gap:.1e}" if gap is not None else ""))
+
+
+def _print_plan(plan: Any, c: Any) -> None:
     t = Table(title="sharding plan", header_style="bold")
     for col in ("table", "copies", "type", "shards", "kernel", "ranks"):
         t.add_column(col)
     node = c.topology[0].size
-    for p in s.plan.tables:
+    for p in plan.tables:
         t.add_row(escape(p.table), str(p.copies), p.sharding_type, str(p.shards),
                   p.torchrec_kernel,
                   _ranks_text(p, node))
     out.print(t)
-    _print_ranks(est)
+
+
+def _print_phases(est: Any) -> None:
     ph = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in est.phases_s.items())
     out.print(f"phases (ms): {ph}")
-    status = STATUS_TEXT[s.status] + ("" if s.status == "heuristic" else f" by {s.backend}")
-    gap = s.optimality_gap
-    out.print(f"iteration {est.iteration_time_s * 1e3:.2f} ms, "
-              f"[bold]{est.samples_per_s:,.0f} samples/s[/], memory "
-              f"{est.memory_per_gpu_gib:.2f} GiB per GPU (max; {est.usable_memory_bytes / 2**30:.2f}"
-              f" usable); {status} in {s.solve_time_s:.2f} s"
-              + (f", gap to bound {gap:.1e}" if gap is not None else ""))
+
+
+def _totals(est: Any) -> str:
+    return (f"iteration {est.iteration_time_s * 1e3:.2f} ms, "
+            f"[bold]{est.samples_per_s:,.0f} samples/s[/], memory "
+            f"{est.memory_per_gpu_gib:.2f} GiB per GPU (max; {est.usable_memory_bytes / 2**30:.2f}"
+            f" usable)")
 
 
 def _print_ranks(est: Any) -> None:
@@ -140,3 +156,91 @@ def show_procure_dlrm(res: Any, json_: bool) -> None:
                   f"({c.template}): "
                   f"{c.values['days']:.2f} days, ${c.values['cost_usd']:,.0f} "
                   f"(minimizing {res.objective})")
+
+
+# ---- planner evaluate -m <dlrm> --plan FILE ----------------------------------------------
+class SolveOutFile(Spec):
+    """The file ``planner solve -m <dlrm> --out`` writes (:func:`_write`), as evaluate
+    reads it back: the sharding, and the names it was solved for."""
+
+    model: str | None = Field(None, description="name of the model the plan was solved for")
+    cluster: str | None = Field(None, description="name of the cluster it was solved on")
+    plan: DLRMPlan = Field(..., description="the sharding: plan.tables")
+
+
+def read_dlrm_plan(path: str, model: Any, cluster: Any) -> tuple[DLRMPlan, list[str]]:
+    """The sharding in ``path`` (a ``planner solve --out`` file or a bare ``tables:``
+    DLRMPlan) and warnings: keys no placement has (a typo would leave a field at its
+    default), a cluster other than ``cluster``. A file solved for another model than
+    ``model`` is refused: its tables are not this model's."""
+    from planner.specs.loaders import field_suggestion, load_plan_dict
+    from planner.specs.validate import _short, validate
+
+    data = load_plan_dict(path)
+    if "plan" in data:
+        f = validate(SolveOutFile, data, path)
+        if f.model is not None and f.model not in (model.name, *model.aliases):
+            raise InputError(f"{path}: model {_short(f.model)}: this plan shards another "
+                             f"model than -m {model.name!r} (its tables are that model's); "
+                             f"expected model: {model.name}, or the other model with -m")
+        plan, rows, where = f.plan, data["plan"]["tables"], "plan.tables"
+    elif "tables" in data:
+        plan, rows, where = validate(DLRMPlan, data, path), data["tables"], "tables"
+    else:
+        raise InputError(f"{path}: not a DLRM sharding plan: expected tables: (a list of "
+                         "table placements) or a `planner solve --out` file (plan.tables); "
+                         f"found keys {', '.join(map(str, data)) or 'none'}")
+    warnings = []
+    if "plan" in data and f.cluster is not None and f.cluster != cluster.name:
+        warnings.append(f"{path}: solved on cluster {f.cluster!r}; costed on -c "
+                        f"{cluster.name!r}")
+    for i, row in enumerate(rows):
+        for k in TablePlacement.unknown_keys(row):
+            near = field_suggestion(k, list(TablePlacement.model_fields))
+            warnings.append(f"{path}: {where}.{i}: unknown key {k!r} ignored"
+                            + (f" (did you mean {near[0]}?)" if near else ""))
+    return plan, warnings
+
+
+def evaluate_dlrm_cli(m: Any, c: Any, plan_path: str | None, *, json_: bool,
+                      global_batch: int | None, transformer_only: dict[str, Any]) -> None:
+    """``planner evaluate -m <dlrm> -c CLUSTER --plan FILE``: what a given sharding costs,
+    printed as ``planner solve`` prints its best one; exit 1 (the JSON object still
+    printed) when it does not fit in memory."""
+    from planner.costmodel.dlrm.evaluate import evaluate_dlrm
+    from planner.specs.validate import validate
+
+    given = [k for k, v in transformer_only.items() if v not in (None, False, [], ())]
+    if given:
+        raise InputError(f"{', '.join(given)}: {'options' if len(given) > 1 else 'an option'} "
+                         "of transformer plans; a DLRM model "
+                         f"({m.name}) is costed by its embedding-table sharding (--plan FILE)")
+    if plan_path is None:
+        raise InputError(f"model {m.name!r} is a DLRM (kind: dlrm): evaluate needs --plan "
+                         "FILE, its sharding (the --out file of `planner solve`, or tables:); "
+                         "`planner solve` finds the best one")
+    if global_batch is not None:
+        m = validate(type(m), {**m.model_dump(), "global_batch_size": global_batch},
+                     "--global-batch")
+    plan, warnings = read_dlrm_plan(plan_path, m, c)
+    for w in warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
+    try:
+        est = evaluate_dlrm(m, c, plan)
+    except InputError as e:  # the evaluator names the placement; say which file
+        raise InputError(f"{plan_path}: {e}") from None
+    if json_:
+        _emit_json({"model": m.name, "kind": "dlrm", "cluster": c.name,
+                    "num_gpus": c.num_gpus, "plan": plan.to_dict(),
+                    "estimate": {**est.to_json(), "global_batch_size": m.global_batch_size},
+                    "feasible": est.feasible})
+    else:
+        out.print(f"[bold]sharding {escape(plan_path)}: {escape(m.name)} on {escape(c.name)} "
+                  f"({c.num_gpus}x {escape(c.gpu.name)})[/]")
+        _print_plan(plan, c)
+        _print_ranks(est)
+        _print_phases(est)
+        out.print(_totals(est))
+    if not est.feasible:
+        raise InfeasibleError("this sharding does not fit in memory", est.reasons,
+                              ["`planner solve` finds the best sharding that fits"])

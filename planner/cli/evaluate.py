@@ -1,4 +1,4 @@
-"""``planner evaluate``: what one training plan costs."""
+"""``planner evaluate``: what one training plan costs (a DLRM sharding: planner/cli/dlrm.py)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def _framework_violations(name: Optional[str], plan: Any, m: Any, c: Any) -> lis
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
     cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
-    plan: Optional[str] = typer.Option(None, "--plan", "-p", help="Plan YAML (see docs/formats.md)."),
+    plan: Optional[str] = typer.Option(None, "--plan", "-p", help="Plan YAML (see docs/formats.md); for a DLRM model, its sharding: the --out file of planner solve, or tables: (docs/dlrm.md)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help=GPUS_HELP),
     set_: list[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Override a plan field: FIELD=VALUE (repeatable)."),
     tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree."),
@@ -143,7 +143,8 @@ def evaluate(
                                             "against a framework's rules (planner catalog "
                                             "frameworks): each rule it breaks is reported."),
 ) -> None:
-    """Predict what one training plan costs: iteration time, memory, MFU and breakdowns."""
+    """Predict what one training plan costs: iteration time, memory, MFU and breakdowns
+    (a DLRM model: what a sharding plan costs, per rank)."""
     from planner.api import evaluate as run_evaluate
     from planner.costmodel.network import PlacementError, domain_factors
     from planner.report.text import print_estimate
@@ -155,12 +156,16 @@ def evaluate(
     check_files([("--plot", plot)], [("the model", model), ("the cluster", cluster),
                                      ("the plan", plan), ("the argument file", argfile)], force)
     m = load_model(model)
-    if getattr(m, "kind", None) == "dlrm":
-        from planner.errors import InputError
-
-        raise InputError(f"model {m.name!r} is a DLRM (kind: dlrm): `planner solve` plans its "
-                         "embedding sharding; evaluate takes transformer models")
     c = with_headroom(load_cluster(cluster, gpus), memory_headroom)
+    if getattr(m, "kind", None) == "dlrm":  # a sharding plan: planner/cli/dlrm.py
+        from planner.cli.dlrm import evaluate_dlrm_cli
+
+        return evaluate_dlrm_cli(m, c, plan, json_=json_, global_batch=global_batch,
+                                 transformer_only={
+                                     "--set": set_, "--tp": tp, "--pp": pp, "--dp": dp,
+                                     "--cp": cp, "--mbs": mbs, "--seq-len": seq_len,
+                                     "--dtype": dtype, "--plot": plot, "--from": from_,
+                                     "ARGS": args, "--framework": framework})
     warn_context_length(m, seq_len, bool(plan) or any(x.startswith("seq_len=") for x in set_))
     warnings: list[str] = []
     defaults: list[str] = []  # defaults that decided the plan, named in the output
