@@ -420,14 +420,17 @@ def serve(model: ModelSpec | str, cluster: ClusterSpec | str | list, isl: int, o
 
 def evaluate_serve(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Any, isl: int,
                    osl: int, *, rate_rps: float | None = None, ttft_ms: float | None = None,
-                   tpot_ms: float | None = None, percentile: float = 0.99) -> Any:
-    """One serving plan (a ServePlan or its fields) under a workload: its ServeEstimate."""
+                   tpot_ms: float | None = None, percentile: float = 0.99,
+                   engine: Any = None) -> Any:
+    """One serving plan (a ServePlan or its fields) under a workload: its ServeEstimate.
+    ``engine``: as :func:`serve`'s (default trtllm, the engine :func:`serve` plans for)."""
     from planner.costmodel.serve.evaluate import evaluate_serve as _evaluate_serve
     from planner.orchestration.serve import transformer, workload
-    from planner.specs.serve import ServePlan
+    from planner.specs.serve import ServePlan, load_engine
     from planner.specs.validate import validate
 
     m, c = _resolve(model, cluster)
     p = plan if isinstance(plan, ServePlan) else validate(ServePlan, plan, "serve plan")
     return _evaluate_serve(transformer(m), c, p,
-                           workload(isl, osl, rate_rps, ttft_ms, tpot_ms, percentile))
+                           workload(isl, osl, rate_rps, ttft_ms, tpot_ms, percentile),
+                           load_engine(engine))

@@ -1,6 +1,7 @@
 """The planner's serving step times against aiconfigurator's measured TensorRT-LLM
 per-operation database (hardware_catalog/calibration/aiconfigurator_steps.yaml, composed by
-benchmarks/bench_aiconfigurator.py): Llama 3 8B/70B, TP 1/2/4/8, H100 SXM and H200, BF16.
+benchmarks/bench_aiconfigurator.py): Llama 3 8B/70B, TP 1/2/4/8, H100 SXM and H200, BF16
+and FP8 weights.
 Issue 29 asks for 15 % on every row; these tests assert the rows where that holds today
 and pin the cause of the rest (docs/serving.md, "Against aiconfigurator's database")."""
 
@@ -76,3 +77,16 @@ def test_rows_within_15_percent(shipped):
     off = _off(shipped)
     assert len(shipped) == 112 and len(shipped) - len(off) >= 103
     assert all(r[5] < 1 for r in off)
+
+
+def test_fp8_rows_within_15_percent_with_the_activation_quantize():
+    """FP8 weights: aiconfigurator's fp8 GEMM rows include TensorRT-LLM's dynamic per-tensor
+    quantize of each bf16 GEMM input (an amax reduction and a quantize, ~8.5 us per GEMM at
+    small m); with the trtllm profile charging it, at least 105 of 112 rows are within 15 %.
+    Without it, 56."""
+    fp8 = bench.rows("fp8", "trtllm")
+    assert len(fp8) == 112 and len(fp8) - len(_off(fp8)) >= 105
+    bare = load_engine("trtllm").model_copy(update={"fp8_act_quant_kernels": 0})
+    without = bench.rows("fp8", bare)
+    assert len(without) - len(_off(without)) < 105
+    assert all(r["ratio"] < 1 for r in without if abs(r["ratio"] - 1) > bench.BOUND)

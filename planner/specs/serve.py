@@ -114,11 +114,16 @@ class ServeEngine(Spec):
         0.95, gt=0, le=1, description="share of the GPU kernel table's microbenchmarked speed "
         "the engine's GEMMs and attention run at (the serving engine's own, in place of the "
         "training framework's fit in the GPU file): fitted by tools/calibrate_serving.py")
+    fp8_act_quant_kernels: int = Field(
+        0, ge=0, le=4, description="kernel launches that quantize each FP8 GEMM's bf16 input "
+        "to FP8 (each reads the input, the last writes it): 2 for a dynamic per-tensor scale "
+        "(an amax reduction, then the quantize), 1 for a static scale, 0 where a fused "
+        "producer writes FP8 or nothing is charged (the v0.6.1 fit: the class default)")
 
 
 #: the ServeEngine fields that change an estimate: a catalog profile cites each
 ENGINE_FIELDS = ("gqa_kv_shared", "request_overhead_ms", "collective_overhead_us",
-                 "kernel_fraction")
+                 "kernel_fraction", "fp8_act_quant_kernels")
 DEFAULT_ENGINE = "trtllm"
 
 

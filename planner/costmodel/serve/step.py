@@ -76,6 +76,17 @@ def gemm_s(gpu: GPUSpec, weight_dtype: str, m: float, n: float, k: float) -> flo
     return t
 
 
+def act_quant_s(gpu: GPUSpec, weight_dtype: str, m: float, k: float, kernels: int) -> float:
+    """Quantizing the ``m x k`` bf16 input of one FP8 GEMM to FP8 in ``kernels`` launches
+    (:attr:`ServeEngine.fp8_act_quant_kernels`), each reading the input (2 B per element),
+    the last writing it as FP8 (1 B). None for other weight dtypes: bf16 and weight-only
+    int4 multiply bf16 activations."""
+    if weight_dtype != "fp8" or kernels <= 0 or m <= 0 or k <= 0:
+        return 0.0
+    nbytes = (kernels * C.ACT_BYTES + 1.0) * m * k
+    return kernels * gpu.efficiency.kernel_overhead_us * 1e-6 + elementwise_time_s(gpu, nbytes)
+
+
 # ---- sizes ----------------------------------------------------------------------------
 def kv_bytes_per_token_layer(model: ModelSpec, tp: int, kv_dtype: str) -> float:
     """KV cache of one token in one layer on one TP rank. MHA/GQA: K and V of the rank's
@@ -184,6 +195,7 @@ class ReplicaNet:
     ep: tuple[int, ...]
     pp: tuple[int, ...]
     overhead_s: float = 0.0  # per collective (ServeEngine.collective_overhead_us)
+    quant_kernels: int = 0  # per FP8 GEMM input (ServeEngine.fp8_act_quant_kernels)
 
 
 def engine_gpu(cluster: ClusterSpec, engine: ServeEngine):
@@ -202,31 +214,37 @@ def replica_net(cluster: ClusterSpec, plan: ServePlan,
 
     tp, pp = replica_spans(cluster, plan.tp, plan.pp)
     return ReplicaNet(tuple(cluster.topology), tp, subgroup(tp, plan.ep), pp,
-                      engine.collective_overhead_us * 1e-6)
+                      engine.collective_overhead_us * 1e-6, engine.fp8_act_quant_kernels)
 
 
-def _ffn_s(model: ModelSpec, gpu: GPUSpec, plan: ServePlan, layer_type: str, m: float) -> float:
+def _ffn_s(model: ModelSpec, gpu: GPUSpec, plan: ServePlan, layer_type: str, m: float,
+           qk: int = 0) -> float:
     """FFN GEMMs of ``m`` tokens. MoE: the router (bf16, replicated), the shared experts
     (TP-sharded) and the routed experts a batch touches: with balanced routing each local
     expert is hit by at least one of the ``m k`` token copies with probability
-    ``1 - (1 - k/E)^m``, and a decode step reads only the experts it touches."""
+    ``1 - (1 - k/E)^m``, and a decode step reads only the experts it touches. ``qk``: the
+    launches quantizing each FP8 GEMM input (:func:`act_quant_s`)."""
     wd, h, mats = plan.weight_dtype, model.hidden_size, model.ffn_matrices
     _, _, f_loc, _ = local_dims(model, plan.tp)
     if layer_type != "moe" or model.moe is None:
-        return gemm_s(gpu, wd, m, (mats - 1) * f_loc, h) + gemm_s(gpu, wd, m, h, f_loc)
+        return (gemm_s(gpu, wd, m, (mats - 1) * f_loc, h) + gemm_s(gpu, wd, m, h, f_loc)
+                + act_quant_s(gpu, wd, m, h, qk) + act_quant_s(gpu, wd, m, f_loc, qk))
     moe = model.moe
     if m <= 0:
         return 0.0
     t = gemm_time_s(gpu, "bf16", m, moe.num_experts, h)
     if shared_ffn(model):
         fs = shared_ffn(model) / plan.tp
-        t += gemm_s(gpu, wd, m, (mats - 1) * fs, h) + gemm_s(gpu, wd, m, h, fs)
+        t += (gemm_s(gpu, wd, m, (mats - 1) * fs, h) + gemm_s(gpu, wd, m, h, fs)
+              + act_quant_s(gpu, wd, m, h, qk) + act_quant_s(gpu, wd, m, fs, qk))
     fe = moe.expert_ffn_hidden_size * plan.ep / plan.tp
     hit = 1.0 - (1.0 - moe.top_k / moe.num_experts) ** m
     touched = moe.num_experts / plan.ep * hit
     per_expert = m * moe.top_k / (moe.num_experts * hit)
-    return t + touched * (gemm_s(gpu, wd, per_expert, (mats - 1) * fe, h)
-                          + gemm_s(gpu, wd, per_expert, h, fe))
+    copies = m * moe.top_k / plan.ep  # the local token copies, quantized once per input
+    return (t + touched * (gemm_s(gpu, wd, per_expert, (mats - 1) * fe, h)
+                           + gemm_s(gpu, wd, per_expert, h, fe))
+            + act_quant_s(gpu, wd, copies, h, qk) + act_quant_s(gpu, wd, copies, fe, qk))
 
 
 def _comm_s(model: ModelSpec, plan: ServePlan, net: ReplicaNet, layer_type: str,
@@ -259,9 +277,10 @@ def layer_pass_s(model: ModelSpec, gpu: GPUSpec, plan: ServePlan, net: ReplicaNe
                  layer_type: str, m: float) -> float:
     """One layer's GEMMs, elementwise kernels and TP/EP exchanges for ``m`` tokens (the
     attention core apart: :func:`decode_attention_s`, :func:`prefill_attention_s`)."""
-    attn = sum(gemm_s(gpu, plan.weight_dtype, mm, n, k)
+    wd, qk = plan.weight_dtype, net.quant_kernels
+    attn = sum(gemm_s(gpu, wd, mm, n, k) + act_quant_s(gpu, wd, mm, k, qk)
                for _, mm, n, k in attention_gemms(model, m, plan.tp))
-    return (attn + _ffn_s(model, gpu, plan, layer_type, m) + _elementwise_s(model, gpu, plan, m)
+    return (attn + _ffn_s(model, gpu, plan, layer_type, m, qk) + _elementwise_s(model, gpu, plan, m)
             + _comm_s(model, plan, net, layer_type, m))
 
 
