@@ -23,6 +23,7 @@ from planner.procurement import (
     OBJECTIVE_METRIC,
     candidate_counts,
     catalog_templates,
+    derived_template,
     gemm_time_lower_bound_s,
     option_metrics,
     procure,
@@ -304,15 +305,29 @@ def test_catalog_templates_cover_every_gpu():
     templates = catalog_templates()
     assert {t.gpu.name for t in templates} >= {"h100-sxm", "h200", "b200", "gb200", "mi300x",
                                                 "a100-sxm-40gb", "a100-sxm-80gb"}
-    h200 = next(t for t in templates if t.gpu.name == "h200")
-    assert h200.name == "dgx-h100-superpod:h200" and h200.topology[0].bandwidth_GBps == 450
+    # a GPU with its own catalog cluster gets no derived template beside it
+    assert [t.name for t in templates if t.gpu.name == "h200"] == ["dgx-h200-superpod"]
     a100 = next(t for t in templates if t.gpu.name == "a100-sxm-40gb")
     assert a100.name == "dgx-a100-superpod:a100-sxm-40gb"
     assert a100.topology[1].bandwidth_GBps == 25 and a100.offload.bandwidth_GBps == 32
+    # a derived template's NVLink level runs at its GPU's own bandwidth, not the base's
+    moved = derived_template(load_cluster("dgx-h100-superpod"), load_gpu("a100-sxm-40gb"))
+    assert moved.topology[0].bandwidth_GBps == 300 and moved.price_per_gpu_hour is None
     only = catalog_templates(["h100", "b200"])
     assert {t.gpu.name for t in only} == {"h100-sxm", "b200"}
     with pytest.raises(InputError, match="closest"):
         catalog_templates(["h10x"])
+
+
+def test_h200_cluster_is_the_dgx_h100_template_with_h200():
+    """The DGX H200 is the DGX H100 chassis with H200 GPUs (NVIDIA DGX BasePOD reference
+    architecture): the catalog cluster agrees with the template it replaces in every field
+    but its name and sources, so replacing it moves no training figure."""
+    real = load_cluster("h200-superpod")
+    derived = derived_template(load_cluster("dgx-h100-superpod"), load_gpu("h200"))
+    own = {"name": True, "aliases": True, "source": True, "offload": {"source"}}
+    assert real.name == "dgx-h200-superpod"
+    assert real.model_dump(exclude=own) == derived.model_dump(exclude=own)
 
 
 def test_candidate_counts():

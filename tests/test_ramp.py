@@ -285,12 +285,15 @@ def test_named_templates():
     an unknown name is an error naming the closest."""
     from planner.procurement import named_templates
 
-    got = named_templates(["ramp," + FAT_TREE, "dgx-h100-superpod:h200"])
+    got = named_templates(["ramp," + FAT_TREE, "dgx-a100-superpod:a100-sxm-40gb"])
     assert [t.name for t in got] == ["ramp-a100", "ramp-baseline-fat-tree",
-                                     "dgx-h100-superpod:h200"]
+                                     "dgx-a100-superpod:a100-sxm-40gb"]
     assert [t.name for t in named_templates(["ramp", "dgx-h100-superpod"], ["a100"])] == [
         "ramp-a100"]
     with pytest.raises(InputError, match="closest: ramp-a100"):
         named_templates(["ramp-a10," + FAT_TREE])
-    with pytest.raises(InputError, match="closest: dgx-h100-superpod:h200"):
-        named_templates(["dgx-h100-superpod:h2000"])
+    with pytest.raises(InputError, match="closest: dgx-a100-superpod:a100-sxm-40gb"):
+        named_templates(["dgx-a100-superpod:a100-sxm-4gb"])
+    # a derived name for a GPU that has its own catalog cluster names that cluster
+    with pytest.raises(InputError, match="own catalog cluster, dgx-h200-superpod"):
+        named_templates(["dgx-h100-superpod:h200"])

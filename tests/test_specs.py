@@ -17,7 +17,8 @@ def test_catalog_ships_required_entries():
     assert set(catalog.names("gpus")) >= {
         "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm", "h200", "b200", "gb200", "mi300x"}
     assert set(catalog.names("clusters")) >= {
-        "dgx-a100-superpod", "dgx-h100-superpod", "dgx-b200-superpod", "gb200-nvl72"}
+        "dgx-a100-superpod", "dgx-h100-superpod", "dgx-h200-superpod", "dgx-b200-superpod",
+        "gb200-nvl72"}
     assert set(catalog.names("models")) >= {
         "gpt3-175b", "megatron-22b", "mt-nlg-530b", "megatron-1t", "llama2-7b", "llama2-13b",
         "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b"}

@@ -65,6 +65,19 @@ def catalog_templates(gpus: Sequence[str] | None = None) -> list[ClusterSpec]:
     return templates
 
 
+def _cluster_of_gpu(gpu_ref: str) -> ClusterSpec | None:
+    """The catalog template (not in-house) of the catalog GPU ``gpu_ref`` names, when a
+    catalog cluster has that GPU; None otherwise (unknown GPU, or only derived)."""
+    import planner.catalog as catalog
+
+    if catalog.find("gpus", gpu_ref.strip()) is None:
+        return None
+    from planner.specs.loaders import load_gpu
+
+    gpu = load_gpu(gpu_ref.strip()).name
+    return next((t for t in catalog_templates([gpu]) if ":" not in t.name), None)
+
+
 def candidate_counts(cluster: ClusterSpec, max_gpus: int) -> list[int]:
     """GPU counts to consider: the powers of two up to ``max_gpus`` below the NVLink domain,
     then the domain times powers of two; counts the template cannot be resized to are left
@@ -85,10 +98,11 @@ def candidate_counts(cluster: ClusterSpec, max_gpus: int) -> list[int]:
 def named_templates(refs: Sequence[ClusterSpec | str],
                     gpus: Sequence[str] | None = None) -> list[ClusterSpec]:
     """The cluster templates ``refs`` name: catalog cluster names or aliases, cluster files,
-    the derived templates of :func:`catalog_templates` (``dgx-h100-superpod:h200``), or
-    specs. A string may list several, comma-separated (``ramp-a100,my-fat-tree.yaml``).
-    Only those with the ``gpus`` named, when given. Unknown names are errors naming the
-    closest catalog names."""
+    the derived templates of :func:`catalog_templates`
+    (``dgx-a100-superpod:a100-sxm-40gb``), or specs. A string may list several,
+    comma-separated (``ramp-a100,my-fat-tree.yaml``). Only those with the ``gpus`` named,
+    when given. Unknown names are errors naming the closest catalog names, or the catalog
+    cluster that replaces a derived template (``dgx-h100-superpod:h200``)."""
     import difflib
     from pathlib import Path
 
@@ -106,6 +120,11 @@ def named_templates(refs: Sequence[ClusterSpec | str],
                 if derived is None:
                     derived = {t.name: t for t in catalog_templates() if ":" in t.name}
                 if part.lower() not in derived:
+                    owner = _cluster_of_gpu(part.split(":", 1)[1])
+                    if owner is not None:
+                        raise InputError(f"unknown cluster template '{part}': GPU "
+                                         f"{owner.gpu.name} has its own catalog cluster, "
+                                         f"{owner.name}")
                     near = difflib.get_close_matches(part.lower(), list(derived), n=3,
                                                      cutoff=0.4)
                     raise InputError(f"unknown cluster template '{part}'"
