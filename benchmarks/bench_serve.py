@@ -28,7 +28,7 @@ from formulations.serve.space import SCALE, ServeSpace, tables
 from planner import catalog
 from planner.orchestration.serve import _candidates, plan_serve
 from planner.specs.loaders import load_cluster, load_model
-from planner.specs.serve import ServeWorkload
+from planner.specs.serve import ServeWorkload, load_engine
 
 CASES = {"llama3-70b": "llama3-70b", "mixtral-8x22b": "mixtral-8x22b"}
 WORKLOAD = ServeWorkload(isl=2048, osl=256, rate_rps=200, ttft_ms=500, tpot_ms=30)
@@ -47,8 +47,9 @@ def run_case(name: str, backends: list[str], repeats: int) -> dict:
     """``planner serve``'s answer first (a cold cost model: its time is the time to
     answer), then each backend on the same tables (tabulated again, from the warm cache)."""
     model, clusters = load_model(CASES[name]), catalog_clusters()
+    engine = load_engine()  # planner serve's default engine profile
     t0 = time.perf_counter()
-    res = plan_serve(model, clusters, WORKLOAD, objective="cost")
+    res = plan_serve(model, clusters, WORKLOAD, objective="cost", engine=engine)
     est = res.estimate
     out = {"case": name, "gpus": [c.gpu.name for c in clusters], "rows": res.solver["rows"],
            "answer_s": round(time.perf_counter() - t0, 2),
@@ -58,7 +59,7 @@ def run_case(name: str, backends: list[str], repeats: int) -> dict:
                       "ttft_p99_ms": est.ttft_p99_ms, "tpot_p99_ms": est.tpot_p99_ms,
                       "feasible": est.feasible, "plan": res.plan.to_dict()},
            "backends": {}}
-    tabs = tables(model, clusters, WORKLOAD, ServeSpace())
+    tabs = tables(model, clusters, WORKLOAD, ServeSpace(), engine)
     for backend in backends:
         bests, walls = timed(lambda b=backend: _best(tabs, b), repeats)
         usd = sorted({b[1].objective / 1e6 if b else None for b in bests}, key=str)
