@@ -146,8 +146,6 @@ def evaluate(
     """Predict what one training plan costs: iteration time, memory, MFU and breakdowns
     (a DLRM model: what a sharding plan costs, per rank)."""
     from planner.api import evaluate as run_evaluate
-    from planner.costmodel.network import PlacementError, domain_factors
-    from planner.report.text import print_estimate
     from planner.specs.loaders import load_cluster, load_model
     from planner.specs.plan_base import build_plan
     from planner.errors import InputError
@@ -182,7 +180,20 @@ def evaluate(
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     est = run_evaluate(m, c, p)
-    notes = warn_calibration(c, p)
+    _show(m, c, p, est, warn_calibration(c, p), defaults, (framework, broken), plot, force,
+          json_)
+    if not est.feasible:
+        raise typer.Exit(1)
+
+
+def _show(m: Any, c: Any, p: Any, est: Any, notes: list[str], defaults: list[str],
+          checked: tuple[Optional[str], Any], plot: Optional[str], force: bool,
+          json_: bool) -> None:
+    """The estimate as JSON or tables (and the plot), with the defaults that decided it."""
+    from planner.costmodel.network import PlacementError, domain_factors
+    from planner.report.text import print_estimate
+
+    framework, broken = checked
     if plot:
         from planner.report.plots import plot_breakdown
 
@@ -202,5 +213,3 @@ def evaluate(
             out.print(f"default: {escape(d)}", highlight=False, soft_wrap=True)
         if plot:
             out.print(f"wrote {plot}")
-    if not est.feasible:
-        raise typer.Exit(1)

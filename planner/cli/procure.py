@@ -56,6 +56,9 @@ def _counts(text: str | None) -> list[int] | None:
 ENGINE_HELP = "--serve: the serving engine (planner catalog engines; default trtllm)."
 PROCURE_FRAMEWORK_HELP = ("The training framework (planner catalog frameworks): each option's "
                           "plan is one it can run (default: any plan the cost model accepts).")
+TIME_LIMIT_HELP = ("Seconds per inner solve (one per option answered), not for the whole "
+                   "command: the total is reported (stats.wall_s).")
+QUIET_HELP = "No progress line on stderr (none with --json or --csv either)."
 
 
 def procure(
@@ -93,9 +96,7 @@ def procure(
                                                "(sequences); default from the model."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help=SEQ_LEN_HELP),
     dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
-    time_limit: float = typer.Option(60.0, "--time-limit", help="Seconds per inner solve (one "
-                                     "per option answered), not for the whole command: "
-                                     "the total is reported (stats.wall_s)."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help=TIME_LIMIT_HELP),
     workers: Optional[int] = typer.Option(None, "--workers", help="Inner solves at once "
                                           "(default: the CPUs)."),
     serve: bool = typer.Option(False, "--serve", help="Serving: cheapest fleet (docs/serving.md)."),
@@ -109,8 +110,7 @@ def procure(
     framework: Optional[str] = typer.Option(None, "--framework", help=PROCURE_FRAMEWORK_HELP),
     goodput: GoodputSetting = typer.Option(
         GoodputSetting.on, "--goodput", help=GOODPUT_HELP + " --days limits the effective days."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line on stderr (none "
-                               "with --json or --csv either)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Buy or rent: the cheapest cluster and plan to train by a deadline, or fastest in a budget."""
     from planner.api import procure as run_procure
