@@ -141,3 +141,26 @@ def test_linear_rows_reproduce_the_composition_on_random_points():
                                                                                  rel=1e-5)
         checked += 1
     assert checked >= 8
+
+
+def test_one_mapping_from_the_search_vocabulary_to_plan_fields():
+    """Every Outer/Inner attribute names the plan field it decides (PLAN_FIELD), each a
+    field of Plan and a decision of the search; a plan the space writes carries the
+    point's values under those names."""
+    from dataclasses import fields
+
+    from planner.costmodel.train.points import DECISIONS, PLAN_FIELD, Inner, Outer
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.plan import Plan
+
+    attrs = {f.name for f in fields(Outer)} | {f.name for f in fields(Inner)}
+    assert set(PLAN_FIELD) == attrs
+    assert set(PLAN_FIELD.values()) <= set(Plan.model_fields) & set(DECISIONS)
+    space = SearchSpace(load_model("llama3-8b"), load_cluster("dgx-h100-superpod", 16),
+                        {"global_batch_size": 32, "seq_len": 4096}, options=OPTS)
+    o = space.outers[-1]
+    inner = next(iter(space.inners(o)))
+    plan = space.plan(o, None, inner)
+    for name in ("tp", "cp", "pp", "dp", "mbs", "v", "uneven", "cpc", "sp", "zero"):
+        src = o if hasattr(o, name) else inner
+        assert getattr(plan, PLAN_FIELD[name]) == getattr(src, name), name

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterator
 
 from planner.costmodel.train.evaluator import check_structure
@@ -32,7 +32,15 @@ from planner.costmodel.frameworks import (
     setting_problems,
 )
 from formulations.train.options import SpaceOptions
-from planner.costmodel.train.points import CP_COMMS, DECISIONS, RECOMPUTE, STATES, Inner, Outer
+from planner.costmodel.train.points import (
+    CP_COMMS,
+    DECISIONS,
+    PLAN_FIELD,
+    RECOMPUTE,
+    STATES,
+    Inner,
+    Outer,
+)
 from planner.costmodel.network import PlacementError, fill_level, spans_for
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
@@ -326,12 +334,11 @@ class SearchSpace:
         placement: dict[str, Any] = {"order": list(self.order)}
         if domain is not None:
             placement["domain"] = dict(zip(WORLD_DIMS, domain))
+        data.update({PLAN_FIELD[f.name]: getattr(o, f.name) for f in fields(o)})
+        data.update({PLAN_FIELD[f.name]: getattr(inner, f.name) for f in fields(inner)})
         data.update(
-            tp=o.tp, cp=o.cp, pp=o.pp, dp=o.dp, microbatch_size=o.mbs, virtual_stages=o.v,
-            uneven_pipeline=o.uneven, sequence_parallel=inner.sp,
+            recompute=rc, placement=placement,
             tp_comm=self.fixed.get("tp_comm") or ("rs_ag" if inner.sp else "allreduce"),
-            recompute=rc, zero_stage=inner.zero, offload_optimizer=inner.offload_optimizer,
-            offload_params=inner.offload_params, placement=placement, cp_comm=o.cpc,
-            ep=o.ep, expert_tp=o.etp if self.model.moe is not None else None,
+            expert_tp=o.etp if self.model.moe is not None else None,
         )
         return data

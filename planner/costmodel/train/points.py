@@ -5,6 +5,13 @@ exchange and the MoE degrees; ``Inner`` the per-point choices (recomputation per
 type, sequence parallelism, and the state option: ZeRO stage and offloads). The search
 space (:mod:`formulations.train.space`) enumerates them; the cost tables
 (:mod:`planner.costmodel.train.tables`) and the vectorized evaluator index by them.
+
+One decision, four spellings, one mapping (:data:`PLAN_FIELD`): a plan field
+(``Plan.microbatch_size``) is an attribute of ``Outer``/``Inner`` (``mbs``); the tables'
+``Key`` is ``(point q, recompute index per layer type, sp, state option z)`` with ``q``
+an index into the space's ``(Outer, domain)`` points and ``z`` an index into
+:data:`STATES`; the formulations' variables are named by those same indices
+(``formulations.train.build.VarMap``: ``y[q]``, ``x[q, u]``, ``w[q, z]``).
 """
 
 from __future__ import annotations
@@ -62,3 +69,13 @@ class Inner:
     def of(cls, recompute: tuple[str, ...], sp: bool, state: int) -> "Inner":
         z, oo, op = STATES[state]
         return cls(recompute, sp, z, oo, op)
+
+
+#: Outer/Inner attribute -> the plan field it decides (the space writes plans through it).
+PLAN_FIELD = {
+    "tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp", "mbs": "microbatch_size",
+    "v": "virtual_stages", "uneven": "uneven_pipeline", "ep": "ep", "etp": "expert_tp",
+    "cpc": "cp_comm", "recompute": "recompute", "sp": "sequence_parallel",
+    "zero": "zero_stage", "offload_optimizer": "offload_optimizer",
+    "offload_params": "offload_params",
+}
