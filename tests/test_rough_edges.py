@@ -4,30 +4,15 @@ frameworks' spellings of plan fields pointed at the plan's names."""
 from __future__ import annotations
 
 import json
-import sys
 from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 from rich.table import Table
 
-from planner.cli import main
 from planner.report.tables import fit_table
 
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["planner", *args]
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = int(e.code or 0)
-    finally:
-        sys.argv = old
-    cap = capsys.readouterr()
-    assert "Traceback" not in cap.err and "Traceback" not in cap.out
-    return code, cap.out, cap.err
+from test_cli import run
 
 
 def _lines_fit(text: str, width: int) -> None:
