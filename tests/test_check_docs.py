@@ -1,5 +1,6 @@
-"""tools/check_docs.py: the calibration figures the README and docs quote are what
-`planner validate` gives now, and a stale one is caught."""
+"""tools/check_docs.py: the figures the README and docs quote (calibration, held-out
+benchmarks, the framework and launch examples) are what their commands give now, and a
+stale one is caught."""
 
 from __future__ import annotations
 
@@ -52,3 +53,31 @@ def test_every_figure_fails_when_its_document_is_stale(tmp_path):
         path.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:])
         bad = set(check_docs.stale(tmp_path)) - fresh
         assert len(bad) == 1 and next(iter(bad)).startswith(f"{fig.doc}: expected"), (i, bad)
+
+
+#: README sections whose every measured figure (a decimal number, versions aside) comes
+#: from a command the registry re-runs: the launch example and the framework examples
+CHECKED_SECTIONS = ("## From plan to launch", "## Frameworks")
+
+
+def test_every_figure_of_the_launch_and_framework_sections_is_registered(tmp_path):
+    """Each decimal figure of those README sections, changed in a copy, is reported stale:
+    none of them is quoted without a registered command behind it."""
+    docs = {f.doc for f in check_docs.FIGURES}
+    for doc in docs:
+        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / doc, tmp_path / doc)
+    fresh = set(check_docs.stale())
+    readme = (ROOT / "README.md").read_text()
+    spans = []
+    for heading in CHECKED_SECTIONS:
+        start = readme.index(f"\n{heading}\n")
+        end = readme.index("\n## ", start + 1)
+        spans += [(start + m.start(), start + m.end())
+                  for m in re.finditer(r"(?<![\w.])\d+\.\d+(?![\w.])", readme[start:end])]
+    assert spans  # the sections still quote figures
+    for a, b in spans:
+        (tmp_path / "README.md").write_text(
+            readme[:a] + str((int(readme[a]) + 1) % 10) + readme[a + 1:])
+        bad = set(check_docs.stale(tmp_path)) - fresh
+        assert bad and all(x.startswith("README.md: expected") for x in bad), readme[a:b]

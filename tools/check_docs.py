@@ -9,7 +9,9 @@ the command and copy the figure (or to update this registry when the text itself
     python tools/check_docs.py --list   # the registry
 
 Every figure here comes from a command of a few seconds (``planner validate``, the held-out
-benchmarks), so ``tests/test_check_docs.py`` checks them all on every test run.
+benchmarks, solves of a second or two through ``planner.solve``, the catalog), so
+``tests/test_check_docs.py`` checks them all on every test run; each command runs once, its
+figures share the result.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from planner.costmodel.train.evaluator import Estimate
+    from planner.specs.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,6 +156,215 @@ def _mosaicml(doc: str) -> Callable[[], str]:
     return text
 
 
+@lru_cache(maxsize=None)
+def solved(model: str, cluster: str, gpus: int | None, framework: str) -> tuple[Plan, Estimate]:
+    """The best plan and its estimate that ``planner solve -m MODEL -c CLUSTER [--gpus N]
+    --framework F`` prints (``planner.solve``, the function the CLI calls), solved once for
+    every figure that quotes it."""
+    import planner
+
+    res = planner.solve(model, cluster, gpus=gpus, framework=framework)
+    if res.status != "optimal":  # the docs quote proven optima; a time-limited answer is not one
+        raise RuntimeError(f"planner.solve({model!r}, {cluster!r}, gpus={gpus}, framework="
+                           f"{framework!r}) ended {res.status!r}, not proven optimal: the "
+                           "figures quoting it cannot be checked")
+    return res.best.plan, res.best.estimate
+
+
+def seconds(x: float) -> str:
+    return f"{x:.2f} s"
+
+
+def layout(p: Plan) -> str:
+    """``tp4 pp4 dp32 v8``: tp, pp and dp always, cp and ep above 1, interleaving if any."""
+    dims = [d for d in ("tp", "cp", "ep", "pp", "dp") if d in ("tp", "pp", "dp")
+            or getattr(p, d) > 1]
+    v = f" v{p.virtual_stages}" if p.virtual_stages > 1 else ""
+    return " ".join(f"{d}{getattr(p, d)}" for d in dims) + v
+
+
+def unquoted(p: Plan, quoted: set[str]) -> str:
+    """``, FIELD`` for each field that shapes the plan, differs from its default and is not
+    among ``quoted`` (the fields the document's sentence names), so a plan that changed in
+    a field the sentence leaves out no longer matches it."""
+    parts = [f"{d}{getattr(p, d)}" for d in ("tp", "cp", "ep", "pp", "dp")
+             if d not in quoted and getattr(p, d) > 1]
+    extra = {"microbatch_size": (p.microbatch_size > 1, f"mbs{p.microbatch_size}"),
+             "virtual_stages": (p.virtual_stages > 1, f"v{p.virtual_stages}"),
+             "uneven_pipeline": (p.uneven_pipeline, "uneven pipeline"),
+             "recompute": (p.recompute != "none", f"{p.recompute} recomputation"),
+             "zero_stage": (p.zero_stage > 0, f"ZeRO-{p.zero_stage}"),
+             "offload_optimizer": (p.offload_optimizer, "optimizer offloaded"),
+             "offload_params": (p.offload_params, "weights offloaded"),
+             "dtype": (p.dtype != "bf16", p.dtype)}
+    parts += [text for field, (on, text) in extra.items() if on and field not in quoted]
+    return "".join(f", {x}" for x in parts)
+
+
+ATTENTION = {"flash2": "FlashAttention-2", "flash3": "FlashAttention-3", "cudnn": "cuDNN"}
+
+
+def attention(framework: str) -> str:
+    from planner.specs.framework import load_framework
+
+    backend = load_framework(framework).kernels.attention_backend
+    return ATTENTION.get(backend, backend)
+
+
+def eager(p: Plan, words: str) -> str:
+    """``words`` (the document's for unfused elementwise kernels) or, fused, ``fused``."""
+    return words if not p.fused_elementwise else "fused elementwise"
+
+
+#: the README's one example per framework profile (section "Frameworks")
+H100_512 = ("llama3-70b", "dgx-h100-superpod", 512)
+H100_64 = ("llama3-8b", "dgx-h100-superpod", 64)
+
+
+def _megatron_core() -> str:
+    p, e = solved(*H100_512, "megatron-core")
+    q = {"tp", "pp", "dp", "virtual_stages", "zero_stage"}
+    return (f"#   {layout(p)} ZeRO-{p.zero_stage}{unquoted(p, q)}"
+            f"{', sequence parallel' if p.sequence_parallel else ''}"
+            f"{', TP overlap on' if p.overlap_tp_comm is True else ''}: "
+            f"{seconds(e.iteration_time_s)}/iteration, MFU {pct(e.mfu)}")
+
+
+def _nemo() -> str:
+    import planner
+    from planner.specs.loaders import load_cluster
+
+    p, _ = solved(*H100_512, "nemo")
+    same = "the same plan" if p == solved(*H100_512, "megatron-core")[0] else \
+        f"{layout(p)}{unquoted(p, {'tp', 'pp', 'dp', 'virtual_stages'})}"
+    text = planner.export_plan("megatron-bridge", H100_512[0],
+                               load_cluster(H100_512[1], H100_512[2]), p)
+    precision = re.search(r"^mixed_precision=(\S+)$", text, re.M)
+    return f"#   {same} as Bridge recipe overrides ({precision[1] if precision else 'no'}"
+
+
+def _torchtitan() -> str:
+    p, e = solved(*H100_512, "torchtitan")
+    rec = f"{p.recompute} recomputation" if p.recompute != "none" else "no recomputation"
+    return (f"#   FSDP2 over {p.dp} ranks (ZeRO-{p.zero_stage})"
+            f"{unquoted(p, {'dp', 'zero_stage', 'recompute'})}, {rec}, "
+            f"{attention('torchtitan')}: {seconds(e.iteration_time_s)}, MFU {pct(e.mfu)}")
+
+
+def _deepspeed() -> str:
+    p, e = solved(*H100_64, "deepspeed")
+    return (f"#   ZeRO-{p.zero_stage} over dp{p.dp}{unquoted(p, {'dp', 'zero_stage'})}, "
+            f"{eager(p, 'eager model code')}: {seconds(e.iteration_time_s)}, MFU {pct(e.mfu)}")
+
+
+def _pytorch() -> str:
+    from planner.specs.framework import load_framework
+
+    p, e = solved(*H100_64, "pytorch")
+    return (f"#   FSDP2 (ZeRO-{p.zero_stage}) over dp{p.dp}{unquoted(p, {'dp', 'zero_stage'})}, "
+            f"{eager(p, 'eager modules')}: {seconds(e.iteration_time_s)}, MFU {pct(e.mfu)} "
+            f"(written as {load_framework('pytorch').export_format}'s TOML)")
+
+
+def _kernel_fraction() -> str:
+    """The share of the kernel table's speeds each framework's training step sustains on
+    the README's H100s, as the cost model applies it (the GPU file's value, or the
+    framework profile's fit on that GPU)."""
+    from planner.costmodel.frameworks import framework_cluster
+    from planner.specs.framework import load_framework
+    from planner.specs.loaders import load_cluster
+
+    c = load_cluster("dgx-h100-superpod")
+    kf = {f: framework_cluster(c, load_framework(f)).gpu.efficiency.kernel_fraction
+          for f in ("megatron-core", "torchtitan")}
+    return (f"`kernel_fraction`: {kf['megatron-core']:.2f} for Megatron-Core on NVIDIA's NeMo "
+            f"runs, {kf['torchtitan']:.2f} for torchtitan on its own")
+
+
+#: the README's launch example (section "From plan to launch"): `--export megatron` solves
+#: for Megatron-Core, `--framework torchtitan` for torchtitan, on the 1024-GPU SuperPOD
+SUPERPOD = ("llama3-70b", "examples/superpod.yaml", None)
+#: the flags of the README's excerpt of run.sh, in the order the exporter writes them
+EXCERPT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                 "--context-parallel-size", "--sequence-parallel", "--use-distributed-optimizer",
+                 "--num-layers-per-virtual-pipeline-stage", "--overlap-grad-reduce",
+                 "--overlap-param-gather", "--tp-comm-overlap")
+
+
+@lru_cache(maxsize=1)
+def run_sh() -> str:
+    """run.sh: the Megatron-LM arguments ``planner solve ... --export megatron`` writes."""
+    import planner
+
+    return planner.export_plan("megatron", SUPERPOD[0], SUPERPOD[1],
+                               solved(*SUPERPOD, "megatron-core")[0])
+
+
+def _excerpt_intro() -> str:
+    p, _ = solved(*SUPERPOD, "megatron-core")
+    return (f"`run.sh` for the 70B optimum above ({layout(p)}, ZeRO-{p.zero_stage}"
+            f"{unquoted(p, {'tp', 'pp', 'dp', 'virtual_stages', 'zero_stage'})}; excerpt)")
+
+
+def _excerpt() -> str:
+    """The README's excerpt of run.sh: the framework line, the torchrun line up to the node
+    rank, and the lines of the excerpt's flags (a flag the exporter no longer writes, or
+    writes with another value, no longer matches)."""
+    lines = run_sh().splitlines()
+    head = next(x for x in lines if x.startswith("# framework:"))
+    torchrun = next(x for x in lines if x.startswith("torchrun "))
+    torchrun = torchrun[:torchrun.index(" --master-addr")] + " ... pretrain_gpt.py \\"
+    flags = [x for x in lines if x.strip().split(" ")[0] in EXCERPT_FLAGS]
+    return "\n".join([head, torchrun, *flags])
+
+
+def _round_trip() -> str:
+    """``planner evaluate --from megatron @run.sh``: run.sh read back and evaluated (no
+    --framework), against the solve's figures."""
+    import planner
+
+    _, e = solved(*SUPERPOD, "megatron-core")
+    plan, _ = planner.plan_from_megatron(run_sh(), SUPERPOD[0], SUPERPOD[1])
+    back = planner.evaluate(SUPERPOD[0], SUPERPOD[1], plan)
+    figures = f"{seconds(back.iteration_time_s)} and {pct(back.mfu)} MFU"
+    same = figures == f"{seconds(e.iteration_time_s)} and {pct(e.mfu)} MFU"
+    return f"evaluates it back to {'the same ' if same else ''}{figures}"
+
+
+def _launch_torchtitan() -> str:
+    p, e = solved(*SUPERPOD, "torchtitan")
+    _, mc = solved(*SUPERPOD, "megatron-core")
+    gpus = p.tp * p.cp * p.pp * p.dp
+    fsdp = "FSDP2" if p.zero_stage == 3 else f"ZeRO-{p.zero_stage}"
+    rec = f"{p.recompute} recomputation" if p.recompute != "none" else "no recomputation"
+    return (f"{gpus} GPUs is {seconds(e.iteration_time_s)} under torchtitan (cp{p.cp} with "
+            f"{fsdp} over dp{p.dp}{unquoted(p, {'cp', 'dp', 'zero_stage', 'recompute'})}, "
+            f"{rec}, in a rank order torchtitan can produce) against "
+            f"{seconds(mc.iteration_time_s)} under Megatron-LM")
+
+
+SOLVE_512 = "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 512"
+SOLVE_64 = "planner solve -m llama3-8b -c dgx-h100-superpod --gpus 64"
+SOLVE_SUPERPOD = "planner solve -m llama3-70b -c examples/superpod.yaml"
+SOLVES: tuple[Figure, ...] = (
+    Figure("README.md", f"{SOLVE_512} --framework megatron-core --export megatron",
+           _megatron_core),
+    Figure("README.md", f"{SOLVE_512} --framework nemo --export megatron-bridge", _nemo),
+    Figure("README.md", f"{SOLVE_512} --framework torchtitan --export torchtitan", _torchtitan),
+    Figure("README.md", f"{SOLVE_64} --framework deepspeed --export deepspeed", _deepspeed),
+    Figure("README.md", f"{SOLVE_64} --framework pytorch --export framework", _pytorch),
+    Figure("README.md", "planner catalog frameworks (hardware_catalog/frameworks/*.yaml fit, "
+           "hardware_catalog/gpus/h100-sxm.yaml)", _kernel_fraction),
+    Figure("README.md", f"{SOLVE_SUPERPOD} --export megatron --export-out run.sh",
+           _excerpt_intro),
+    Figure("README.md", f"{SOLVE_SUPERPOD} --export megatron --export-out run.sh", _excerpt),
+    Figure("README.md", "planner evaluate -m llama3-70b -c examples/superpod.yaml --from "
+           "megatron @run.sh", _round_trip),
+    Figure("README.md", f"{SOLVE_SUPERPOD} --framework torchtitan (and --export megatron)",
+           _launch_torchtitan),
+)
+
+
 GENERATIONS = ("A100", "H100", "B200", "H100 torchtitan")
 FIGURES: tuple[Figure, ...] = (
     *(Figure("README.md", "planner validate", _readme_row(g)) for g in GENERATIONS),
@@ -171,6 +386,7 @@ FIGURES: tuple[Figure, ...] = (
            lambda: f"All 16 runs: {pct(bench('bench_heldout_mosaicml')['all']['mape'])} MAPE."),
     *(Figure(doc, "python benchmarks/bench_heldout_mosaicml.py", _mosaicml(doc))
       for doc in ("README.md", "docs/validation.md")),
+    *SOLVES,
 )
 
 
