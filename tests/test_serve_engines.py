@@ -103,3 +103,22 @@ def test_procure_serve_uses_the_engine(capsys, tmp_path):
                        "512", "--osl", "64", "-c", "dgx-h100-superpod", "--ttft-ms", "500",
                        "--engine", str(slow))
     assert code == 1 and "no GPU type serves 2 requests/s" in err
+
+
+def test_the_orchestration_defaults_to_planner_serves_engine():
+    """plan_serve and procure_serve without an engine cost with the default profile, as the
+    CLI and planner.serve do; the v0.6.1 class defaults (the validation engine) differ."""
+    from formulations.serve.space import ServeSpace
+    from planner.orchestration.serve import plan_serve
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.serve import ServeWorkload
+
+    m, c = load_model("llama3-8b"), load_cluster("dgx-h100-superpod")
+    space = ServeSpace(tp=(2,), pp=(1,), concurrency=(16,), weight_dtype=("fp8",),
+                       kv_dtype=("fp8",), prefill_chunk=(2048,))
+    w = ServeWorkload(isl=1024, osl=128, rate_rps=5.0)
+    plain = plan_serve(m, [c], w, space=space).estimate
+    named = plan_serve(m, [c], w, space=space, engine=load_engine()).estimate
+    old = plan_serve(m, [c], w, space=space, engine=ServeEngine()).estimate
+    assert plain.tpot_ms == named.tpot_ms and plain.ttft_ms == named.ttft_ms
+    assert old.tpot_ms != named.tpot_ms

@@ -26,7 +26,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.orchestration.overrun import overrun_fields
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
-from planner.specs.serve import MAX_REPLICAS, ServeEngine, ServePlan, ServeWorkload
+from planner.specs.serve import MAX_REPLICAS, ServeEngine, ServePlan, ServeWorkload, load_engine
 
 OBJECTIVES = ("throughput", "cost", "gpus", "energy")
 #: A mode's solve starts with at least this much time, even past the deadline (it then
@@ -274,10 +274,12 @@ def rate_units(rate_rps: float) -> int:
 def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, *,
                objective: str | None = None, gpus: int | None = None, fix: dict | None = None,
                backend: str = "cpsat", space: ServeSpace = ServeSpace(),
-               engine: ServeEngine = ServeEngine(), time_limit_s: float = 60.0,
+               engine: ServeEngine | None = None, time_limit_s: float = 60.0,
                pareto: bool = False) -> ServeResult:
     """The best plan (module docstring), its estimate from the evaluator and the solver's
-    report. Raises InputError on bad arguments, InfeasibleError when nothing meets them."""
+    report, costed with ``engine`` (default: ``planner serve``'s default profile). Raises
+    InputError on bad arguments, InfeasibleError when nothing meets them."""
+    engine = load_engine() if engine is None else engine
     objective = _check_args(w, objective, gpus)
     if isinstance(time_limit_s, bool) or not (isinstance(time_limit_s, (int, float))
                                               and 0 < time_limit_s < 1e7):  # NaN included
