@@ -438,3 +438,22 @@ def test_infinite_level_size_without_num_gpus(tmp_path):
                    "size: 16", "size: .inf")
     with pytest.raises(InputError, match="size"):
         planner.load_cluster(path)
+
+
+def test_the_overrun_line_counts_the_whole_command(monkeypatch, capsys):
+    """A time limit is the user's for the whole command: when reading the inputs made the
+    command run past it, the stderr line says so even if the search itself kept to it, and
+    it never says less than the answer's own overrun."""
+    import time
+
+    import planner.cli.console as console
+
+    monkeypatch.setattr(console, "COMMAND_START_S", [time.monotonic() - 10.0])
+    console.say_overrun({}, 2.0)
+    line = capsys.readouterr().err
+    ran = float(line.split("ran ")[1].split(" s past")[0])
+    assert 8.0 <= ran < 9.0 and "reading and checking the inputs" in line
+    monkeypatch.setattr(console, "COMMAND_START_S", [time.monotonic()])
+    console.say_overrun({"time_limit_overrun_s": 3.0, "overrun_note": "the search"}, 2.0)
+    line = capsys.readouterr().err
+    assert "ran 3.00 s past" in line and "(the search)" in line

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
@@ -19,7 +20,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 from planner import __version__
 from planner.cli.catalog import catalog_cmd as _catalog
 from planner.cli.collective import collective as _collective
-from planner.cli.console import print_error
+from planner.cli.console import COMMAND_START_S, print_error
 from planner.cli.evaluate import evaluate as _evaluate
 from planner.cli.export import export as _export
 from planner.cli.procure import procure as _procure
@@ -94,6 +95,7 @@ app.command("sweep", cls=_Command)(_sweep)
 
 def main() -> None:
     # Ctrl-C raises Interrupted: a KeyboardInterrupt would become click's "Aborted!", exit 1
+    COMMAND_START_S[0] = time.monotonic()
     with signals_raise(signal.SIGINT):
         try:
             app()
