@@ -112,10 +112,12 @@ def _heldout_readme() -> str:
             f"fit) {pct(n['GB200']['mape'])}")
 
 
-def _heldout_row(gen: str, label: str, runs: int) -> Callable[[], str]:
+def _summary_row(script: str, key: str, cells: str) -> Callable[[], str]:
+    """A table row of ``cells`` (the row's leading cells) then MAPE, mean and max of the
+    summary line ``key`` that ``benchmarks/<script>.py`` prints."""
     def text() -> str:
-        r = bench("bench_heldout_nemo")[gen]
-        return f"| {label} | {runs} | {pct(r['mape'])} | {signed(r['mean'])} | {signed(r['max'])}"
+        r = bench(script)[key]
+        return f"| {cells} | {pct(r['mape'])} | {signed(r['mean'])} | {signed(r['max'])}"
     return text
 
 
@@ -135,13 +137,6 @@ MOSAICML = (("A100 no recompute", "A100, 4 runs without recomputation (1B-13B, 2
              "and 64 GPUs)"),
             ("H100 full recompute", "H100 BF16, 5 runs with full recomputation (7B 4K, 13B "
              "4K, 30B on 8 and 32, 70B on 64)"))
-
-
-def _mosaicml_row(label: str, row: str) -> Callable[[], str]:
-    def text() -> str:
-        r = bench("bench_heldout_mosaicml")[label]
-        return f"| {row} | {pct(r['mape'])} | {signed(r['mean'])} | {signed(r['max'])} |"
-    return text
 
 
 def _mosaicml(doc: str) -> Callable[[], str]:
@@ -373,15 +368,16 @@ FIGURES: tuple[Figure, ...] = (
     Figure("README.md", "planner validate", _serving),
     Figure("README.md", "python benchmarks/bench_heldout_nemo.py", _heldout_readme),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
-           _heldout_row("H100", "H100, NeMo 24.12", 11)),
+           _summary_row("bench_heldout_nemo", "H100", "H100, NeMo 24.12 | 11")),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
-           _heldout_row("B200", "B200, NeMo 25.02 (rows not in the fit)", 2)),
+           _summary_row("bench_heldout_nemo", "B200",
+                        "B200, NeMo 25.02 (rows not in the fit) | 2")),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
-           _heldout_row("GB200", "GB200, NeMo 25.04", 8)),
+           _summary_row("bench_heldout_nemo", "GB200", "GB200, NeMo 25.04 | 8")),
     *(Figure(doc, "python benchmarks/bench_heldout_torchtitan.py", _titan(doc))
       for doc in ("README.md", "docs/validation.md")),
     *(Figure("docs/validation.md", "python benchmarks/bench_heldout_mosaicml.py",
-             _mosaicml_row(label, row)) for label, row in MOSAICML),
+             _summary_row("bench_heldout_mosaicml", label, row)) for label, row in MOSAICML),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_mosaicml.py",
            lambda: f"All 16 runs: {pct(bench('bench_heldout_mosaicml')['all']['mape'])} MAPE."),
     *(Figure(doc, "python benchmarks/bench_heldout_mosaicml.py", _mosaicml(doc))
