@@ -22,6 +22,7 @@ from planner.specs.loaders import (
 from planner.specs.validate import _short
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
+from planner.validation.band import with_band
 
 if TYPE_CHECKING:
     from planner.costmodel.train.batch import Estimates
@@ -99,12 +100,15 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Plan | di
     ``planner evaluate --framework`` reports the ones the plan breaks)."""
     m, c = _resolve(model, cluster)
     _flag("allow_idle_gpus", allow_idle_gpus)
+    name = None
     if framework is not None:
         from planner.costmodel.frameworks import framework_cluster
         from planner.specs.framework import load_framework
 
-        c = framework_cluster(c, load_framework(framework))
-    return _evaluate(m, c, _plan(plan, "plan"), allow_idle_gpus=allow_idle_gpus)
+        profile = load_framework(framework)
+        c, name = framework_cluster(c, profile), profile.name
+    p = _plan(plan, "plan")
+    return with_band(_evaluate(m, c, p, allow_idle_gpus=allow_idle_gpus), m, c, p, name)
 
 
 def evaluate_many(model: ModelSpec | str, cluster: ClusterSpec | str,

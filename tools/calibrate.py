@@ -1,28 +1,30 @@
-"""Fit each GPU generation's shared efficiency parameters on the shared calibration sets.
+"""Fit the framework-level parameters on the validation corpus, and hold out each source.
 
-One fit per GPU and dtype, never per data point. Each generation is fitted on its set:
+One fit per *group*, never per data point: a group is a GPU's own efficiency parameters (the
+GPU file's ``efficiency``) or a framework's own fit on a GPU (its profile's ``fit``), and it
+is fitted on every corpus run whose prediction reads it (``planner.validation.corpus``:
+``fit_group``), from every source:
 
-- A100 (fp16): Korthikanti et al. 2022 Table 5 (8 runs): ``gemm_peak_fraction`` and
-  ``overlap_slowdown``;
-- H100 and B200 (FP8): NVIDIA's NeMo 24.07/25.02 recipes (9 and 6 runs):
-  ``fp8_gemm_peak_fraction``, ``gemm_half_dim`` (how large a GEMM must be to approach
-  that fraction: the saturating curve), a common scale of the two attention-kernel
-  fractions, and ``overlap_slowdown``.
+- A100: ``gemm_peak_fraction`` and ``overlap_slowdown``;
+- H100 (a measured kernel table): ``kernel_fraction`` (the share of the microbenchmarked kernel
+  speed a training step sustains) and ``overlap_slowdown``;
+- B200 (FP8): ``fp8_gemm_peak_fraction``, ``gemm_half_dim`` (the saturating GEMM curve), a common
+  scale of the two attention-kernel fractions, and ``overlap_slowdown``;
+- H100 torchtitan: the torchtitan profile's ``kernel_fraction`` and ``overlap_slowdown``.
 
 Every other parameter keeps its literature value (the GPU file's ``sources``). Grid points
 whose GEMM curve beats a measured cuBLASLt throughput (``planner.validation.microbench``,
 ``hardware_catalog/calibration/cublas_gemm.yaml``) are dropped: the fit may not buy accuracy
-on the recipes with GEMMs faster than the silicon runs them. The remaining grid
-point with the least mean absolute percentage error is printed beside the shipped values;
-copy it into ``hardware_catalog/gpus/<gpu>.yaml`` by hand (the file cites this tool), or
-for a framework's own runs into its profile's ``fit`` (hardware_catalog/frameworks/).
+with GEMMs faster than the silicon runs them. The grid point with the least mean absolute
+percentage error is printed beside the shipped values; copy it into
+``hardware_catalog/gpus/<gpu>.yaml`` (or a profile's ``fit``) by hand.
 
-- H100, torchtitan: torchtitan's own published runs (Llama 3.1 8B-405B on 8-512 Grand
-  Teton H100s): ``kernel_fraction`` and ``overlap_slowdown`` of the torchtitan profile.
+Held out by source: each source's runs are predicted by the group refitted on the other
+sources' runs. The figure that counts is that one, not the in-sample fit.
 
-    python tools/calibrate.py              # every generation
+    python tools/calibrate.py              # every group
     python tools/calibrate.py H100         # one
-    python tools/calibrate.py --write      # and write hardware_catalog/calibration/fit_summary.yaml
+    python tools/calibrate.py --write      # and write fit_summary.yaml and heldout_residuals.yaml
 """
 
 from __future__ import annotations
@@ -31,26 +33,15 @@ import itertools
 import statistics
 import sys
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import yaml
 
-from planner.costmodel.train.evaluator import evaluate
 from planner.specs.cluster import ClusterSpec
 from planner.specs.gpu import GPUSpec
-from planner.specs.loaders import load_cluster, load_gpu, load_model
-from planner.validation import MODES, calibration_data, calibration_plan
+from planner.specs.loaders import load_gpu
+from planner.validation.corpus import Run, corpus_runs, fit_group
 from planner.validation.microbench import cap_violations
-from planner.costmodel.frameworks import framework_cluster
-from planner.specs.framework import load_framework
-from planner.validation.torchtitan import tokens_per_s_per_gpu as tokens_per_s_per_gpu_tt
-from planner.validation.nemo import (
-    nemo_data,
-    recipe_cluster,
-    recipe_model,
-    recipe_plan,
-    tokens_per_s_per_gpu,
-)
 
 #: Prior: overlapped NCCL kernels slow concurrent compute by 10-50% (Rashidi et al., ISCA
 #: 2021, ACE, Sec. 3); the fit may not leave that range.
@@ -62,57 +53,19 @@ def with_efficiency(cluster: ClusterSpec, **eff: float) -> ClusterSpec:
     return cluster.model_copy(update={"gpu": gpu})
 
 
-def korthikanti_errors(**eff: float) -> list[float]:
-    data = calibration_data()
-    base = with_efficiency(load_cluster("dgx-a100-superpod"), **eff)
-    out = []
-    for name, run in data["runs"].items():
-        model, c = load_model(name), base.resized(run["gpus"])
-        for mode in MODES:
-            est = evaluate(model, c, calibration_plan(run, data["models"][name]["seq_len"], mode))
-            pub = data["iteration_time_s"][name][mode]
-            out.append((est.iteration_time_s - pub) / pub)
-    return out
-
-
-def nemo_errors(gen: str) -> Callable[..., list[float]]:
-    data = nemo_data()
-    rows = [r for r in data["rows"] if r["gen"] == gen]
-    models = {r["model"]: recipe_model(data, r["model"]) for r in rows}
-    clusters = {r["name"]: recipe_cluster(r) for r in rows}
+def group_errors(runs: Sequence[Run], drop_profile_fit: bool = False) -> Callable[..., list[float]]:
+    """Errors (residuals; 1.0 where the plan does not fit) of ``runs`` at a grid point, or
+    as shipped without one. The point's parameters replace the GPU file's values; with
+    ``drop_profile_fit`` (a framework's own group, or its runs predicted without it) the
+    framework profile's fit on that GPU is removed first."""
 
     def errors(**eff: float) -> list[float]:
-        out = []
-        for r in rows:
-            est = evaluate(models[r["model"]], with_efficiency(clusters[r["name"]], **eff),
-                           recipe_plan(r))
-            out.append(tokens_per_s_per_gpu(r, est) / r["measured"] - 1 if est.feasible else 1.0)
-        return out
-
-    return errors
-
-
-def torchtitan_errors() -> Callable[..., list[float]]:
-    """torchtitan's own H100 runs (hardware_catalog/calibration/torchtitan_h100.yaml), each
-    costed as torchtitan runs it (its attention kernel; its fit is what is being fitted)."""
-    from planner.validation.torchtitan import plannable_runs, run_cluster, run_model, run_plan
-
-    runs = plannable_runs()
-    models = {r["name"]: run_model(r) for r in runs}
-    plans = {r["name"]: run_plan(r, models[r["name"]]) for r in runs}
-    shipped = load_framework("torchtitan")
-    bare = shipped.model_copy(update={"fit": {}})
-
-    def errors(**eff: float) -> list[float]:
-        """With ``eff``, a grid point over the GPU file's values; without, as shipped (the
-        profile's own fit applied)."""
         out = []
         for r in runs:
-            c = with_efficiency(framework_cluster(run_cluster(r), bare if eff else shipped),
-                                **eff)
-            est = evaluate(models[r["name"]], c, plans[r["name"]])
-            out.append(tokens_per_s_per_gpu_tt(r, est) / r["measured_tps_per_gpu"] - 1
-                       if est.feasible else 1.0)
+            c = r.costed_cluster(profile_fit=not (eff and drop_profile_fit))
+            est = r.estimate(with_efficiency(c, **eff) if eff else c)
+            e = r.residual(est)
+            out.append(1.0 if e is None else e)
         return out
 
     return errors
@@ -139,14 +92,15 @@ def table_grid() -> Iterable[dict[str, float]]:
         yield dict(kernel_fraction=f, overlap_slowdown=k)
 
 
-#: generation -> (GPU file, error function, grid); the attention scale applies to the
-#: literature values below (FlashAttention-3, Shah et al. 2024: H100 forward up to 75%;
-#: Hopper values for Blackwell), so the fitted fractions stay tied to a published kernel.
+#: fit group -> (GPU file, grid); the attention scale applies to the literature values below
+#: (FlashAttention-3, Shah et al. 2024: H100 forward up to 75%; Hopper values for Blackwell), so
+#: the fitted fractions stay tied to a published kernel. Which runs a group fits:
+#: planner.validation.corpus.fit_group.
 GENERATIONS = {
-    "A100": ("a100-sxm-80gb", lambda: korthikanti_errors, a100_grid),
-    "H100": ("h100-sxm", lambda: nemo_errors("H100"), table_grid),
-    "B200": ("b200", lambda: nemo_errors("B200"), lambda: fp8_grid(0.50, 0.40)),
-    "H100 torchtitan": ("h100-sxm", torchtitan_errors, table_grid),
+    "A100": ("a100-sxm-80gb", a100_grid),
+    "H100": ("h100-sxm", table_grid),
+    "B200": ("b200", lambda: fp8_grid(0.50, 0.40)),
+    "H100 torchtitan": ("h100-sxm", table_grid),
 }
 
 
@@ -155,77 +109,141 @@ def beats_microbenchmark(gpu: GPUSpec, point: dict[str, float]) -> bool:
     return bool(cap_violations(gpu))
 
 
-def leave_one_out(results: list[tuple[list[float], dict[str, float]]]) -> list[float]:
-    """Each run's error at the grid point fitted without it (the least MAPE on the other
-    runs): how well the fit predicts a run it has not seen."""
-    n = len(results[0][0])
-    out = []
-    for i in range(n):
-        def rest(errs: list[float]) -> float:
-            return sum(abs(x) for j, x in enumerate(errs) if j != i)
-
-        out.append(min(results, key=lambda r: rest(r[0]))[0][i])
-    return out
+def _mape(errs: Iterable[float]) -> float:
+    errs = list(errs)
+    return statistics.mean(abs(x) for x in errs) if errs else 0.0
 
 
-def fit(gen: str) -> dict[str, object]:
-    """Print the best grid points, the shipped parameters' error and the leave-one-out
-    error; return the summary ``planner validate`` prints."""
-    gpu_name, make_errors, grid = GENERATIONS[gen]
-    errors, gpu = make_errors(), load_gpu(gpu_name)
+def best_point(results: list[tuple[list[float], dict[str, float]]],
+               keep: Sequence[bool]) -> tuple[list[float], dict[str, float]]:
+    """The grid point with the least absolute error over the runs marked ``keep``."""
+    return min(results, key=lambda r: sum(abs(x) for x, k in zip(r[0], keep) if k))
+
+
+def grid_results(gen: str, runs: Sequence[Run]
+                 ) -> tuple[list[tuple[list[float], dict[str, float]]], int]:
+    """Every grid point of group ``gen`` that does not beat the cuBLASLt microbenchmark, with
+    the errors of ``runs`` there, and how many points were dropped."""
+    gpu_name, grid = GENERATIONS[gen]
+    errors = group_errors(runs, drop_profile_fit=" " in gen)
+    gpu = load_gpu(gpu_name)
     results, dropped = [], 0
     for point in grid():
         if beats_microbenchmark(gpu, point):
             dropped += 1
             continue
         results.append((errors(**point), point))
-    results.sort(key=lambda r: statistics.mean(abs(x) for x in r[0]))
-    print(f"\n== {gen} ({gpu_name}) ==  ({dropped} grid points beat the cuBLASLt "
-          f"microbenchmark and were dropped)\nMAPE    max     parameters")
+    return results, dropped
+
+
+def fit(gen: str, runs: Sequence[Run], everything: Sequence[Run]) -> tuple[dict, list[dict]]:
+    """Fit group ``gen`` on ``runs``; print the best grid points and the shipped error; hold
+    out each source in turn (the group refitted on the other sources' runs). A source that
+    is the group's only one is predicted, for a framework group, by the GPU's own group
+    refitted without it (what the model would say had the framework never been fitted);
+    for a GPU group it cannot be held out. Returns the summary and one record per run."""
+    results, dropped = grid_results(gen, runs)
+    results.sort(key=lambda r: _mape(r[0]))
+    gpu_name = GENERATIONS[gen][0]
+    print(f"\n== {gen} ({gpu_name}): {len(runs)} runs from "
+          f"{len({r.source for r in runs})} sources ==  ({dropped} grid points beat the "
+          f"cuBLASLt microbenchmark and were dropped)\nMAPE    max     parameters")
     for e, point in results[:5]:
-        print(f"{statistics.mean(abs(x) for x in e):6.2%}  {max(abs(x) for x in e):6.2%}  {point}")
-    shipped, loo = errors(), leave_one_out(results)
-    print(f"shipped {gpu_name}: MAPE {statistics.mean(abs(x) for x in shipped):.2%}, "
-          f"max {max(abs(x) for x in shipped):.2%}")
-    print(f"leave-one-out ({len(loo)} runs, each predicted by the grid point fitted on the "
-          f"others): MAPE {statistics.mean(abs(x) for x in loo):.2%}, "
-          f"max {max(abs(x) for x in loo):.2%}")
-    return {"framework": FRAMEWORKS[gen], "gpu": gpu_name, "runs": len(loo),
-            "grid_points": len(results),
-            "calibration_mape": round(statistics.mean(abs(x) for x in shipped), 4),
-            "calibration_max": round(max(abs(x) for x in shipped), 4),
-            "leave_one_out_mape": round(statistics.mean(abs(x) for x in loo), 4),
-            "leave_one_out_max": round(max(abs(x) for x in loo), 4)}
+        print(f"{_mape(e):6.2%}  {max(abs(x) for x in e):6.2%}  {point}")
+    shipped = group_errors(runs)()
+    held: list[float | None] = [None] * len(runs)
+    how: list[str] = [""] * len(runs)
+    for src in sorted({r.source for r in runs}):
+        mine = [r.source == src for r in runs]
+        if not all(mine):
+            errs, _ = best_point(results, [not m for m in mine])
+            for i, m in enumerate(mine):
+                if m:
+                    held[i], how[i] = errs[i], "group refitted without its source"
+        elif " " in gen:
+            parent = gen.split(" ")[0]
+            own = [r for r, m in zip(runs, mine) if m]
+            prior = [r for r in everything if fit_group(r) == parent and r.source != src]
+            p_results, _ = grid_results(parent, prior)
+            _, point = best_point(p_results, [True] * len(prior))
+            errs = group_errors(own, drop_profile_fit=True)(**point)
+            for i, e in zip([i for i, m in enumerate(mine) if m], errs):
+                held[i], how[i] = e, f"{parent} group fitted without its source; no {gen} fit"
+        else:
+            for i in range(len(runs)):
+                how[i] = "not held out: the only source of its group"
+    loo = [h for h in held if h is not None]
+    print(f"shipped: MAPE {_mape(shipped):.2%}, max {max(abs(x) for x in shipped):.2%}")
+    if loo:
+        print(f"held out by source ({len(loo)} runs): MAPE {_mape(loo):.2%}, mean "
+              f"{statistics.mean(loo):+.2%}, max {max(abs(x) for x in loo):.2%}")
+    summary = {"framework": FRAMEWORKS.get(gen, ""), "gpu": gpu_name, "runs": len(runs),
+               "sources": len({r.source for r in runs}), "grid_points": len(results),
+               "best": results[0][1],
+               "calibration_mape": round(_mape(shipped), 4),
+               "calibration_max": round(max(abs(x) for x in shipped), 4),
+               "leave_one_source_out_mape": round(_mape(loo), 4) if loo else None,
+               "leave_one_source_out_bias": round(statistics.mean(loo), 4) if loo else None}
+    return summary, [record(r, s, h, w, gen) for r, s, h, w in zip(runs, shipped, held, how)]
 
 
-#: The framework each generation's calibration runs used.
-FRAMEWORKS = {"A100": "Megatron-LM (2022, Korthikanti et al.)",
-              "H100": "NeMo 24.07/25.02 (Megatron-Core)", "B200": "NeMo 25.02 (Megatron-Core)",
+def record(r: Run, shipped: float, held: float | None, how: str, group: str | None) -> dict:
+    """One run's line in the held-out file (planner.validation.band reads it)."""
+    return {"run": r.name, "source": r.source, "framework": r.framework, "family": r.family,
+            "profile": r.profile, "generation": r.generation, "dtype": r.dtype,
+            "gpus": r.gpus, "seq_len": r.seq_len, "moe": r.moe, "group": group,
+            "residual": round(shipped, 4), "heldout_residual": None if held is None else
+            round(held, 4), "held_out": how}
+
+
+#: The framework each group's runs mostly used (the first sources fitted).
+FRAMEWORKS = {"A100": "Megatron-LM (2022, Korthikanti et al.) and others",
+              "H100": "NeMo (Megatron-Core) and others", "B200": "NeMo 25.02 (Megatron-Core)",
               "H100 torchtitan": "torchtitan (2024-08 to 2025-06, Grand Teton H100)"}
-SUMMARY = Path(__file__).resolve().parents[1] / "hardware_catalog" / "calibration" / \
-    "fit_summary.yaml"
+CALIBRATION = Path(__file__).resolve().parents[1] / "hardware_catalog" / "calibration"
+SUMMARY = CALIBRATION / "fit_summary.yaml"
+HELDOUT = CALIBRATION / "heldout_residuals.yaml"
 
 
 def main(argv: list[str]) -> None:
     write = "--write" in argv
     gens = [a for a in argv if a != "--write"] or list(GENERATIONS)
-    summaries = {}
     for gen in gens:
         if gen not in GENERATIONS:
-            raise SystemExit(f"unknown generation {gen!r}; expected one of {list(GENERATIONS)}")
-        summaries[gen] = fit(gen)
+            raise SystemExit(f"unknown group {gen!r}; expected one of {list(GENERATIONS)}")
+    everything = corpus_runs()
+    summaries, records = {}, []
+    for gen in gens:
+        runs = [r for r in everything if fit_group(r) == gen]
+        summaries[gen], recs = fit(gen, runs, everything)
+        records.extend(recs)
+    for r in everything:
+        if fit_group(r) is None:  # no fit reads this GPU: every run is held out
+            e = r.residual(r.estimate())
+            records.append(record(r, 1.0 if e is None else e, e, "no fit reads this GPU", None))
     if write:
-        old = yaml.safe_load(SUMMARY.read_text()) if SUMMARY.exists() else {}
-        fits = {**(old or {}).get("fits", {}), **summaries}
-        SUMMARY.write_text(SUMMARY_HEADER + yaml.safe_dump({"fits": fits}, sort_keys=False))
-        print(f"wrote {SUMMARY.relative_to(SUMMARY.parents[2])}")
+        if set(gens) != set(GENERATIONS):
+            raise SystemExit("--write refits every group (the held-out file lists every run)")
+        SUMMARY.write_text(SUMMARY_HEADER + yaml.safe_dump({"fits": summaries}, sort_keys=False))
+        order = {r.name: i for i, r in enumerate(everything)}
+        records.sort(key=lambda d: order[d["run"]])
+        HELDOUT.write_text(HELDOUT_HEADER + yaml.safe_dump({"runs": records}, sort_keys=False,
+                                                           width=120))
+        print(f"wrote {SUMMARY.relative_to(SUMMARY.parents[2])} and "
+              f"{HELDOUT.relative_to(HELDOUT.parents[2])}")
 
 
 SUMMARY_HEADER = """\
-# Written by `python tools/calibrate.py --write`: per generation (and the framework its
-# calibration runs used), the shipped parameters' error on those runs and the leave-one-out
-# error (each run predicted by the grid point fitted on the others). `planner validate`
-# prints it; tests/test_cli.py checks the shipped error still matches the live one.
+# Written by `python tools/calibrate.py --write`: per fit group (a GPU, or a framework's own
+# fit on a GPU), the shipped parameters' error on its runs, the best grid point, and the error
+# with each source held out in turn (the group refitted on the other sources). `planner
+# validate` prints it; tests/test_cli.py checks the shipped error still matches the live one.
+"""
+HELDOUT_HEADER = """\
+# Written by `python tools/calibrate.py --write`: every run of the validation corpus
+# (planner/validation/corpus.py) with its residual as shipped and held out by source
+# (predicted throughput / measured - 1; positive: the model is optimistic). The error band
+# printed with every answer (planner/validation/band.py) comes from the held-out residuals.
 """
 
 

@@ -179,7 +179,7 @@ def evaluate(
     c = _framework_kernels(framework, c)
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
-    est = run_evaluate(m, c, p)
+    est = run_evaluate(m, c, p, framework=framework or None)
     _show(m, c, p, est, warn_calibration(c, p), defaults, (framework, broken), plot, force,
           json_)
     if not est.feasible:

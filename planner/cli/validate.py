@@ -17,14 +17,18 @@ def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
     from planner.validation.serving import run_serving
 
+    from planner.validation.corpus import sources
     from planner.validation.fit import fit_summary
+    from planner.validation.heldout import heldout_report
     from planner.validation.torchtitan import run_torchtitan
 
     rep, nemo, serving = run_validation(), run_recipes(), run_serving()
     titan = run_torchtitan()
     mape = _mape_by_generation(rep, nemo, titan)
+    held = heldout_report()
     if json_:
-        _emit_json({"korthikanti2022": rep.to_json(), "nemo_recipes": nemo.to_json(),
+        _emit_json({"heldout_by_source": held, "corpus_sources": sources(),
+                    "korthikanti2022": rep.to_json(), "nemo_recipes": nemo.to_json(),
                     "torchtitan_runs": titan.to_json(), "mape_by_generation": mape,
                     "fit": fit_summary(), "serving": serving.to_json()})
         return
@@ -34,19 +38,38 @@ def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) ->
                    "published", "H100 torchtitan")
     _print_serving(serving)
     _print_fit(mape, fit_summary())
+    _print_heldout(held)
+
+
+def _print_heldout(held: dict) -> None:
+    """The headline: every corpus source held out in turn (tools/calibrate.py --write)."""
+    for label, rows in held["by"].items():
+        t = Table(title=f"Held out by source, per {label}: predicted vs published throughput "
+                  "(positive: optimistic)", header_style="bold")
+        for col in (label, "runs", "sources", "MAPE", "mean", "max"):
+            t.add_column(col, justify="left" if col == label else "right")
+        for r in rows:
+            t.add_row(r["key"], str(r["runs"]), str(r["sources"]), f"{r['mape']:.1%}",
+                      f"{r['bias']:+.1%}", f"{r['max']:+.1%}")
+        print_table(out, t, whole=(label,))
+    slope = held["slope_per_decade_of_gpus"]
+    out.print(f"held out by source: {held['runs']} runs from {held['sources']} sources, MAPE "
+              f"{held['mape']:.1%}, mean {held['bias']:+.1%}; residual slope "
+              f"{'n/a' if slope is None else f'{slope:+.1%}'} per tenfold GPUs "
+              "(docs/validation.md lists the sources)")
 
 
 def _print_fit(mape: dict[str, float], fits: dict) -> None:
-    t = Table(title="Per framework and generation: calibration error now, and leave-one-out "
-              "error at the fit (python tools/calibrate.py --write)", header_style="bold")
-    for col in ("generation", "framework", "runs", "MAPE", "leave-one-out MAPE (max)"):
-        t.add_column(col, justify="left" if col in ("generation", "framework") else "right")
-    for gen, m in mape.items():
-        f = fits.get(gen, {})
-        loo = (f"{f['leave_one_out_mape']:.1%} ({f['leave_one_out_max']:.1%})"
-               if f else "not fitted")
-        t.add_row(gen, f.get("framework", ""), str(f.get("runs", "")), f"{m:.1%}", loo)
-    print_table(out, t, whole=("generation",))
+    t = Table(title="Per fit group (a GPU, or a framework's own fit on a GPU): the error of "
+              "the shipped parameters on the group's runs, and with each source held out in "
+              "turn (python tools/calibrate.py --write)", header_style="bold")
+    for col in ("group", "runs", "sources", "MAPE", "held out: MAPE (mean)"):
+        t.add_column(col, justify="left" if col == "group" else "right")
+    for gen, f in fits.items():
+        loo = ("only one source" if f["leave_one_source_out_mape"] is None else
+               f"{f['leave_one_source_out_mape']:.1%} ({f['leave_one_source_out_bias']:+.1%})")
+        t.add_row(gen, str(f["runs"]), str(f["sources"]), f"{f['calibration_mape']:.1%}", loo)
+    print_table(out, t, whole=("group",))
 
 
 def _mape_by_generation(rep, nemo, titan) -> dict[str, float]:

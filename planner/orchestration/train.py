@@ -30,6 +30,7 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.loaders import apply_overrides, load_cluster, plan_from_dict
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
+from planner.validation.band import with_band
 
 Backend = Literal["cpsat", "milp", "exhaustive"]
 BACKENDS = ("cpsat", "milp", "exhaustive")
@@ -262,6 +263,9 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     pb = None if res.bound is None else min(res.bound * objective_scale(
         objective, plans[0].plan, tokens), plans[0].objective)
     fw = space.options.framework
+    fw_name = fw.name if fw is not None else None
+    plans = [replace(p, estimate=with_band(p.estimate, model, cluster, p.plan, fw_name))
+             for p in plans]
     return SolveResult(backend, status, objective, plans, wall, size,
                        {**stats, "setup_s": setup_s}, tokens, pb,
                        price_per_gpu_hour(cluster), time_limit_s,

@@ -38,21 +38,9 @@ from planner.specs.framework import load_framework
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
+from planner.validation.band import generation
 
 Metric = Literal["tokens_per_s_per_gpu", "iteration_time_s"]
-
-#: GPU catalog name prefix -> generation label (the unit validation reports by).
-GENERATIONS: tuple[tuple[str, str], ...] = (
-    ("a100", "A100"), ("h100", "H100"), ("h200", "H200"), ("gb200", "GB200"), ("b200", "B200"),
-    ("mi300x", "MI300X"), ("mi325x", "MI300X"), ("mi355x", "MI355X"))
-
-
-def generation(gpu_name: str) -> str:
-    for prefix, gen in GENERATIONS:
-        if gpu_name.lower().startswith(prefix):
-            return gen
-    return gpu_name
-
 
 class _Strict(Spec):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True,
@@ -287,3 +275,16 @@ def seq_bucket(seq_len: int) -> str:
     if seq_len <= 16384:
         return "8K-16K"
     return ">16K"
+
+
+#: GPU catalog name -> the fit group of its own efficiency parameters (tools/calibrate.py).
+GPU_GROUPS: dict[str, str] = {"a100-sxm-80gb": "A100", "h100-sxm": "H100", "b200": "B200"}
+
+
+def fit_group(run: Run) -> str | None:
+    """Which fitted parameters a run's prediction reads: its framework's own fit on its GPU
+    ('H100 torchtitan'), else its GPU's ('A100'); None where no fit reads its GPU."""
+    gpu = run.cluster.gpu.name
+    if run.profile is not None and gpu in load_framework(run.profile).fit:
+        return f"{GPU_GROUPS.get(gpu, generation(gpu))} {run.profile}"
+    return GPU_GROUPS.get(gpu)

@@ -111,6 +111,12 @@ class Estimate(Spec):
         None, description="offload-tier memory of the worst stage (clusters with a tier)")
     host_memory_breakdown_bytes: dict[str, float] = Field(default_factory=dict)
     host_capacity_bytes: float | None = Field(None, description="offload tier per GPU")
+    expected_error_pct: float | None = Field(
+        None, description="symmetric band, percent of the iteration time, that the measured "
+        "time is expected within (planner.validation.band: runs held out by source near "
+        "this regime); None: no band, expected_error_note says why")
+    expected_error_note: str | None = Field(
+        None, description="what the band rests on, or why there is none")
 
     def to_json(self) -> dict:
         """The stable JSON object of ``planner evaluate --json``."""
@@ -135,6 +141,8 @@ class Estimate(Spec):
             "num_microbatches": self.num_microbatches,
             "bottleneck_stage": self.bottleneck_stage,
             "worst_memory_stage": self.worst_memory_stage,
+            "expected_error_pct": self.expected_error_pct,
+            "expected_error_note": self.expected_error_note,
             **({} if self.host_capacity_bytes is None else {
                 "host_memory_per_gpu_gib": gib(self.host_memory_per_gpu_bytes),
                 "host_memory_breakdown_gib": {
