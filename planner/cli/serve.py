@@ -13,6 +13,7 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
+from planner.validation.band import SERVING
 from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_json, check_files,
                                  err, out, say_overrun)
 from planner.errors import InfeasibleError, InputError
@@ -173,7 +174,8 @@ def serve(
 
 def _result_json(res: Any, eng: Any, calib: list[str], quant: list[str], pareto: bool,
                  sim: dict | None, launch: dict | None) -> dict:
-    return {"plan": res.plan.to_dict(), "estimate": res.estimate.to_json(),
+    return {"plan": res.plan.to_dict(), "estimate": {**res.estimate.to_json(),
+                                                     **SERVING.to_json()},
             "engine": _engine_json(eng), "solver": res.solver, "calibration_notes": calib,
             "quantization_notes": quant, **({"pareto": res.pareto} if pareto else {}),
             **({"simulation": sim} if sim else {}), **({"launch": launch} if launch else {})}
@@ -203,6 +205,7 @@ def _print_text(res: Any, pareto: bool, sim: dict | None, launch: dict | None,
     """The plan, then the simulation's percentiles and the launch commands if asked."""
     out.print(f"engine: {escape(eng.name)}" + (f" ({escape(eng.version)})" if eng.version else ""))
     _print(res, pareto)
+    out.print(f"expected error: {SERVING.note}", highlight=False, soft_wrap=True)
     if sim:
         out.print(f"simulation ({sim['requests']:,} requests after warm-up, seed 0): TTFT "
                   f"P50 {sim['ttft_p50_ms']:.1f} / P99 {sim['ttft_p99_ms']:.1f} ms, TPOT "

@@ -39,6 +39,18 @@ class Procured:
     def value(self, metric: str) -> float:
         return float(getattr(self, metric))
 
+    @property
+    def band_pct(self) -> float | None:
+        """The plan's expected error (percent of its iteration time); days, GPU-hours, cost
+        and energy scale with the iteration time, so they carry the same band."""
+        return self.estimate.expected_error_pct
+
+    def within_band(self, metric: str) -> float | None:
+        """``metric`` at the slow edge of the band: what the answer stays within at the
+        band's confidence (planner.validation.band.LEVEL)."""
+        b = self.band_pct
+        return None if b is None else self.value(metric) * (1 + b / 100)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "gpu": self.gpu, "num_gpus": self.num_gpus, "cluster": self.cluster,
@@ -47,6 +59,10 @@ class Procured:
             "iteration_time_s": self.estimate.iteration_time_s,
             "usd_per_gpu_hour": self.cost_usd / self.gpu_hours if self.gpu_hours else None,
             "meets_limits": self.meets_limits, "proven_optimal": self.proven_optimal,
+            "expected_error_pct": self.band_pct,
+            "expected_error_note": self.estimate.expected_error_note,
+            "at_band_edge": None if self.band_pct is None else {
+                m: self.within_band(m) for m in ("days", "cost_usd", "gpu_hours", "energy_mwh")},
             **({"goodput": None} if self.goodput is None else {
                 "ideal": {m: self.ideal(m) for m in METRICS},
                 "goodput": self.goodput.to_json()}),

@@ -96,6 +96,13 @@ def choice_panel(res: ProcureResult) -> Panel:
     grid.add_row("GPU-hours", f"{hours_text(c.gpu_hours)}{_ideal(c, 'gpu_hours', None)}")
     if c.goodput is not None:
         grid.add_row("goodput", goodput_text(c.goodput.to_json()).removeprefix("goodput "))
+    band = c.band_pct
+    if band is not None:
+        grid.add_row("expected error", f"±{band:.0f} % on days and cost: at most "
+                     f"{c.within_band('days'):,.1f} days and {money(c.within_band('cost_usd'))} "
+                     "with 90 % confidence")
+    if c.estimate.expected_error_note:
+        grid.add_row("", escape(c.estimate.expected_error_note))
     parts: list = [grid]
     if not c.proven_optimal:
         parts.append(Text("not proven optimal: an inner solve stopped at its time limit, or "

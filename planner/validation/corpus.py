@@ -192,6 +192,10 @@ def _file_runs(fname: str, f: CorpusFile) -> list[Run]:
     return runs
 
 
+CITE_KORTHIKANTI = ("Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer "
+                    "Models', MLSys 2023 (arXiv 2205.05198), Table 5 (Selene, A100 80GB)")
+
+
 def _korthikanti_runs() -> list[Run]:
     from planner.validation.korthikanti import MODES, calibration_data, calibration_plan
 
@@ -202,7 +206,7 @@ def _korthikanti_runs() -> list[Run]:
         model = load_model(name)
         for mode in MODES:
             plan = calibration_plan(run, data["models"][name]["seq_len"], mode)
-            out.append(Run(f"korthikanti-{name}-{mode}", "korthikanti2022", data["source"],
+            out.append(Run(f"korthikanti-{name}-{mode}", "korthikanti2022", CITE_KORTHIKANTI,
                            "Megatron-LM (2022)", "megatron", None, model,
                            base.resized(run["gpus"]), plan, "iteration_time_s",
                            float(data["iteration_time_s"][name][mode])))
