@@ -109,6 +109,7 @@ class Run:
     plan: Plan
     metric: Metric
     measured: float
+    origin: str  # the file under hardware_catalog/calibration/ the run is read from
 
     @property
     def generation(self) -> str:
@@ -140,16 +141,17 @@ class Run:
             prof = prof.model_copy(update={"fit": {}})
         return framework_cluster(self.cluster, prof)
 
-    def estimate(self, cluster: ClusterSpec | None = None) -> Estimate:
-        return evaluate(self.model, cluster or self.costed_cluster(), self.plan)
+    def estimate(self, cluster: ClusterSpec | None = None, plan: Plan | None = None) -> Estimate:
+        return evaluate(self.model, cluster or self.costed_cluster(), plan or self.plan)
 
-    def residual(self, est: Estimate) -> float | None:
+    def residual(self, est: Estimate, plan: Plan | None = None) -> float | None:
         """predicted throughput / measured - 1 (None: the plan does not fit)."""
         if not est.feasible or not est.iteration_time_s:
             return None
         if self.metric == "iteration_time_s":
             return self.measured / est.iteration_time_s - 1
-        tps = self.plan.global_batch_size * self.plan.seq_len / est.iteration_time_s / self.gpus
+        p = plan or self.plan
+        tps = p.global_batch_size * p.seq_len / est.iteration_time_s / self.gpus
         return tps / self.measured - 1
 
 
@@ -188,7 +190,7 @@ def _file_runs(fname: str, f: CorpusFile) -> list[Run]:
             raise InputError(f"{fname} run {r.name}: plan: {exc}") from None
         runs.append(Run(r.name, f.source.id, f.source.citation, f.source.framework,
                         f.source.framework_family, f.source.profile, model, cluster, plan,
-                        f.source.metric, r.measured))
+                        f.source.metric, r.measured, f"corpus/{fname}"))
     return runs
 
 
@@ -209,7 +211,7 @@ def _korthikanti_runs() -> list[Run]:
             out.append(Run(f"korthikanti-{name}-{mode}", "korthikanti2022", CITE_KORTHIKANTI,
                            "Megatron-LM (2022)", "megatron", None, model,
                            base.resized(run["gpus"]), plan, "iteration_time_s",
-                           float(data["iteration_time_s"][name][mode])))
+                           float(data["iteration_time_s"][name][mode]), "korthikanti2022.yaml"))
     return out
 
 
@@ -222,7 +224,8 @@ def _nemo_runs() -> list[Run]:
         src = row["name"].split("-")[0]  # nemo2407 / nemo2502
         out.append(Run(row["name"], src, data["sources"][src], "NeMo (Megatron-Core)",
                        "megatron", None, recipe_model(data, row["model"]), recipe_cluster(row),
-                       recipe_plan(row), "tokens_per_s_per_gpu", float(row["measured"])))
+                       recipe_plan(row), "tokens_per_s_per_gpu", float(row["measured"]),
+                       "nvidia_nemo_2407_2502.yaml"))
     return out
 
 
@@ -239,7 +242,7 @@ def _torchtitan_runs() -> list[Run]:
         # torchtitan logs local_batch x fsdp x seq tokens per step: the plan's global batch
         out.append(Run(r["name"], src, data["sources"][src], "torchtitan", "torchtitan",
                        FRAMEWORK, model, run_cluster(r), plan, "tokens_per_s_per_gpu",
-                       float(r["measured_tps_per_gpu"])))
+                       float(r["measured_tps_per_gpu"]), "torchtitan_h100.yaml"))
     return out
 
 
