@@ -7,6 +7,8 @@ the command and copy the figure (or to update this registry when the text itself
 
     python tools/check_docs.py          # every figure; exit 1 on a stale one
     python tools/check_docs.py --list   # the registry
+    python tools/check_docs.py --write  # rewrite the generated blocks (tables between
+                                        # <!-- check_docs: NAME --> markers), then check
 
 Every figure here comes from a command of a few seconds (``planner validate``, the held-out
 benchmarks, solves of a second or two through ``planner.solve``, the catalog), so
@@ -77,26 +79,60 @@ class Figure:
     doc: str  # path under the repository
     command: str  # what produces the numbers
     text: Callable[[], str]  # the exact text the document must hold
+    block: str | None = None  # a generated block: `--write` rewrites it between its markers
 
 
-def _readme_row(gen: str) -> Callable[[], str]:
-    def text() -> str:
-        v = validate()
-        mape, worst = v["live"][gen]
-        memory = f"; memory within {pct(v['memory_max'])}" if gen == "A100" else ""
-        return (f"| {pct(mape)} ({pct(worst)}){memory} | "
-                f"{pct(v['fit'][gen]['leave_one_out_mape'])} |")
-    return text
+def heldout_table(label: str) -> str:
+    """The held-out-by-source table of one slice, as ``planner validate`` prints it."""
+    from planner.validation.heldout import heldout_report
+
+    rows = heldout_report()["by"][label]
+    lines = [f"| {label} | runs | sources | MAPE | mean | max |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['key']} | {r['runs']} | {r['sources']} | {pct(r['mape'])} | "
+              f"{signed(r['bias'])} | {signed(r['max'])} |" for r in rows]
+    return "\n".join(lines)
 
 
-def _validation_row(gen: str) -> Callable[[], str]:
-    def text() -> str:
-        v = validate()
-        mape, worst = v["live"][gen]
-        f = v["fit"][gen]
-        return (f"| {pct(mape)} | {pct(worst)} | {pct(f['leave_one_out_mape'])} "
-                f"({pct(f['leave_one_out_max'])}) |")
-    return text
+def heldout_line() -> str:
+    from planner.validation.heldout import heldout_report
+
+    h = heldout_report()
+    return (f"{h['runs']} runs from {h['sources']} sources held out in turn: MAPE "
+            f"{pct(h['mape'])}, mean {signed(h['bias'])}, residual slope "
+            f"{signed(h['slope_per_decade_of_gpus'])} per tenfold GPUs")
+
+
+def source_table() -> str:
+    """Every source of the validation corpus: its runs, GPUs, framework and citation."""
+    from planner.validation.corpus import corpus_runs
+
+    by: dict[str, list] = {}
+    for r in corpus_runs():
+        by.setdefault(r.source, []).append(r)
+    lines = ["| source | runs | GPUs | generation | framework | precision | citation |",
+             "|---|---|---|---|---|---|---|"]
+    for src, runs in by.items():
+        lo, hi = min(r.gpus for r in runs), max(r.gpus for r in runs)
+        gens = "/".join(sorted({r.generation for r in runs}))
+        dts = "/".join(sorted({r.dtype.upper() for r in runs}))
+        gpus = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+        cite = runs[0].citation.replace("|", "/")
+        lines.append(f"| {src} | {len(runs)} | {gpus} | {gens} | {runs[0].framework} | {dts} "
+                     f"| {cite} |")
+    return "\n".join(lines)
+
+
+def group_table() -> str:
+    """Per fit group: the shipped error and the held-out one (fit_summary.yaml)."""
+    lines = ["| fit group | runs | sources | MAPE as shipped | held out by source: MAPE "
+             "(mean) |", "|---|---|---|---|---|"]
+    for g, f in validate()["fit"].items():
+        held = ("one source: cannot be held out" if f["leave_one_source_out_mape"] is None
+                else f"{pct(f['leave_one_source_out_mape'])} "
+                     f"({signed(f['leave_one_source_out_bias'])})")
+        lines.append(f"| {g} | {f['runs']} | {f['sources']} | {pct(f['calibration_mape'])} | "
+                     f"{held} |")
+    return "\n".join(lines)
 
 
 def _serving() -> str:
@@ -105,27 +141,12 @@ def _serving() -> str:
             f"tokens/s/GPU and {pct(m['first_token_latency_ms'])} on TTFT")
 
 
-def _heldout_readme() -> str:
-    n = bench("bench_heldout_nemo")
-    return (f"NeMo 24.12 on H100 (11 runs) {pct(n['H100']['mape'])} MAPE, the NeMo 25.02 B200 "
-            f"rows outside the fit {pct(n['B200']['mape'])}, NeMo 25.04 on GB200 (no GB200 "
-            f"fit) {pct(n['GB200']['mape'])}")
-
-
 def _summary_row(script: str, key: str, cells: str) -> Callable[[], str]:
     """A table row of ``cells`` (the row's leading cells) then MAPE, mean and max of the
     summary line ``key`` that ``benchmarks/<script>.py`` prints."""
     def text() -> str:
         r = bench(script)[key]
         return f"| {cells} | {pct(r['mape'])} | {signed(r['mean'])} | {signed(r['max'])}"
-    return text
-
-
-def _titan(doc: str) -> Callable[[], str]:
-    def text() -> str:
-        m = pct(bench("bench_heldout_torchtitan")["A100 FSDP2, eager elementwise"]["mape"])
-        return (f"torchtitan's FSDP2 A100 runs {m}" if doc == "README.md" else
-                f"| torchtitan FSDP2, 64 A100, bf16 (eager kernels) | 5 | {m} |")
     return text
 
 
@@ -143,11 +164,8 @@ def _mosaicml(doc: str) -> Callable[[], str]:
     def text() -> str:
         b = bench("bench_heldout_mosaicml")
         a, n = b["A100 no recompute"], pct(b["all"]["mape"])
-        if doc == "README.md":
-            return (f"the 16 runs come out within {n} MAPE (A100 without recomputation "
-                    f"{signed(a['mean'])}, max {signed(a['max'])}")
-        return (f"| MosaicML llm-foundry FSDP, 8-64 A100/H100, bf16 (used for one binary "
-                f"choice) | 16 | {n} |")
+        return (f"the 16 runs come out within {n} MAPE (A100 without recomputation "
+                f"{signed(a['mean'])}, max {signed(a['max'])}")
     return text
 
 
@@ -360,13 +378,19 @@ SOLVES: tuple[Figure, ...] = (
 )
 
 
-GENERATIONS = ("A100", "H100", "B200", "H100 torchtitan")
+REGIME_LABELS = ("framework x generation", "GPU count", "sequence length", "precision",
+                 "dense / MoE")
 FIGURES: tuple[Figure, ...] = (
-    *(Figure("README.md", "planner validate", _readme_row(g)) for g in GENERATIONS),
-    *(Figure("docs/validation.md", "planner validate", _validation_row(g))
-      for g in GENERATIONS),
+    Figure("README.md", "planner validate", lambda: heldout_table("framework x generation"),
+           "heldout framework x generation"),
+    Figure("README.md", "planner validate", heldout_line, "heldout summary"),
+    *(Figure("docs/validation.md", "planner validate", (lambda lb: lambda: heldout_table(lb))(
+        label), f"heldout {label}") for label in REGIME_LABELS),
+    Figure("docs/validation.md", "planner validate", heldout_line, "heldout summary"),
+    Figure("docs/validation.md", "planner validate", group_table, "fit groups"),
+    Figure("docs/validation.md", "planner validate --json (corpus_sources)", source_table,
+           "corpus sources"),
     Figure("README.md", "planner validate", _serving),
-    Figure("README.md", "python benchmarks/bench_heldout_nemo.py", _heldout_readme),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
            _summary_row("bench_heldout_nemo", "H100", "H100, NeMo 24.12 | 11")),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
@@ -374,14 +398,11 @@ FIGURES: tuple[Figure, ...] = (
                         "B200, NeMo 25.02 (rows not in the fit) | 2")),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
            _summary_row("bench_heldout_nemo", "GB200", "GB200, NeMo 25.04 | 8")),
-    *(Figure(doc, "python benchmarks/bench_heldout_torchtitan.py", _titan(doc))
-      for doc in ("README.md", "docs/validation.md")),
     *(Figure("docs/validation.md", "python benchmarks/bench_heldout_mosaicml.py",
              _summary_row("bench_heldout_mosaicml", label, row)) for label, row in MOSAICML),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_mosaicml.py",
            lambda: f"All 16 runs: {pct(bench('bench_heldout_mosaicml')['all']['mape'])} MAPE."),
-    *(Figure(doc, "python benchmarks/bench_heldout_mosaicml.py", _mosaicml(doc))
-      for doc in ("README.md", "docs/validation.md")),
+    Figure("README.md", "python benchmarks/bench_heldout_mosaicml.py", _mosaicml("README.md")),
     *SOLVES,
 )
 
@@ -399,7 +420,30 @@ def stale(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> list[str]
     return out
 
 
+def write_blocks(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> list[str]:
+    """Rewrite every generated block between ``<!-- check_docs: NAME -->`` and
+    ``<!-- /check_docs -->`` with its figure's text; the documents changed."""
+    changed = []
+    for doc in sorted({f.doc for f in figures if f.block}):
+        path = root / doc
+        text = path.read_text(encoding="utf-8")
+        new = text
+        for f in (f for f in figures if f.doc == doc and f.block):
+            start = f"<!-- check_docs: {f.block} -->"
+            if start not in new:
+                raise SystemExit(f"{doc}: no block '{start}'")
+            head, rest = new.split(start, 1)
+            _, tail = rest.split("<!-- /check_docs -->", 1)
+            new = f"{head}{start}\n{f.text()}\n<!-- /check_docs -->{tail}"
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(doc)
+    return changed
+
+
 def main(argv: list[str]) -> int:
+    if "--write" in argv:
+        print("rewrote generated blocks in " + (", ".join(write_blocks()) or "nothing"))
     if "--list" in argv:
         for f in FIGURES:
             print(f"{f.doc}: `{f.command}`: {f.text()!r}")
