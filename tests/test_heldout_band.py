@@ -181,3 +181,44 @@ def test_serve_json_has_a_null_band_with_its_reason(capsys):
     assert SERVING.pct is None and SERVING.to_json()["expected_error_note"].startswith("no band")
     assert json.loads(json.dumps(SERVING.to_json()))["expected_error_pct"] is None
     assert isinstance(SERVING, Band)
+
+
+# ---- trust at the optimum ------------------------------------------------------------------
+def test_an_optimum_far_beyond_the_best_published_run_says_why(monkeypatch):
+    """A published Llama 3 8B run at tp 8 (a slow plan for 8 GPUs), measured at 60 % of what
+    the model predicts for the optimum: the comparison says so and names tp as what makes
+    the difference, setting tp back alone slowing the optimum."""
+    import dataclasses
+
+    from planner.api import evaluate, solve
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.validation import trust
+
+    res = solve("llama3-8b", "dgx-h100-superpod", gpus=8, global_batch_size=64, seq_len=8192,
+                dtype="bf16", fix={"tp": 1}, time_limit_s=30)
+    best = res.best
+    ref_plan = best.plan.model_copy(update={"tp": 8, "dp": best.plan.dp * best.plan.cp // 8,
+                                            "cp": 1, "sequence_parallel": True,
+                                            "tp_comm": "rs_ag"})
+    h100 = load_cluster("dgx-h100-superpod", 8)
+    ref = evaluate("llama3-8b", h100, ref_plan)
+    assert ref.feasible and ref.iteration_time_s > best.estimate.iteration_time_s
+    template = next(r for r in corpus_runs() if r.generation == "H100")
+    tps = 64 * 8192 / best.estimate.iteration_time_s / 8
+    fake = dataclasses.replace(template, name="fake-8b-tp8", source="fake",
+                               model=load_model("llama3-8b"), cluster=h100, plan=ref_plan,
+                               metric="tokens_per_s_per_gpu", measured=0.6 * tps)
+    monkeypatch.setattr(trust, "corpus_runs", lambda: (fake,))
+    out = trust.published_comparison(fake.model, h100, best.plan, best.estimate, 10.0)
+    assert out is not None and out["beyond_band"]
+    assert out["gain_pct"] == pytest.approx(100 * (1 / 0.6 - 1), rel=1e-6)
+    top = out["differences"][0]
+    assert top["setting"].startswith("parallel degrees tp1") and "-> tp8 cp1" in top["setting"]
+    assert top["slowdown_pct"] == pytest.approx(
+        100 * (ref.iteration_time_s / best.estimate.iteration_time_s - 1), rel=1e-9)
+    assert "parallel degrees" in out["note"]
+    # within the band: reported, not flagged
+    near = dataclasses.replace(fake, measured=0.97 * tps)
+    monkeypatch.setattr(trust, "corpus_runs", lambda: (near,))
+    quiet = trust.published_comparison(fake.model, h100, best.plan, best.estimate, 10.0)
+    assert not quiet["beyond_band"] and quiet["note"] is None

@@ -143,6 +143,8 @@ def _report(res: Any, m: Any, c: Any, out_path: Optional[str], json_: bool) -> N
                     "frameworks_that_run_it": runs_on})
         return
     _print_result(res, m, c, out_path)
+    if res.published and res.published["note"]:
+        out.print(f"[yellow]trust:[/] {escape(res.published['note'])}", soft_wrap=True)
     if res.framework is None:
         out.print("frameworks that run this plan: " + (", ".join(runs_on) or (
             f"none of the catalog's as it stands (closest: {closest}); "

@@ -31,6 +31,7 @@ from planner.specs.loaders import apply_overrides, load_cluster, plan_from_dict
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 from planner.validation.band import with_band
+from planner.validation.trust import published_comparison
 
 Backend = Literal["cpsat", "milp", "exhaustive"]
 BACKENDS = ("cpsat", "milp", "exhaustive")
@@ -66,6 +67,8 @@ class SolveResult:
     time_limit_s: float | None = None
     framework: str | None = None  # the profile whose rules the space obeyed
     goodput: Goodput | None = None  # failures and checkpoints over the token budget; None: ideal
+    #: the best similar published run and the optimum's gain over it (planner.validation.trust)
+    published: dict[str, Any] | None = None
 
     @property
     def best(self) -> SolvedPlan:
@@ -110,6 +113,7 @@ class SolveResult:
             "plan": b.plan.to_dict(),
             "estimate": b.estimate.to_json(),
             "framework": self.framework,
+            "published_comparison": self.published,
             "solver": {
                 "backend": self.backend,
                 "status": self.status,
@@ -266,10 +270,13 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     fw_name = fw.name if fw is not None else None
     plans = [replace(p, estimate=with_band(p.estimate, model, cluster, p.plan, fw_name))
              for p in plans]
+    best = plans[0]
     return SolveResult(backend, status, objective, plans, wall, size,
                        {**stats, "setup_s": setup_s}, tokens, pb,
-                       price_per_gpu_hour(cluster), time_limit_s,
-                       fw.name if fw is not None else None)
+                       price_per_gpu_hour(cluster), time_limit_s, fw_name,
+                       published=published_comparison(
+                           model, cluster, best.plan, best.estimate,
+                           best.estimate.expected_error_pct))
 
 
 def _search(space: SearchSpace, size: int, objective: Objective, backend: str, top_k: int,
