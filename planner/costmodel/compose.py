@@ -13,7 +13,8 @@ arrays alike (a leading axis per plan, the stage groups on ``axis``)::
     busy   = (m sum_g count_g work_g + sum_g count_g optimizer_g) / pp
 
 ``E`` is the exposed part of a bucketed collective behind a compute window
-(:func:`overlapped_s`), ``E0`` the same for DMA copies, which take no SMs (slowdown 0).
+(:func:`overlapped_s`; in the tail its last share is the last gradient bucket,
+``stage.dp_overlap_units``), ``E0`` the same for DMA copies, which take no SMs (slowdown 0).
 docs/cost-model.md states the terms.
 """
 
