@@ -253,17 +253,19 @@ def _tail_row(lm: LinearModel, st: _Setup, A, pt: _Point, g: int, wf: Expr, wb: 
               tail: int) -> None:
     """TAIL[q] >= the group's tail: linearizes :func:`planner.costmodel.compose.tail_time`."""
     q, layers = pt.q, int(A.group_layers[pt.q, g])
+    units = int(A.group_dp_units[q, g])  # the last bucket's share cannot overlap
     # the windows span dp_window_microbatches microbatches; rounding up keeps a lower bound
     mult = float(dp_window_microbatches(A.pp[q], A.v[q], A.m[q]))
     wf = {i: math.ceil(c * mult) for i, c in wf.items()}
     wb = {i: math.ceil(c * mult) for i, c in wb.items()}
     row = _on_states(st, pt, A.optimizer_s[q, g] + A.cpu_step_s[q, g])
     row[pt.y] = row.get(pt.y, 0) + st.down(A.tied_s[q, g])
-    for arr, win, on, tag, k in ((A.dp_grad_s[q, g], wb, st.ovl_grad, "grad", st.kappa_n),
-                                 (A.dp_param_s[q, g], wf, st.ovl_param, "param", st.kappa_n),
-                                 (A.grad_down_s[q, g], wb, st.ovl_grad, "down", 0)):
+    for arr, win, on, tag, k, n in (
+            (A.dp_grad_s[q, g], wb, st.ovl_grad, "grad", st.kappa_n, units),
+            (A.dp_param_s[q, g], wf, st.ovl_param, "param", st.kappa_n, units),
+            (A.grad_down_s[q, g], wb, st.ovl_grad, "down", 0, layers)):
         if any(arr[z] > 0 for z in pt.zs):
-            row[_exposure(lm, f"{tag}{q}_{g}", _on_states(st, pt, arr), win, on, layers, k)] = 1
+            row[_exposure(lm, f"{tag}{q}_{g}", _on_states(st, pt, arr), win, on, n, k)] = 1
     row[tail] = -1
     lm.add(row, ub=0, dim="time")
 

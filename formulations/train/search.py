@@ -199,7 +199,8 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
                        A.dp_fwd_s, A.dp_bwd_s, A.fetch_s, layers, ov)
     tail = tail_time(A.optimizer_s, A.cpu_step_s, A.tied_s[:, :, None], A.dp_grad_s,
                      A.dp_param_s, A.grad_down_s, wf, wb, layers, ov,
-                     dp_window_microbatches(A.pp, A.v, A.m)[:, None, None])
+                     dp_window_microbatches(A.pp, A.v, A.m)[:, None, None],
+                     dp_units=A.group_dp_units[:, :, None])
     gmask = valid[:, :, None]
     m, v, pp = A.m[:, None], A.v[:, None], A.pp[:, None]
     cnt = A.group_count[:, :, None] * gmask

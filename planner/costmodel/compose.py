@@ -13,7 +13,8 @@ arrays alike (a leading axis per plan, the stage groups on ``axis``)::
     busy   = (m sum_g count_g work_g + sum_g count_g optimizer_g) / pp
 
 ``E`` is the exposed part of a bucketed collective behind a compute window
-(:func:`overlapped_s`), ``E0`` the same for DMA copies, which take no SMs (slowdown 0).
+(:func:`overlapped_s`; in the tail its last share is the last gradient bucket,
+``stage.dp_overlap_units``), ``E0`` the same for DMA copies, which take no SMs (slowdown 0).
 docs/cost-model.md states the terms.
 """
 
@@ -151,15 +152,19 @@ def dp_window_microbatches(pp, v, m):
 
 
 def tail_time(optimizer_s, cpu_step_s, tied_s, grad_s, param_s, down_s, window_fwd_s,
-              window_bwd_s, layers, ov: Overlap, window_microbatches=1.0) -> TailTime:
+              window_bwd_s, layers, ov: Overlap, window_microbatches=1.0,
+              dp_units=None) -> TailTime:
     """Once per iteration: the optimizer step, the tied-embedding sync, the gradient
     reduction and parameter gather behind ``window_microbatches``
-    (:func:`dp_window_microbatches`) of the stage's per-microbatch compute windows."""
+    (:func:`dp_window_microbatches`) of the stage's per-microbatch compute windows.
+    ``dp_units``: the shares the gradient reduction and parameter gather are cut in, whose
+    last cannot overlap (the last bucket, ``stage.dp_overlap_units``; default ``layers``)."""
     k = ov.slowdown
+    units = layers if dp_units is None else dp_units
     window_fwd_s = window_fwd_s * window_microbatches
     window_bwd_s = window_bwd_s * window_microbatches
-    dp = (overlapped_s(grad_s, window_bwd_s, layers, ov.grad_reduce, k)
-          + overlapped_s(param_s, window_fwd_s, layers, ov.param_gather, k) + tied_s)
+    dp = (overlapped_s(grad_s, window_bwd_s, units, ov.grad_reduce, k)
+          + overlapped_s(param_s, window_fwd_s, units, ov.param_gather, k) + tied_s)
     off = overlapped_s(down_s, window_bwd_s, layers, ov.grad_reduce, 0.0) + cpu_step_s
     return TailTime(dp, optimizer_s, off)
 

@@ -105,7 +105,8 @@ def evaluate_columns(tb: Tables, q: np.ndarray, rc: np.ndarray, sp: np.ndarray,
                        by_z(A.dp_fwd_s), by_z(A.dp_bwd_s), by_z(A.fetch_s), layers, ov)
     tail = tail_time(by_z(A.optimizer_s), by_z(A.cpu_step_s), A.tied_s[q], by_z(A.dp_grad_s),
                      by_z(A.dp_param_s), by_z(A.grad_down_s), wf, wb, layers, ov,
-                     dp_window_microbatches(A.pp[q], A.v[q], A.m[q])[:, None])
+                     dp_window_microbatches(A.pp[q], A.v[q], A.m[q])[:, None],
+                     dp_units=A.group_dp_units[q])
     m, v, pp = A.m[q], A.v[q], A.pp[q]
     counts = A.group_count[q] * g_ok
     t_iter = iteration_time_s(m, pp, v, np.where(g_ok, stage.total_s, 0.0), counts,

@@ -59,6 +59,7 @@ from planner.costmodel.train.stage import (
     add_dp_comm,
     add_states,
     dp_comm,
+    dp_overlap_units,
     expert_dp_size,
     stage_params_split,
     comm_buffer_bytes,
@@ -471,10 +472,13 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
     stage = stage_time(compute, window_f, window_b, p2p_out, p2p_ovl, comm.mb_fwd_s,
                        comm.mb_bwd_s, ot.fetch_s, layers, ov)
     time["pp_comm"] = stage.p2p_exposed_s
+    dense, _ = stage_params_split(model, plan.tp, plan.pp, st.layers, st.embedding, st.head,
+                                  plan.ep, plan.etp)
     last = tail_time(optimizer, ot.step_s + ot.param_copy_s, tied, comm.grad_s, comm.param_s,
                      ot.grad_down_s, window_f, window_b, layers, ov,
                      dp_window_microbatches(plan.pp, plan.virtual_stages,
-                                            max(1, math.ceil(plan.num_microbatches))))
+                                            max(1, math.ceil(plan.num_microbatches))),
+                     dp_units=dp_overlap_units(dense, dp_cp, layers))
     time["dp_comm"] = stage.dp_exposed_s
     tail = {"dp_comm": last.dp_s, "optimizer": last.optimizer_s}
     if cluster.offload is not None:

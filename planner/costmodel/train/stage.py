@@ -109,6 +109,35 @@ def dp_bucket_params(dp_size: int) -> float:
     return max(40e6, 1e6 * dp_size)
 
 
+def dp_overlap_units(stage_params: float, dp_size: int, layers: int) -> int:
+    """Equal shares the once-per-iteration gradient reduction (and the next parameter
+    all-gather) is cut into for overlap: the last share cannot overlap
+    (:func:`planner.costmodel.compose.overlapped_s`).
+
+    Megatron-Core walks the parameters in backprop order and closes a bucket once it holds
+    ``bucket_size`` elements (``dp_bucket_params``); the last bucket, holding the first
+    layers and the embedding whose gradients are ready only when the backward ends, keeps
+    the remainder (``_compute_default_per_buffer_param_layout`` in
+    megatron/core/distributed/param_and_grad_buffer.py, NVIDIA/Megatron-LM d98e8a6). Its
+    share is ``r / P`` with ``r = P - B floor(P / B)`` (``B`` when that is 0, ``P`` when
+    ``P < B``), at least one layer's ``1 / layers``; the units are ``floor(P / r)``, so the
+    share charged is never below the code's. The bucket grows with the group (1M
+    parameters per rank), so at large dp the last bucket is a large part of the stage's
+    gradients: Llama 3 8B at TP2 (4.0B parameters per GPU) has a 64M-parameter bucket at
+    dp 64 (a layer's share, 1/32, is exposed) and a 2,048M one at dp 2,048 (half)."""
+    layers = max(int(layers), 1)
+    if stage_params <= 0 or dp_size <= 1:
+        return layers
+    bucket = dp_bucket_params(dp_size)
+    full = math.floor(stage_params / bucket)
+    rest = stage_params - bucket * full
+    if full == 0:
+        rest = stage_params
+    elif rest <= 0:
+        rest = bucket
+    return max(1, min(layers, math.floor(stage_params / rest + 1e-9)))
+
+
 def dp_comm(params_local: float, zero: int, dp_spans: tuple[int, ...],
             levels: tuple[TopologyLevel, ...], chunks: int,
             numerics: Numerics | str = "bf16") -> DPComm:

@@ -43,6 +43,7 @@ from planner.costmodel.train.stage import (
     expert_dp_size,
     p2p_time_per_microbatch_s,
     stage_params_split,
+    dp_overlap_units,
     state_bytes,
     tied_embedding_sync_s,
 )
@@ -126,6 +127,7 @@ class Terms:
     group_count: np.ndarray  # pipeline ranks in the group
     group_inflight: np.ndarray  # chunk-microbatches alive at the group's peak
     group_layers: np.ndarray  # layers of the group (at least 1)
+    group_dp_units: np.ndarray  # shares of the once-per-iteration DP traffic (last bucket)
     tied_s: np.ndarray  # once per iteration
     # per state option (Q, G, Z): data-parallel traffic, optimizer, states, offload tier
     dp_fwd_s: np.ndarray  # per microbatch, behind forward
@@ -290,7 +292,7 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
         "group_valid": np.zeros((O, G), bool), "group_type_layers": np.zeros((O, G, len(types)), np.int64),
         "group_params": np.zeros((O, G)), "group_expert_params": np.zeros((O, G)),
         **{k: np.zeros((O, G), np.int64) for k in ("group_embedding", "group_head", "group_count", "group_inflight",
-                                                    "group_layers")}}
+                                                    "group_layers", "group_dp_units")}}
     shard, eshard = np.zeros(O, np.int64), np.zeros(O, np.int64)
     bufs: dict[tuple, float] = {}  # comm buffers by shape and ZeRO stage
     modes = getattr(space, "recompute_modes", None)  # per outer, where a framework limits them
@@ -327,6 +329,8 @@ def _group_row(out: dict[str, np.ndarray], oi: int, gi: int, grp: Group, o: Oute
         cache[key] = stage_params_split(ctx.model, o.tp, o.pp, layers, grp.embedding,
                                         grp.head, o.ep, o.etp)
     out["group_params"][oi, gi], out["group_expert_params"][oi, gi] = cache[key]
+    out["group_dp_units"][oi, gi] = dp_overlap_units(cache[key][0], o.dp * o.cp,
+                                                     out["group_layers"][oi, gi])
 
 
 def _state_slopes_per_outer(ctx: _Ctx, shard: np.ndarray, eshard: np.ndarray
@@ -460,7 +464,7 @@ def _assemble(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys: dict,
                    * (o["group_embedding"][qo] | o["group_head"][qo])) if len(tied) else np.zeros((0, 1))
     A.update(_group_state_terms(ctx, o, qo, keys, q_keys))
     for name in ("m", "group_valid", "group_type_layers", "group_embedding", "group_head", "group_count", "group_inflight", "group_layers",
-                 "sp_ok", "state_ok", "buffers_bytes", "rc_point_ok"):
+                 "group_dp_units", "sp_ok", "state_ok", "buffers_bytes", "rc_point_ok"):
         A[name] = o[name][qo]
     outers = ctx.space.outers
     for name in ("v", "pp", "world"):
