@@ -414,6 +414,12 @@ def _schedule_violations(pr: FrameworkProfile, p: Plan, model: ModelSpec) -> lis
     f.rule("block_recompute_half")
     if model.moe is not None and pr.expert_tp == "one_or_tp" and p.etp not in (1, p.tp):
         f.add("expert_tp", p.expert_tp, " supports expert TP 1 or tp", "expert_tp")
+    if model.moe is not None and p.ep > 1 and pr.expert_groups == "borrowed":
+        inner = p.cp * (p.tp if p.etp == 1 and p.tp > 1 else 1)  # what EP must hold whole
+        if p.ep % inner or (p.dp * inner) % p.ep:
+            f.add("ep", p.ep, f" draws EP from all of {'cp x tp' if inner > p.cp else 'cp'} "
+                  f"({inner}) and part of dp: ep must be a multiple of {inner} dividing "
+                  f"{p.dp * inner}", "expert_groups")
     return f.out
 
 

@@ -12,15 +12,17 @@ DeepSeek-AI 2024, DeepSeek-V3). Parallelism follows Megatron-Core's MoE (Megatro
   of the replicated tokens without SP) and sends each token copy to the GPU holding its
   expert: an all-to-all over the expert-parallel group of ``ep`` GPUs (*dispatch*), and
   back after the experts (*combine*); backward repeats both;
-- the EP group is drawn from the dp x cp ranks (Megatron-Core "tp-cp-ep-dp-pp": ``ep``
-  divides ``dp x cp``) and takes the innermost of them, so it sits inside an NVLink domain
-  when the domain holds ``ep`` of the dp x cp ranks and crosses the fabric otherwise;
-- experts may use their own tensor parallelism ``etp`` (dividing ``tp``, default ``tp``):
+- MoE parallel folding: the expert ranks are numbered apart from the attention's, the
+  ``tp x cp x dp`` ranks of a pipeline stage regrouped as ``etp x ep x edp`` (``etp x ep``
+  divides ``tp x cp x dp``; :func:`expert_spans`), so the EP group may span the attention's
+  TP, CP and DP ranks; it sits inside an NVLink domain when the domain holds it and
+  crosses the fabric otherwise;
+- experts may use their own tensor parallelism ``etp`` (default ``tp``):
   received tokens are all-gathered over the ETP group before the experts and
   reduce-scattered after (Megatron-Core ``--expert-tensor-parallel-size``);
 - each GPU holds ``E/ep`` experts, each ``1/etp`` of an expert FFN; expert gradients and
   optimizer states are sharded by ZeRO over the expert-data-parallel group of
-  ``dp cp tp / (ep etp)`` GPUs, the other parameters over dp x cp as in dense layers.
+  ``edp = dp cp tp / (ep etp) = world / (pp etp ep)`` GPUs, the other parameters over dp x cp as in dense layers.
 
 Routing is balanced. Without a capacity factor the experts are dropless (each GPU
 receives ``k t / tp`` token copies); with a capacity factor ``c`` every expert buffer is
@@ -30,6 +32,7 @@ while model FLOPs count only the ``top_k`` active experts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.costmodel import constants as C
@@ -40,6 +43,7 @@ from planner.costmodel.network import collective_time_s
 from planner.costmodel.shapes import LayerCost, LayerShape, LayerStrategy, Net, local_dims
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
+from planner.specs.plan import DEFAULT_ORDER
 
 
 # ---- sizes ----------------------------------------------------------------------------
@@ -270,16 +274,30 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
 
 
 def expert_spans(tp_spans: tuple[int, ...], cp_spans: tuple[int, ...], dp_spans: tuple[int, ...],
-                 ep: int, etp: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+                 ep: int, etp: int, order: tuple[str, ...] = DEFAULT_ORDER
+                 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """Spans of the EP, ETP and expert-data-parallel groups on the network levels.
 
-    EP: the innermost ``ep`` members of the dp x cp group; ETP: the innermost ``etp`` of
-    the TP group; expert data parallelism: what is left of dp x cp x tp.
+    Megatron-Core numbers the expert ranks with a second RankGenerator over the same
+    ranks (tp=etp, ep=ep, dp=edp, pp=pp, cp=1, the same order string; MoE parallel
+    folding, megatron/core/parallel_state.py initialize_model_parallel, NVIDIA/Megatron-LM
+    commit 00caa53): a pipeline stage's ``tp x cp x dp`` ranks are regrouped into
+    ``etp x ep x edp``, carved innermost first in the order's position of tp, ep and dp
+    (default: the ETP group is the innermost ``etp`` ranks, the EP group the next ``ep``,
+    the rest expert data parallelism). The EP group thus spans the attention's TP ranks
+    when ``etp < tp`` (Qwen3-235B on H100: TP2, ETP1, EP32 = 32 consecutive ranks).
     """
     from planner.costmodel.network import combine, subgroup
 
-    dpcp = combine(dp_spans, cp_spans)
-    ep_s = subgroup(dpcp, ep)
-    etp_s = subgroup(tp_spans, etp)
-    edp_s = tuple((a // b) * (c // d) for a, b, c, d in zip(dpcp, ep_s, tp_spans, etp_s))
-    return ep_s, etp_s, edp_s
+    stage = combine(tp_spans, cp_spans, dp_spans)
+    edp = math.prod(stage) // (ep * etp)
+    dims = [d for d in order if d in ("tp", "ep", "dp")]
+    if "ep" not in dims:  # Megatron-Core's order strings always hold ep, before dp
+        dims.insert(dims.index("dp"), "ep")
+    size = {"tp": etp, "ep": ep, "dp": edp}
+    out: dict[str, tuple[int, ...]] = {}
+    left = stage
+    for d in dims:
+        out[d] = subgroup(left, size[d])
+        left = tuple(a // b for a, b in zip(left, out[d]))
+    return out["ep"], out["tp"], out["dp"]

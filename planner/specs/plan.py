@@ -12,7 +12,8 @@ from planner.specs.model import LAYER_TYPES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 Recompute = Literal["none", "selective", "full", "half"]
 Dim = Literal["tp", "cp", "ep", "dp", "pp"]
 DIMS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
-#: Dimensions that multiply to the GPU count (ep is carved out of dp x cp, as in Megatron-Core).
+#: Dimensions that multiply to the GPU count (the experts' etp x ep x edp regroup a stage's
+#: tp x cp x dp ranks: Megatron-Core MoE parallel folding).
 WORLD_DIMS: tuple[str, ...] = ("tp", "cp", "dp", "pp")
 #: Megatron-Core's default rank order "tp-cp-ep-dp-pp", innermost first.
 DEFAULT_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -38,7 +39,8 @@ class Placement(Spec):
         if len(set(self.order)) != len(self.order):
             raise ValueError(f"placement.order has duplicates: {self.order}")
         if self.domain and "ep" in self.domain and self.domain["ep"] != 1:
-            raise ValueError("placement.domain.ep is not used; ep groups live inside dp x cp")
+            raise ValueError("placement.domain.ep is not used; ep groups regroup the tp x cp x "
+                             "dp ranks of a stage")
         return self
 
 
@@ -49,11 +51,13 @@ class Plan(Spec):
     pp: PositiveInt = 1
     dp: PositiveInt = 1
     cp: PositiveInt = 1
-    ep: PositiveInt = Field(1, description="expert-parallel degree of the MoE layers; its groups "
-                            "are drawn from the dp x cp ranks (Megatron-Core)")
+    ep: PositiveInt = Field(1, description="expert-parallel degree of the MoE layers "
+                            "(--expert-model-parallel-size); expert_tp x ep divides the tp x "
+                            "cp x dp ranks of a stage, so EP groups may span TP, CP and DP "
+                            "ranks (Megatron-Core MoE parallel folding)")
     expert_tp: PositiveInt | None = Field(
         None, description="tensor-parallel degree of the expert FFNs; default = tp "
-        "(Megatron-Core --expert-tensor-parallel-size); must divide tp")
+        "(Megatron-Core --expert-tensor-parallel-size); expert_tp x ep divides tp x cp x dp")
     microbatch_size: PositiveInt = 1
     global_batch_size: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
     seq_len: PositiveInt = Field(le=MAX_SEQ_LEN)

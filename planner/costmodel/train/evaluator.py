@@ -202,8 +202,14 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
 
 
 def _moe_structure(model: ModelSpec, plan: Plan) -> list[str]:
-    """Expert-parallel rules (Megatron-Core): ep divides the experts and dp x cp; the
-    expert tensor-parallel degree divides tp and the expert FFN width."""
+    """Expert-parallel rules, as Megatron-Core checks them (MoE parallel folding): ep
+    divides the experts, and expert-TP x EP x PP divides the world, i.e. ``etp x ep``
+    divides the ``tp x cp x dp`` ranks of a pipeline stage, so the EP group may span the
+    attention's TP, CP and DP ranks (megatron/core/parallel_state.py
+    initialize_model_parallel: "world_size ... is not divisible by
+    expert_tensor_model_pipeline_parallel size", NVIDIA/Megatron-LM commit 00caa53); it does
+    not ask expert_tp to divide tp. The expert tensor-parallel degree divides the expert
+    FFN width."""
     r: list[str] = []
     moe = model.moe
     if moe is None:
@@ -214,13 +220,14 @@ def _moe_structure(model: ModelSpec, plan: Plan) -> list[str]:
         return r
     if moe.num_experts % plan.ep:
         r.append(f"ep={plan.ep} does not divide moe.num_experts={moe.num_experts}")
-    if (plan.dp * plan.cp) % plan.ep:
-        r.append(f"ep={plan.ep} must divide dp x cp = {plan.dp * plan.cp} (expert-parallel "
-                 "groups are drawn from the data/context-parallel ranks)")
     etp = plan.etp
-    if plan.tp % etp:
-        r.append(f"expert_tp={etp} must divide tp={plan.tp}")
-    elif moe.expert_ffn_hidden_size % etp:
+    stage = plan.tp * plan.cp * plan.dp
+    if stage % (etp * plan.ep):
+        # no expert-data-parallel group exists: nothing to cost (a zero-sized group before)
+        r.append(Uncostable(f"expert_tp x ep = {etp} x {plan.ep} must divide tp x cp x dp = "
+                            f"{stage} (Megatron-Core: expert-TP x EP x PP divides the world "
+                            "size)"))
+    if moe.expert_ffn_hidden_size % etp:
         r.append(f"expert_tp={etp} does not divide moe.expert_ffn_hidden_size="
                  f"{moe.expert_ffn_hidden_size}")
     from planner.costmodel.moe import shared_ffn
@@ -312,7 +319,7 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Prepared:
     dp_cp = plan.dp * plan.cp
 
     ep_spans, etp_spans, edp_spans = expert_spans(spans["tp"], spans["cp"], spans["dp"],
-                                                  plan.ep, plan.etp)
+                                                  plan.ep, plan.etp, tuple(plan.placement.order))
     setup = layer_setup(model, levels, cluster.collective_chunks, plan.tp, plan.cp,
                         plan.microbatch_size, plan.seq_len, plan.ep, plan.etp, spans["tp"],
                         spans["cp"], ep_spans, etp_spans)
