@@ -397,6 +397,9 @@ def _schedule_violations(pr: FrameworkProfile, p: Plan, model: ModelSpec) -> lis
                       ("overlap_p2p_comm", p.virtual_stages > 1)):
         if on and getattr(p, field) not in getattr(pr, field):
             f.bad(field, getattr(p, field), getattr(pr, field), field, f"{field}")
+    if p.overlap_moe_ep_comm and True not in pr.overlap_moe_ep_comm:
+        f.bad("overlap_moe_ep_comm", True, pr.overlap_moe_ep_comm, "overlap_moe_ep_comm",
+              "overlap_moe_ep_comm")
     for key in ("param_gather_needs_grad_overlap", "interleaved_no_p2p_overlap_needs_pp_gt2",
                 "zero0_reduces_after_backward", "one_dp_overlap_switch", "seq_divisible_by_2cp"):
         f.rule(key)

@@ -222,6 +222,32 @@ def ep_comm(model: ModelSpec, net: Net, shape: LayerShape) -> float:
     return out
 
 
+def paired_exposed_ep_s(f_attn: float, f_expert: float, b_attn: float, b_expert: float,
+                        dispatch_s: float, combine_s: float) -> float:
+    """EP all-to-all time left exposed when Megatron-Core's combined 1F1B pairs the
+    forward of one microbatch with the backward of another, layer by layer.
+
+    Two streams, issue order and dependencies as Megatron-LM documents them
+    (docs/user-guide/features/moe_a2a_overlap.md, "Fine-grained execution"): compute runs
+    F.attn, B.expert, F.expert, B.attn; communication runs B.combine, F.dispatch,
+    B.dispatch, F.combine; F.dispatch waits for F.attn, B.expert for B.combine, B.dispatch
+    for B.expert, F.expert for F.dispatch, F.combine for F.expert, B.attn for B.dispatch.
+    Each all-to-all (``dispatch_s``, ``combine_s``: one direction's dispatch or combine,
+    with its expert-TP gather or scatter) thus hides behind the other microbatch's
+    attention or expert compute. Returns the pair's span minus its compute (>= 0): the
+    communication it did not hide. The fill and drain microbatches, unpaired, are not
+    modelled (one of the pipeline's microbatches)."""
+    a = f_attn                                  # compute: F.attn
+    cb = combine_s                              # comm: B.combine
+    d1 = max(cb, a) + dispatch_s                # comm: F.dispatch after F.attn
+    e1 = max(a, cb) + b_expert                  # compute: B.expert after B.combine
+    d2 = max(d1, e1) + dispatch_s               # comm: B.dispatch after B.expert
+    e2 = max(e1, d1) + f_expert                 # compute: F.expert after F.dispatch
+    d3 = max(d2, e2) + combine_s                # comm: F.combine after F.expert
+    e3 = max(e2, d2) + b_attn                   # compute: B.attn after B.dispatch
+    return max(d3, e3) - (f_attn + f_expert + b_attn + b_expert)
+
+
 def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
                    strat: LayerStrategy) -> LayerCost:
     """Cost of one MoE layer for one microbatch on one GPU (cached through
@@ -266,8 +292,19 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     workspace = (moe_activation_bytes(model, shape, strat, "none")
                  if strat.recompute in ("full", "half") else 0.0)
     workspace += cp_buffer_bytes(model, shape, strat)
+    ep_s = 2 * ep_one + rec_ep  # dispatch and combine, each way
+    if strat.overlap_ep_comm and strat.recompute in ("none", "selective") and ep_one > 0:
+        ex = ("ex_fc1", "ex_fc2")
+        f_ex = sum(fwd_g[n] for n in ex)
+        b_ex = sum(dgrad[n] + wgrad[n] for n in ex)
+        f_attn = fwd - f_ex + tp_f + cp_f
+        b_attn = bwd - b_ex + tp_b + cp_b + rec
+        sticks_out = paired_exposed_ep_s(f_attn, f_ex, b_attn, b_ex, ep_one / 2, ep_one / 2)
+        # the hidden part still slows the compute it runs beside (NCCL takes SMs and HBM
+        # bandwidth): the GPU's overlap_slowdown, as for TP and DP overlap (exposed_s)
+        ep_s = sticks_out + gpu.efficiency.overlap_slowdown * (2 * ep_one - sticks_out)
     comm = dict(tp_comm_s=tp_f + tp_b + rec_tp, cp_comm_s=cp_f + cp_b + rec_cp,
-                ep_comm_s=2 * ep_one + rec_ep)  # dispatch and combine, each way
+                ep_comm_s=ep_s)
     return LayerCost(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, act_bytes=act,
                      workspace_bytes=workspace, recompute_flops=rec_flops,
                      padding_flops=pad_flops, **comm)

@@ -37,7 +37,7 @@ RULE_FIELDS: tuple[str, ...] = (
     "zero_stages", "offloads", "recompute", "uniform_recompute", "max_degrees",
     "sequence_parallel", "cp_comms", "attention", "dtypes", "grad_reduce_dtypes",
     "fused_elementwise", "overlap_tp_comm", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-    "interleaving", "uneven_pipeline", "expert_tp", "expert_groups", "rank_orders")
+    "overlap_moe_ep_comm", "interleaving", "uneven_pipeline", "expert_tp", "expert_groups", "rank_orders")
 
 
 class FrameworkKernels(Spec):
@@ -138,6 +138,10 @@ class FrameworkProfile(Spec):
     overlap_p2p_comm: list[bool] = Field(
         [True, False], min_length=1, description="pipeline sends overlapped (with "
         "interleaving)")
+    overlap_moe_ep_comm: list[bool] = Field(
+        [False], min_length=1, description="EP all-to-all overlapped by pairing one "
+        "microbatch's forward with another's backward (Megatron-Core combined 1F1B); "
+        "default: not supported")
     interleaving: bool = Field(True, description="interleaved pipeline (virtual_stages > 1)")
     uneven_pipeline: bool = Field(True, description="layer splits that do not divide pp x v")
     expert_tp: Literal["any", "one_or_tp"] = Field(

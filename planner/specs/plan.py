@@ -107,6 +107,12 @@ class Plan(Spec):
         True, description="with interleaving (virtual_stages > 1), pipeline sends overlap the "
         "other chunks' compute (Megatron-LM --overlap-p2p-communication, on by default since "
         "Megatron-Core 0.2; the 2022 code of Korthikanti et al. did not)")
+    overlap_moe_ep_comm: bool = Field(
+        False, description="Megatron-Core combined 1F1B (--overlap-moe-expert-parallel-comm, "
+        "default off): the forward of microbatch i+1 is paired layer by layer with the "
+        "backward of microbatch i, and each EP dispatch/combine all-to-all runs on a "
+        "communication stream behind the other microbatch's attention or expert compute; "
+        "needs ep > 1 and, with pp > 1, virtual_stages > 1")
     placement: Placement = Field(default_factory=Placement)
 
     @model_validator(mode="before")
@@ -139,7 +145,7 @@ class Plan(Spec):
         """Plain-data form; the offload switches are written only when on, so plans that do
         not offload read exactly as before the offload tier existed."""
         out = super().to_dict()
-        for k in ("offload_optimizer", "offload_params", "fp8_params"):
+        for k in ("offload_optimizer", "offload_params", "fp8_params", "overlap_moe_ep_comm"):
             if not out.get(k):
                 out.pop(k, None)
         if out.get("grad_reduce_dtype") == "fp32":

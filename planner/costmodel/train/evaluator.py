@@ -182,6 +182,8 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         r.append(f"global_batch_size={plan.global_batch_size} is not divisible by dp x "
                  f"microbatch_size = {plan.dp} x {plan.microbatch_size}")
     r += _moe_structure(model, plan)
+    if plan.overlap_moe_ep_comm:
+        r += _ep_overlap_structure(model, plan)
     if plan.offloads and cluster.offload is None:
         r.append(Uncostable(missing_tier_reason(plan.offload_optimizer, plan.offload_params,
                                                 cluster.name)))
@@ -237,6 +239,24 @@ def _moe_structure(model: ModelSpec, plan: Plan) -> list[str]:
     return r
 
 
+def _ep_overlap_structure(model: ModelSpec, plan: Plan) -> list[str]:
+    """Combined 1F1B's hard requirements (Megatron-LM docs/user-guide/features/
+    moe_a2a_overlap.md, "Hard requirements"): EP > 1 (an all-to-all to overlap) and, with
+    PP > 1, the interleaved schedule (VPP). Full recomputation is outside what the paired
+    schedule is modelled for here (Megatron-Bridge's EP-overlap guide advises against it)."""
+    r: list[str] = []
+    if model.moe is None or plan.ep <= 1:
+        r.append(f"overlap_moe_ep_comm needs a mixture-of-experts model with ep > 1 "
+                 f"(ep={plan.ep})")
+    if plan.pp > 1 and plan.virtual_stages <= 1:
+        r.append(f"overlap_moe_ep_comm with pp={plan.pp} needs virtual_stages > 1 (Megatron-"
+                 "Core runs combined 1F1B inside the interleaved schedule)")
+    if model.moe is not None and plan.recompute_for("moe") in ("full", "half"):
+        r.append("overlap_moe_ep_comm with full recomputation of the MoE layers is not "
+                 "modelled (recompute the MoE layers selectively or not at all)")
+    return r
+
+
 # ---- evaluation ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StageResult:
@@ -267,6 +287,7 @@ def strategy_from(plan: Plan, recompute: str, sequence_parallel: bool, tp_comm: 
         dtype=plan.dtype,
         layer_type=layer_type,
         fused_elementwise=plan.fused_elementwise,
+        overlap_ep_comm=bool(getattr(plan, "overlap_moe_ep_comm", False)),
     )
 
 
