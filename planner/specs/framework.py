@@ -145,7 +145,7 @@ class FrameworkProfile(Spec):
     interleaving: bool = Field(True, description="interleaved pipeline (virtual_stages > 1)")
     uneven_pipeline: bool = Field(True, description="layer splits that do not divide pp x v")
     expert_tp: Literal["any", "one_or_tp"] = Field(
-        "any", description="expert tensor-parallel degree: any divisor of tp, or 1 or tp only")
+        "any", description="expert tensor-parallel degree: any the plan rules allow, or 1 or tp only")
     expert_groups: Literal["folded", "borrowed"] = Field(
         "folded", description="how EP groups are drawn: folded = Megatron-Core MoE parallel "
         "folding (expert_tp x ep divides tp x cp x dp; the EP group may span any of them); "
