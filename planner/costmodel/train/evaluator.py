@@ -287,7 +287,7 @@ def strategy_from(plan: Plan, recompute: str, sequence_parallel: bool, tp_comm: 
         dtype=plan.dtype,
         layer_type=layer_type,
         fused_elementwise=plan.fused_elementwise,
-        overlap_ep_comm=bool(getattr(plan, "overlap_moe_ep_comm", False)),
+        overlap_ep_comm=plan.overlap_moe_ep_comm,
     )
 
 
