@@ -216,3 +216,16 @@ def test_hf_errors_name_the_field(data_dir, tmp_path):
     bad.write_text('{"model_type": "mamba", "hidden_size": 8}')
     with pytest.raises(InputError, match="model_type 'mamba' is not supported.*deepseek_v3"):
         load_model(str(bad))
+
+
+def test_fp8_expert_gemm_inputs_are_kept_as_casts():
+    """Under FP8 the routed experts keep the 1-byte casts of their two GEMM inputs (the
+    gathered tokens for FC1, the activation output for FC2) instead of BF16 (Megatron-LM
+    moe_a2a_overlap.md: the expert node frees its input for FP8, "Low precision saves a
+    cast tensor"): the layer stores (2 - 1) x (R h + R f_e) bytes less."""
+    m = tiny_moe()
+    shape = LayerShape(tp=1, cp=1, mbs=2, seq=32, ep=1, etp=1)
+    received = 2 * 64  # top-2 of 64 tokens
+    bf16 = moe_activation_bytes(m, shape, LayerStrategy(dtype="bf16"))
+    fp8 = moe_activation_bytes(m, shape, LayerStrategy(dtype="fp8"))
+    assert bf16 - fp8 == (2 - 1) * (received * 64 + received * 128)

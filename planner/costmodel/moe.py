@@ -171,8 +171,10 @@ def moe_activation_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrate
     input, the router input and its fp32 probabilities, the shared experts' input and
     activations, and per received token copy the expert input (gathered over ETP), the
     expert FFN activations (``2 f_e`` or ``3 f_e`` with SwiGLU, split over ETP) and the
-    expert output kept for the gradient of the routing weights. Full recomputation keeps
-    the layer input only; selective drops the attention output and statistics.
+    expert output kept for the gradient of the routing weights; under FP8 the two expert
+    GEMM inputs are kept as 1-byte casts (``C.EXPERT_FP8_INPUT_BYTES``). Full
+    recomputation keeps the layer input only; selective drops the attention output and
+    statistics.
     """
     moe = model.moe
     assert moe is not None
@@ -194,7 +196,11 @@ def moe_activation_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrate
     attn = a * t * (q_loc + 2 * kv_loc) + a * t * q_loc
     router = a * r.dispatched * h + C.ROUTER_PROB_BYTES * r.dispatched * moe.num_experts
     shared = ffn_mult * a * t * fs
-    experts = (a * r.expert_tokens * h + ffn_mult * a * r.received * moe.expert_ffn_hidden_size
+    # the two expert GEMM inputs (FC1: the gathered tokens; FC2: the activation output)
+    # are kept as their FP8 casts under FP8; the FC1 output (activation input) stays BF16
+    gin = C.EXPERT_FP8_INPUT_BYTES if strat.dtype == "fp8" else a
+    experts = (gin * r.expert_tokens * h
+               + ((ffn_mult - 1) * a + gin) * r.received * moe.expert_ffn_hidden_size
                + a * r.received * h)
     core = 0.0
     if strat.attention == "standard":
