@@ -181,6 +181,7 @@ def test_moe_structure_errors():
     ("deepseek-v3", 671, 37),  # DeepSeek-V3 report, Table 1 / abstract
     ("qwen1.5-moe-a2.7b", 14.3, 2.7),  # Qwen blog
     ("qwen2-57b-a14b", 57, 14),  # Qwen2 report, Table 1
+    ("qwen3-235b-a22b", 235, 22),  # Qwen3 Technical Report (Qwen Team 2025), Table 2
 ])
 def test_catalog_moe_sizes(name, total_b, active_b):
     m = load_model(name)
