@@ -94,13 +94,27 @@ def test_alltoall_volume_by_hand():
 
 
 def test_expert_group_spans():
-    # dp = 8 with 2 dp ranks per domain (tp 4 fills the rest): ep 4 spans 2 domains
+    # A stage of tp 4 x dp 8, 2 dp ranks per 8-GPU domain: ranks 0-31, domain = ranks 0-7.
+    # Megatron-Core's expert RankGenerator (order tp-cp-ep-dp-pp, tp=etp, dp=edp) numbers
+    # the same ranks etp innermost, then ep, then edp (MoE parallel folding):
     tp_s, cp_s, dp_s = (4, 1), (1, 1), (2, 4)
+    # etp 1, ep 4: EP = ranks {0,1,2,3} (the attention's TP group), one domain;
+    # EDP = {0,4,...,28}: 2 per domain, 4 domains
     ep_s, etp_s, edp_s = expert_spans(tp_s, cp_s, dp_s, ep=4, etp=1)
-    assert ep_s == (2, 2) and etp_s == (1, 1)
-    assert edp_s == (4, 2)  # dp cp tp / (ep etp) = 8 GPUs share one expert shard
+    assert ep_s == (4, 1) and etp_s == (1, 1) and edp_s == (2, 4)
+    # etp 4, ep 2: ETP = {0..3}, EP = {0,4}, EDP = {0,8,16,24}
     ep_s, etp_s, edp_s = expert_spans(tp_s, cp_s, dp_s, ep=2, etp=4)
     assert ep_s == (2, 1) and etp_s == (4, 1) and edp_s == (1, 4)
+    # Qwen3-235B on DGX H100 (Megatron-Bridge H100 recipe: TP2, ETP1, EP32, DP16): the
+    # stage's 32 ranks are 4 nodes of tp2 x dp4; EP = 32 consecutive ranks = 8 per node x
+    # 4 nodes, and no expert data parallelism is left (edp = 32 / 32 = 1)
+    ep_s, etp_s, edp_s = expert_spans((2, 1), (1, 1), (4, 4), ep=32, etp=1)
+    assert ep_s == (8, 4) and etp_s == (1, 1) and edp_s == (1, 1)
+    # rank order tp-cp-dp-ep-pp (ep outside dp), etp 1: EDP = ranks {0..7}, one domain;
+    # EP = {0,8,16,24}, one per domain
+    ep_s, _, edp_s = expert_spans(tp_s, cp_s, dp_s, ep=4, etp=1,
+                                  order=("tp", "cp", "dp", "ep", "pp"))
+    assert edp_s == (8, 1) and ep_s == (1, 4)
 
 
 def test_moe_activation_memory_by_hand():
@@ -156,7 +170,7 @@ def test_moe_structure_errors():
     est = evaluate(m, c, Plan(tp=2, pp=2, dp=16, ep=16, global_batch_size=64, seq_len=4096))
     assert any("ep=16 does not divide moe.num_experts=8" in r for r in est.reasons)
     est = evaluate(m, c, Plan(tp=4, pp=1, dp=16, expert_tp=3, global_batch_size=64, seq_len=4096))
-    assert any("expert_tp=3 must divide tp=4" in r for r in est.reasons)
+    assert any("expert_tp x ep = 3 x 1 must divide tp x cp x dp = 64" in r for r in est.reasons)
     est = evaluate(tiny_model(), small_cluster(8), Plan(dp=8, ep=2, global_batch_size=64,
                                                         seq_len=2048))
     assert any("needs a mixture-of-experts model" in r for r in est.reasons)
@@ -167,6 +181,7 @@ def test_moe_structure_errors():
     ("deepseek-v3", 671, 37),  # DeepSeek-V3 report, Table 1 / abstract
     ("qwen1.5-moe-a2.7b", 14.3, 2.7),  # Qwen blog
     ("qwen2-57b-a14b", 57, 14),  # Qwen2 report, Table 1
+    ("qwen3-235b-a22b", 235, 22),  # Qwen3 Technical Report (Qwen Team 2025), Table 2
 ])
 def test_catalog_moe_sizes(name, total_b, active_b):
     m = load_model(name)
@@ -202,3 +217,16 @@ def test_hf_errors_name_the_field(data_dir, tmp_path):
     bad.write_text('{"model_type": "mamba", "hidden_size": 8}')
     with pytest.raises(InputError, match="model_type 'mamba' is not supported.*deepseek_v3"):
         load_model(str(bad))
+
+
+def test_fp8_expert_gemm_inputs_are_kept_as_casts():
+    """Under FP8 the routed experts keep the 1-byte casts of their two GEMM inputs (the
+    gathered tokens for FC1, the activation output for FC2) instead of BF16 (Megatron-LM
+    moe_a2a_overlap.md: the expert node frees its input for FP8, "Low precision saves a
+    cast tensor"): the layer stores (2 - 1) x (R h + R f_e) bytes less."""
+    m = tiny_moe()
+    shape = LayerShape(tp=1, cp=1, mbs=2, seq=32, ep=1, etp=1)
+    received = 2 * 64  # top-2 of 64 tokens
+    bf16 = moe_activation_bytes(m, shape, LayerStrategy(dtype="bf16"))
+    fp8 = moe_activation_bytes(m, shape, LayerStrategy(dtype="fp8"))
+    assert bf16 - fp8 == (2 - 1) * (received * 64 + received * 128)

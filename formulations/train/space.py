@@ -136,8 +136,11 @@ class SearchSpace:
         return out
 
     def _layer_choices(self, tp: int, cp: int, dp: int) -> list[tuple[int, int, str]]:
-        """(ep, etp, cp exchange) options: ep divides the experts and dp x cp, etp is 1 or
-        tp (Megatron-Core's two common settings); the exchange only matters with cp > 1."""
+        """(ep, etp, cp exchange) options: ep divides the experts and, with etp, the
+        ``tp x cp x dp`` ranks of a stage (Megatron-Core MoE parallel folding: the EP group
+        may span TP, CP and DP ranks); etp is 1 or tp (Megatron-Core's two common
+        settings; any divisor of the stage when fixed); the exchange only matters with
+        cp > 1."""
         if "cp_comm" in self.fixed:
             cpcs = [self.fixed["cp_comm"]]
         elif cp > 1:
@@ -147,10 +150,11 @@ class SearchSpace:
         moe = self.model.moe
         if moe is None:
             return [(1, 1, c) for c in cpcs for _ in self._allowed("ep", [1])]
-        eps = self._allowed("ep", divisors(math.gcd(moe.num_experts, dp * cp)))
-        etps = self._allowed("expert_tp", divisors(tp) if "expert_tp" in self.fixed
+        stage = tp * cp * dp
+        eps = self._allowed("ep", divisors(math.gcd(moe.num_experts, stage)))
+        etps = self._allowed("expert_tp", divisors(stage) if "expert_tp" in self.fixed
                              else sorted({1, tp}))
-        return [(e, t, c) for e in eps for t in etps for c in cpcs]
+        return [(e, t, c) for e in eps for t in etps for c in cpcs if stage % (e * t) == 0]
 
     def _structurally_valid(self, o: Outer) -> bool:
         # the fields come from validated inputs and enumerated degrees: the structural

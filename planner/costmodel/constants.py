@@ -15,6 +15,12 @@ ALLOCATOR_FRAGMENTATION = 0.03
 #: bf16 master copies of activations for most tensors (NVIDIA Transformer Engine docs,
 #: "Using FP8 with Transformer Engine"), so activations stay at 2 bytes.
 ACT_BYTES = 2.0
+#: Under FP8 the routed experts' grouped GEMMs keep the FP8 cast of their inputs for
+#: backward, not the BF16 tensor: Megatron-Core frees the expert node's input after the
+#: cast for FP8/FP4 ("Low precision saves a cast tensor", Megatron-LM
+#: docs/user-guide/features/moe_a2a_overlap.md, Tensor lifetime management, main). 1 byte
+#: per element (E4M3; the per-tensor scales are negligible).
+EXPERT_FP8_INPUT_BYTES = 1.0
 WEIGHT_BYTES = 2.0
 
 #: Mixed-precision Adam (Megatron-LM docs, distributed optimizer table; Rajbhandari et al.

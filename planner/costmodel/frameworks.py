@@ -397,6 +397,9 @@ def _schedule_violations(pr: FrameworkProfile, p: Plan, model: ModelSpec) -> lis
                       ("overlap_p2p_comm", p.virtual_stages > 1)):
         if on and getattr(p, field) not in getattr(pr, field):
             f.bad(field, getattr(p, field), getattr(pr, field), field, f"{field}")
+    if p.overlap_moe_ep_comm and True not in pr.overlap_moe_ep_comm:
+        f.bad("overlap_moe_ep_comm", True, pr.overlap_moe_ep_comm, "overlap_moe_ep_comm",
+              "overlap_moe_ep_comm")
     for key in ("param_gather_needs_grad_overlap", "interleaved_no_p2p_overlap_needs_pp_gt2",
                 "zero0_reduces_after_backward", "one_dp_overlap_switch", "seq_divisible_by_2cp"):
         f.rule(key)
@@ -414,6 +417,12 @@ def _schedule_violations(pr: FrameworkProfile, p: Plan, model: ModelSpec) -> lis
     f.rule("block_recompute_half")
     if model.moe is not None and pr.expert_tp == "one_or_tp" and p.etp not in (1, p.tp):
         f.add("expert_tp", p.expert_tp, " supports expert TP 1 or tp", "expert_tp")
+    if model.moe is not None and p.ep > 1 and pr.expert_groups == "borrowed":
+        inner = p.cp * (p.tp if p.etp == 1 and p.tp > 1 else 1)  # what EP must hold whole
+        if p.ep % inner or (p.dp * inner) % p.ep:
+            f.add("ep", p.ep, f" draws EP from all of {'cp x tp' if inner > p.cp else 'cp'} "
+                  f"({inner}) and part of dp: ep must be a multiple of {inner} dividing "
+                  f"{p.dp * inner}", "expert_groups")
     return f.out
 
 

@@ -12,15 +12,17 @@ DeepSeek-AI 2024, DeepSeek-V3). Parallelism follows Megatron-Core's MoE (Megatro
   of the replicated tokens without SP) and sends each token copy to the GPU holding its
   expert: an all-to-all over the expert-parallel group of ``ep`` GPUs (*dispatch*), and
   back after the experts (*combine*); backward repeats both;
-- the EP group is drawn from the dp x cp ranks (Megatron-Core "tp-cp-ep-dp-pp": ``ep``
-  divides ``dp x cp``) and takes the innermost of them, so it sits inside an NVLink domain
-  when the domain holds ``ep`` of the dp x cp ranks and crosses the fabric otherwise;
-- experts may use their own tensor parallelism ``etp`` (dividing ``tp``, default ``tp``):
+- MoE parallel folding: the expert ranks are numbered apart from the attention's, the
+  ``tp x cp x dp`` ranks of a pipeline stage regrouped as ``etp x ep x edp`` (``etp x ep``
+  divides ``tp x cp x dp``; :func:`expert_spans`), so the EP group may span the attention's
+  TP, CP and DP ranks; it sits inside an NVLink domain when the domain holds it and
+  crosses the fabric otherwise;
+- experts may use their own tensor parallelism ``etp`` (default ``tp``):
   received tokens are all-gathered over the ETP group before the experts and
   reduce-scattered after (Megatron-Core ``--expert-tensor-parallel-size``);
 - each GPU holds ``E/ep`` experts, each ``1/etp`` of an expert FFN; expert gradients and
   optimizer states are sharded by ZeRO over the expert-data-parallel group of
-  ``dp cp tp / (ep etp)`` GPUs, the other parameters over dp x cp as in dense layers.
+  ``edp = dp cp tp / (ep etp) = world / (pp etp ep)`` GPUs, the other parameters over dp x cp as in dense layers.
 
 Routing is balanced. Without a capacity factor the experts are dropless (each GPU
 receives ``k t / tp`` token copies); with a capacity factor ``c`` every expert buffer is
@@ -30,6 +32,7 @@ while model FLOPs count only the ``top_k`` active experts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.costmodel import constants as C
@@ -40,6 +43,7 @@ from planner.costmodel.network import collective_time_s
 from planner.costmodel.shapes import LayerCost, LayerShape, LayerStrategy, Net, local_dims
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
+from planner.specs.plan import DEFAULT_ORDER
 
 
 # ---- sizes ----------------------------------------------------------------------------
@@ -167,8 +171,10 @@ def moe_activation_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrate
     input, the router input and its fp32 probabilities, the shared experts' input and
     activations, and per received token copy the expert input (gathered over ETP), the
     expert FFN activations (``2 f_e`` or ``3 f_e`` with SwiGLU, split over ETP) and the
-    expert output kept for the gradient of the routing weights. Full recomputation keeps
-    the layer input only; selective drops the attention output and statistics.
+    expert output kept for the gradient of the routing weights; under FP8 the two expert
+    GEMM inputs are kept as 1-byte casts (``C.EXPERT_FP8_INPUT_BYTES``). Full
+    recomputation keeps the layer input only; selective drops the attention output and
+    statistics.
     """
     moe = model.moe
     assert moe is not None
@@ -190,7 +196,11 @@ def moe_activation_bytes(model: ModelSpec, shape: LayerShape, strat: LayerStrate
     attn = a * t * (q_loc + 2 * kv_loc) + a * t * q_loc
     router = a * r.dispatched * h + C.ROUTER_PROB_BYTES * r.dispatched * moe.num_experts
     shared = ffn_mult * a * t * fs
-    experts = (a * r.expert_tokens * h + ffn_mult * a * r.received * moe.expert_ffn_hidden_size
+    # the two expert GEMM inputs (FC1: the gathered tokens; FC2: the activation output)
+    # are kept as their FP8 casts under FP8; the FC1 output (activation input) stays BF16
+    gin = C.EXPERT_FP8_INPUT_BYTES if strat.dtype == "fp8" else a
+    experts = (gin * r.expert_tokens * h
+               + ((ffn_mult - 1) * a + gin) * r.received * moe.expert_ffn_hidden_size
                + a * r.received * h)
     core = 0.0
     if strat.attention == "standard":
@@ -216,6 +226,32 @@ def ep_comm(model: ModelSpec, net: Net, shape: LayerShape) -> float:
         out += (collective_time_s("all_gather", gathered, net.etp_spans, levels, chunks)
                 + collective_time_s("reduce_scatter", gathered, net.etp_spans, levels, chunks))
     return out
+
+
+def paired_exposed_ep_s(f_attn: float, f_expert: float, b_attn: float, b_expert: float,
+                        dispatch_s: float, combine_s: float) -> float:
+    """EP all-to-all time left exposed when Megatron-Core's combined 1F1B pairs the
+    forward of one microbatch with the backward of another, layer by layer.
+
+    Two streams, issue order and dependencies as Megatron-LM documents them
+    (docs/user-guide/features/moe_a2a_overlap.md, "Fine-grained execution"): compute runs
+    F.attn, B.expert, F.expert, B.attn; communication runs B.combine, F.dispatch,
+    B.dispatch, F.combine; F.dispatch waits for F.attn, B.expert for B.combine, B.dispatch
+    for B.expert, F.expert for F.dispatch, F.combine for F.expert, B.attn for B.dispatch.
+    Each all-to-all (``dispatch_s``, ``combine_s``: one direction's dispatch or combine,
+    with its expert-TP gather or scatter) thus hides behind the other microbatch's
+    attention or expert compute. Returns the pair's span minus its compute (>= 0): the
+    communication it did not hide. The fill and drain microbatches, unpaired, are not
+    modelled (one of the pipeline's microbatches)."""
+    a = f_attn                                  # compute: F.attn
+    cb = combine_s                              # comm: B.combine
+    d1 = max(cb, a) + dispatch_s                # comm: F.dispatch after F.attn
+    e1 = max(a, cb) + b_expert                  # compute: B.expert after B.combine
+    d2 = max(d1, e1) + dispatch_s               # comm: B.dispatch after B.expert
+    e2 = max(e1, d1) + f_expert                 # compute: F.expert after F.dispatch
+    d3 = max(d2, e2) + combine_s                # comm: F.combine after F.expert
+    e3 = max(e2, d2) + b_attn                   # compute: B.attn after B.dispatch
+    return max(d3, e3) - (f_attn + f_expert + b_attn + b_expert)
 
 
 def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
@@ -262,24 +298,49 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     workspace = (moe_activation_bytes(model, shape, strat, "none")
                  if strat.recompute in ("full", "half") else 0.0)
     workspace += cp_buffer_bytes(model, shape, strat)
+    ep_s = 2 * ep_one + rec_ep  # dispatch and combine, each way
+    if strat.overlap_ep_comm and strat.recompute in ("none", "selective") and ep_one > 0:
+        ex = ("ex_fc1", "ex_fc2")
+        f_ex = sum(fwd_g[n] for n in ex)
+        b_ex = sum(dgrad[n] + wgrad[n] for n in ex)
+        f_attn = fwd - f_ex + tp_f + cp_f
+        b_attn = bwd - b_ex + tp_b + cp_b + rec
+        sticks_out = paired_exposed_ep_s(f_attn, f_ex, b_attn, b_ex, ep_one / 2, ep_one / 2)
+        # the hidden part still slows the compute it runs beside (NCCL takes SMs and HBM
+        # bandwidth): the GPU's overlap_slowdown, as for TP and DP overlap (exposed_s)
+        ep_s = sticks_out + gpu.efficiency.overlap_slowdown * (2 * ep_one - sticks_out)
     comm = dict(tp_comm_s=tp_f + tp_b + rec_tp, cp_comm_s=cp_f + cp_b + rec_cp,
-                ep_comm_s=2 * ep_one + rec_ep)  # dispatch and combine, each way
+                ep_comm_s=ep_s)
     return LayerCost(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, act_bytes=act,
                      workspace_bytes=workspace, recompute_flops=rec_flops,
                      padding_flops=pad_flops, **comm)
 
 
 def expert_spans(tp_spans: tuple[int, ...], cp_spans: tuple[int, ...], dp_spans: tuple[int, ...],
-                 ep: int, etp: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+                 ep: int, etp: int, order: tuple[str, ...] = DEFAULT_ORDER
+                 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """Spans of the EP, ETP and expert-data-parallel groups on the network levels.
 
-    EP: the innermost ``ep`` members of the dp x cp group; ETP: the innermost ``etp`` of
-    the TP group; expert data parallelism: what is left of dp x cp x tp.
+    Megatron-Core numbers the expert ranks with a second RankGenerator over the same
+    ranks (tp=etp, ep=ep, dp=edp, pp=pp, cp=1, the same order string; MoE parallel
+    folding, megatron/core/parallel_state.py initialize_model_parallel, NVIDIA/Megatron-LM
+    commit 00caa53): a pipeline stage's ``tp x cp x dp`` ranks are regrouped into
+    ``etp x ep x edp``, carved innermost first in the order's position of tp, ep and dp
+    (default: the ETP group is the innermost ``etp`` ranks, the EP group the next ``ep``,
+    the rest expert data parallelism). The EP group thus spans the attention's TP ranks
+    when ``etp < tp`` (Qwen3-235B on H100: TP2, ETP1, EP32 = 32 consecutive ranks).
     """
     from planner.costmodel.network import combine, subgroup
 
-    dpcp = combine(dp_spans, cp_spans)
-    ep_s = subgroup(dpcp, ep)
-    etp_s = subgroup(tp_spans, etp)
-    edp_s = tuple((a // b) * (c // d) for a, b, c, d in zip(dpcp, ep_s, tp_spans, etp_s))
-    return ep_s, etp_s, edp_s
+    stage = combine(tp_spans, cp_spans, dp_spans)
+    edp = math.prod(stage) // (ep * etp)
+    dims = [d for d in order if d in ("tp", "ep", "dp")]
+    if "ep" not in dims:  # Megatron-Core's order strings always hold ep, before dp
+        dims.insert(dims.index("dp"), "ep")
+    size = {"tp": etp, "ep": ep, "dp": edp}
+    out: dict[str, tuple[int, ...]] = {}
+    left = stage
+    for d in dims:
+        out[d] = subgroup(left, size[d])
+        left = tuple(a // b for a, b in zip(left, out[d]))
+    return out["ep"], out["tp"], out["dp"]

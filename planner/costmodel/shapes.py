@@ -37,6 +37,7 @@ class LayerStrategy:
     dtype: str = "bf16"
     layer_type: str = "dense"
     fused_elementwise: bool = True
+    overlap_ep_comm: bool = False  # MoE layers: Megatron-Core combined 1F1B A2A overlap
 
 
 @dataclass(frozen=True)

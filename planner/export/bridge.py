@@ -68,6 +68,8 @@ def overrides(plan: Plan, target: Target) -> list[str]:
             f"ddp.overlap_param_gather={_b(p.zero_stage == 1 and p.overlap_param_gather)}"]
     if p.virtual_stages > 1:
         out.append(f"model.overlap_p2p_comm={_b(p.overlap_p2p_comm)}")
+    if p.overlap_moe_ep_comm:  # Megatron-Bridge CommOverlapConfig
+        out.append("comm_overlap.overlap_moe_expert_parallel_comm=true")
     return out
 
 

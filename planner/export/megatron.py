@@ -245,6 +245,8 @@ def _overlap_args(p: Plan) -> list[str]:
         out.append("--tp-comm-overlap")
     if p.virtual_stages > 1 and not p.overlap_p2p_comm:
         out.append("--no-overlap-p2p-communication")
+    if p.overlap_moe_ep_comm:
+        out.append("--overlap-moe-expert-parallel-comm")
     return out
 
 
@@ -298,7 +300,8 @@ _FLAGS = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-
           "--overlap-param-gather", "--tp-comm-overlap", "--no-overlap-p2p-communication",
           "--bf16", "--fp16", "--fp8-param-gather", "--grad-reduce-in-bf16",
           "--accumulate-allreduce-grads-in-fp32", "--use-tp-pp-dp-mapping", "--use-flash-attn",
-          "--recompute-activations", "--group-query-attention"}
+          "--recompute-activations", "--group-query-attention",
+          "--overlap-moe-expert-parallel-comm"}
 #: architecture arguments: the model is -m's (shape arguments above are checked against it)
 _ARCH = {"--normalization", "--position-embedding-type", "--swiglu", "--disable-bias-linear",
          "--untie-embeddings-and-output-weights", "--attention-dropout", "--hidden-dropout",
@@ -671,6 +674,7 @@ def _switches_from(got: dict[str, Any], d: dict[str, Any], target: Target) -> di
         "overlap_tp_comm": bool(got.get("--tp-comm-overlap")) and sp,
         "overlap_p2p_comm": not got.get("--no-overlap-p2p-communication") or d["virtual_stages"] == 1,
         "expert_tp": d["expert_tp"] if target.model.moe is not None else None,
+        "overlap_moe_ep_comm": bool(got.get("--overlap-moe-expert-parallel-comm")),
     }
 
 

@@ -37,7 +37,7 @@ RULE_FIELDS: tuple[str, ...] = (
     "zero_stages", "offloads", "recompute", "uniform_recompute", "max_degrees",
     "sequence_parallel", "cp_comms", "attention", "dtypes", "grad_reduce_dtypes",
     "fused_elementwise", "overlap_tp_comm", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-    "interleaving", "uneven_pipeline", "expert_tp", "rank_orders")
+    "overlap_moe_ep_comm", "interleaving", "uneven_pipeline", "expert_tp", "expert_groups", "rank_orders")
 
 
 class FrameworkKernels(Spec):
@@ -138,10 +138,19 @@ class FrameworkProfile(Spec):
     overlap_p2p_comm: list[bool] = Field(
         [True, False], min_length=1, description="pipeline sends overlapped (with "
         "interleaving)")
+    overlap_moe_ep_comm: list[bool] = Field(
+        [False], min_length=1, description="EP all-to-all overlapped by pairing one "
+        "microbatch's forward with another's backward (Megatron-Core combined 1F1B); "
+        "default: not supported")
     interleaving: bool = Field(True, description="interleaved pipeline (virtual_stages > 1)")
     uneven_pipeline: bool = Field(True, description="layer splits that do not divide pp x v")
     expert_tp: Literal["any", "one_or_tp"] = Field(
-        "any", description="expert tensor-parallel degree: any divisor of tp, or 1 or tp only")
+        "any", description="expert tensor-parallel degree: any the plan rules allow, or 1 or tp only")
+    expert_groups: Literal["folded", "borrowed"] = Field(
+        "folded", description="how EP groups are drawn: folded = Megatron-Core MoE parallel "
+        "folding (expert_tp x ep divides tp x cp x dp; the EP group may span any of them); "
+        "borrowed = torchtitan (expert_tp = tp: ep spans all of cp and part of dp; "
+        "expert_tp = 1: ep spans all of cp and tp and part of dp)")
     rank_orders: list[list[Dim]] | None = Field(
         None, description="rank orders it numbers ranks in (innermost first); a launcher "
         "fills each NVSwitch domain in that order, so the domain is the one the order fills. "

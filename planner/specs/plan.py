@@ -12,7 +12,8 @@ from planner.specs.model import LAYER_TYPES, MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 Recompute = Literal["none", "selective", "full", "half"]
 Dim = Literal["tp", "cp", "ep", "dp", "pp"]
 DIMS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
-#: Dimensions that multiply to the GPU count (ep is carved out of dp x cp, as in Megatron-Core).
+#: Dimensions that multiply to the GPU count (the experts' etp x ep x edp regroup a stage's
+#: tp x cp x dp ranks: Megatron-Core MoE parallel folding).
 WORLD_DIMS: tuple[str, ...] = ("tp", "cp", "dp", "pp")
 #: Megatron-Core's default rank order "tp-cp-ep-dp-pp", innermost first.
 DEFAULT_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -38,7 +39,8 @@ class Placement(Spec):
         if len(set(self.order)) != len(self.order):
             raise ValueError(f"placement.order has duplicates: {self.order}")
         if self.domain and "ep" in self.domain and self.domain["ep"] != 1:
-            raise ValueError("placement.domain.ep is not used; ep groups live inside dp x cp")
+            raise ValueError("placement.domain.ep is not used; ep groups regroup the tp x cp x "
+                             "dp ranks of a stage")
         return self
 
 
@@ -49,11 +51,13 @@ class Plan(Spec):
     pp: PositiveInt = 1
     dp: PositiveInt = 1
     cp: PositiveInt = 1
-    ep: PositiveInt = Field(1, description="expert-parallel degree of the MoE layers; its groups "
-                            "are drawn from the dp x cp ranks (Megatron-Core)")
+    ep: PositiveInt = Field(1, description="expert-parallel degree of the MoE layers "
+                            "(--expert-model-parallel-size); expert_tp x ep divides the tp x "
+                            "cp x dp ranks of a stage, so EP groups may span TP, CP and DP "
+                            "ranks (Megatron-Core MoE parallel folding)")
     expert_tp: PositiveInt | None = Field(
         None, description="tensor-parallel degree of the expert FFNs; default = tp "
-        "(Megatron-Core --expert-tensor-parallel-size); must divide tp")
+        "(Megatron-Core --expert-tensor-parallel-size); expert_tp x ep divides tp x cp x dp")
     microbatch_size: PositiveInt = 1
     global_batch_size: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
     seq_len: PositiveInt = Field(le=MAX_SEQ_LEN)
@@ -103,6 +107,12 @@ class Plan(Spec):
         True, description="with interleaving (virtual_stages > 1), pipeline sends overlap the "
         "other chunks' compute (Megatron-LM --overlap-p2p-communication, on by default since "
         "Megatron-Core 0.2; the 2022 code of Korthikanti et al. did not)")
+    overlap_moe_ep_comm: bool = Field(
+        False, description="Megatron-Core combined 1F1B (--overlap-moe-expert-parallel-comm, "
+        "default off): the forward of microbatch i+1 is paired layer by layer with the "
+        "backward of microbatch i, and each EP dispatch/combine all-to-all runs on a "
+        "communication stream behind the other microbatch's attention or expert compute; "
+        "needs ep > 1 and, with pp > 1, virtual_stages > 1")
     placement: Placement = Field(default_factory=Placement)
 
     @model_validator(mode="before")
@@ -135,7 +145,7 @@ class Plan(Spec):
         """Plain-data form; the offload switches are written only when on, so plans that do
         not offload read exactly as before the offload tier existed."""
         out = super().to_dict()
-        for k in ("offload_optimizer", "offload_params", "fp8_params"):
+        for k in ("offload_optimizer", "offload_params", "fp8_params", "overlap_moe_ep_comm"):
             if not out.get(k):
                 out.pop(k, None)
         if out.get("grad_reduce_dtype") == "fp32":

@@ -191,6 +191,8 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         r.append(f"global_batch_size={plan.global_batch_size} is not divisible by dp x "
                  f"microbatch_size = {plan.dp} x {plan.microbatch_size}")
     r += _moe_structure(model, plan)
+    if plan.overlap_moe_ep_comm:
+        r += _ep_overlap_structure(model, plan)
     if plan.offloads and cluster.offload is None:
         r.append(Uncostable(missing_tier_reason(plan.offload_optimizer, plan.offload_params,
                                                 cluster.name)))
@@ -211,8 +213,14 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
 
 
 def _moe_structure(model: ModelSpec, plan: Plan) -> list[str]:
-    """Expert-parallel rules (Megatron-Core): ep divides the experts and dp x cp; the
-    expert tensor-parallel degree divides tp and the expert FFN width."""
+    """Expert-parallel rules, as Megatron-Core checks them (MoE parallel folding): ep
+    divides the experts, and expert-TP x EP x PP divides the world, i.e. ``etp x ep``
+    divides the ``tp x cp x dp`` ranks of a pipeline stage, so the EP group may span the
+    attention's TP, CP and DP ranks (megatron/core/parallel_state.py
+    initialize_model_parallel: "world_size ... is not divisible by
+    expert_tensor_model_pipeline_parallel size", NVIDIA/Megatron-LM commit 00caa53); it does
+    not ask expert_tp to divide tp. The expert tensor-parallel degree divides the expert
+    FFN width."""
     r: list[str] = []
     moe = model.moe
     if moe is None:
@@ -223,19 +231,38 @@ def _moe_structure(model: ModelSpec, plan: Plan) -> list[str]:
         return r
     if moe.num_experts % plan.ep:
         r.append(f"ep={plan.ep} does not divide moe.num_experts={moe.num_experts}")
-    if (plan.dp * plan.cp) % plan.ep:
-        r.append(f"ep={plan.ep} must divide dp x cp = {plan.dp * plan.cp} (expert-parallel "
-                 "groups are drawn from the data/context-parallel ranks)")
     etp = plan.etp
-    if plan.tp % etp:
-        r.append(f"expert_tp={etp} must divide tp={plan.tp}")
-    elif moe.expert_ffn_hidden_size % etp:
+    stage = plan.tp * plan.cp * plan.dp
+    if stage % (etp * plan.ep):
+        # no expert-data-parallel group exists: nothing to cost (a zero-sized group before)
+        r.append(Uncostable(f"expert_tp x ep = {etp} x {plan.ep} must divide tp x cp x dp = "
+                            f"{stage} (Megatron-Core: expert-TP x EP x PP divides the world "
+                            "size)"))
+    if moe.expert_ffn_hidden_size % etp:
         r.append(f"expert_tp={etp} does not divide moe.expert_ffn_hidden_size="
                  f"{moe.expert_ffn_hidden_size}")
     from planner.costmodel.moe import shared_ffn
 
     if shared_ffn(model) % plan.tp:
         r.append(f"tp={plan.tp} does not divide the shared experts' FFN width {shared_ffn(model)}")
+    return r
+
+
+def _ep_overlap_structure(model: ModelSpec, plan: Plan) -> list[str]:
+    """Combined 1F1B's hard requirements (Megatron-LM docs/user-guide/features/
+    moe_a2a_overlap.md, "Hard requirements"): EP > 1 (an all-to-all to overlap) and, with
+    PP > 1, the interleaved schedule (VPP). Full recomputation is outside what the paired
+    schedule is modelled for here (Megatron-Bridge's EP-overlap guide advises against it)."""
+    r: list[str] = []
+    if model.moe is None or plan.ep <= 1:
+        r.append(f"overlap_moe_ep_comm needs a mixture-of-experts model with ep > 1 "
+                 f"(ep={plan.ep})")
+    if plan.pp > 1 and plan.virtual_stages <= 1:
+        r.append(f"overlap_moe_ep_comm with pp={plan.pp} needs virtual_stages > 1 (Megatron-"
+                 "Core runs combined 1F1B inside the interleaved schedule)")
+    if model.moe is not None and plan.recompute_for("moe") in ("full", "half"):
+        r.append("overlap_moe_ep_comm with full recomputation of the MoE layers is not "
+                 "modelled (recompute the MoE layers selectively or not at all)")
     return r
 
 
@@ -269,6 +296,7 @@ def strategy_from(plan: Plan, recompute: str, sequence_parallel: bool, tp_comm: 
         dtype=plan.dtype,
         layer_type=layer_type,
         fused_elementwise=plan.fused_elementwise,
+        overlap_ep_comm=plan.overlap_moe_ep_comm,
     )
 
 
@@ -321,7 +349,7 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Prepared:
     dp_cp = plan.dp * plan.cp
 
     ep_spans, etp_spans, edp_spans = expert_spans(spans["tp"], spans["cp"], spans["dp"],
-                                                  plan.ep, plan.etp)
+                                                  plan.ep, plan.etp, tuple(plan.placement.order))
     setup = layer_setup(model, levels, cluster.collective_chunks, plan.tp, plan.cp,
                         plan.microbatch_size, plan.seq_len, plan.ep, plan.etp, spans["tp"],
                         spans["cp"], ep_spans, etp_spans)

@@ -250,8 +250,9 @@ def stage_params_split(model: ModelSpec, tp: int, pp: int, layers: dict[str, int
 
 
 def expert_dp_size(tp: int, cp: int, dp: int, ep: int, etp: int) -> int:
-    """GPUs holding the same expert shard: ``dp cp tp / (ep etp)`` (Megatron-Core's
-    expert-data-parallel group)."""
+    """GPUs holding the same expert shard: ``dp cp tp / (ep etp)`` = world / (pp etp ep)
+    (Megatron-Core's expert-data-parallel group, megatron/core/parallel_state.py
+    expert_data_parallel_size). The plan checks make ``etp ep`` divide ``tp cp dp``."""
     return dp * cp * tp // (ep * etp)
 
 

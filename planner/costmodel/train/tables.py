@@ -370,7 +370,8 @@ def _point_keys(ctx: _Ctx):
             if sk not in span_cache:
                 tp_s, cp_s, dp_s, pp_s = spans_for((o.tp, o.cp, o.dp, o.pp), dom, space.order,
                                                    ctx.levels)
-                ex = expert_spans(tp_s, cp_s, dp_s, o.ep, o.etp) if moe else ((), (), ())
+                ex = (expert_spans(tp_s, cp_s, dp_s, o.ep, o.etp, space.order) if moe
+                      else ((), (), ()))
                 span_cache[sk] = (tp_s, cp_s, pp_s, combine(dp_s, cp_s), ex)
             tp_s, cp_s, pp_s, dpcp_s, (ep_s, etp_s, edp_s) = span_cache[sk]
             points.append((o, dom))
