@@ -143,7 +143,7 @@ def table_grid() -> Iterable[dict[str, float]]:
 #: literature values below (FlashAttention-3, Shah et al. 2024: H100 forward up to 75%;
 #: Hopper values for Blackwell), so the fitted fractions stay tied to a published kernel.
 GENERATIONS = {
-    "A100": ("a100-sxm-80gb", lambda: korthikanti_errors, a100_grid),
+    "A100": ("a100-sxm-80gb", lambda: korthikanti_errors, table_grid),
     "H100": ("h100-sxm", lambda: nemo_errors("H100"), table_grid),
     "B200": ("b200", lambda: nemo_errors("B200"), lambda: fp8_grid(0.50, 0.40)),
     "H100 torchtitan": ("h100-sxm", torchtitan_errors, table_grid),
