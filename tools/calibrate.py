@@ -2,8 +2,9 @@
 
 One fit per GPU and dtype, never per data point. Each generation is fitted on its set:
 
-- A100 (fp16): Korthikanti et al. 2022 Table 5 (8 runs): ``gemm_peak_fraction`` and
-  ``overlap_slowdown``;
+- A100 (fp16): Korthikanti et al. 2022 Table 5 (8 runs): ``kernel_fraction`` and
+  ``overlap_slowdown`` over the published kernel table (hardware_catalog/kernels/
+  a100-sxm-80gb.yaml), as for the H100;
 - H100 and B200 (FP8): NVIDIA's NeMo 24.07/25.02 recipes (9 and 6 runs):
   ``fp8_gemm_peak_fraction``, ``gemm_half_dim`` (how large a GEMM must be to approach
   that fraction: the saturating curve), a common scale of the two attention-kernel
@@ -116,11 +117,6 @@ def torchtitan_errors() -> Callable[..., list[float]]:
         return out
 
     return errors
-
-
-def a100_grid() -> Iterable[dict[str, float]]:
-    for g, k in itertools.product([round(0.70 + 0.01 * i, 2) for i in range(16)], SLOWDOWN):
-        yield dict(gemm_peak_fraction=g, overlap_slowdown=k)
 
 
 def fp8_grid(attn_fwd: float, attn_bwd: float) -> Iterable[dict[str, float]]:
