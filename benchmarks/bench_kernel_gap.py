@@ -10,7 +10,7 @@ above 1 is a kernel the model runs faster than the silicon did), two columns:
   ``attention_*_fraction``), which GPUs without a table still use.
 
 GEMMs over the measured shapes with every dimension at least 1,024; attention over every
-measured case of each backend.
+measured case of each backend (the A100's published table has forward figures only).
 
     python benchmarks/bench_kernel_gap.py
 """
@@ -23,7 +23,7 @@ from planner.costmodel.compute import flash_attention_time_s, gemm_time_s
 from planner.specs.kernels import kernel_table
 from planner.specs.loaders import load_gpu
 
-GPUS = ("h100-sxm", "h200")
+GPUS = ("h100-sxm", "h200", "a100-sxm-80gb")
 BACKENDS = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}
 
 
@@ -46,8 +46,10 @@ def main() -> None:
             continue
         print(f"{name}: {table.source}")
         gpus = _gpus(name)
-        for dtype in ("bf16", "fp8"):
+        for dtype in ("bf16", "fp16", "fp8"):
             rows = [r for r in table.gemm if r.dtype == dtype and min(r.m, r.n, r.k) >= 1024]
+            if not rows:
+                continue
             cols = []
             for label, gpu in gpus.items():
                 ratios = [2 * r.m * r.n * r.k / gemm_time_s(gpu, dtype, r.m, r.n, r.k) / 1e12
@@ -57,6 +59,10 @@ def main() -> None:
         for backend, short in BACKENDS.items():
             rows = [r for r in table.attention if r.backend == backend and r.causal]
             for i, what in enumerate(("fwd", "bwd")):
+                if i:  # a publication may give the forward only
+                    rows = [r for r in rows if r.bwd_us is not None]
+                if not rows:
+                    continue
                 cols = []
                 for label, gpu in gpus.items():
                     g = gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(

@@ -5,9 +5,9 @@ GPU file's ``efficiency``) or a framework's own fit on a GPU (its profile's ``fi
 is fitted on every corpus run whose prediction reads it (``planner.validation.corpus``:
 ``fit_group``), from every source:
 
-- A100: ``gemm_peak_fraction`` and ``overlap_slowdown``;
-- H100 (a measured kernel table): ``kernel_fraction`` (the share of the microbenchmarked kernel
-  speed a training step sustains) and ``overlap_slowdown``;
+- A100 and H100 (kernel tables: published microbenchmarks, measured): ``kernel_fraction``
+  (the share of the microbenchmarked kernel speed a training step sustains) and
+  ``overlap_slowdown``;
 - B200 (FP8): ``fp8_gemm_peak_fraction``, ``gemm_half_dim`` (the saturating GEMM curve), a common
   scale of the two attention-kernel fractions, and ``overlap_slowdown``;
 - H100 torchtitan: the torchtitan profile's ``kernel_fraction`` and ``overlap_slowdown``.
@@ -71,11 +71,6 @@ def group_errors(runs: Sequence[Run], drop_profile_fit: bool = False) -> Callabl
     return errors
 
 
-def a100_grid() -> Iterable[dict[str, float]]:
-    for g, k in itertools.product([round(0.70 + 0.01 * i, 2) for i in range(16)], SLOWDOWN):
-        yield dict(gemm_peak_fraction=g, overlap_slowdown=k)
-
-
 def fp8_grid(attn_fwd: float, attn_bwd: float) -> Iterable[dict[str, float]]:
     for g, h, a, k in itertools.product([round(0.5 + 0.02 * i, 2) for i in range(21)],
                                         [128, 256, 512, 768, 1024, 1536], [0.7, 0.85, 1.0],
@@ -88,7 +83,7 @@ def fp8_grid(attn_fwd: float, attn_bwd: float) -> Iterable[dict[str, float]]:
 def table_grid() -> Iterable[dict[str, float]]:
     """The framework-level parameters of a GPU with a measured kernel table: the share of
     the microbenchmarked kernel speed a training step sustains, and the overlap slowdown."""
-    for f, k in itertools.product([round(0.70 + 0.01 * i, 2) for i in range(31)], SLOWDOWN):
+    for f, k in itertools.product([round(0.60 + 0.01 * i, 2) for i in range(41)], SLOWDOWN):
         yield dict(kernel_fraction=f, overlap_slowdown=k)
 
 
@@ -97,7 +92,7 @@ def table_grid() -> Iterable[dict[str, float]]:
 #: the fitted fractions stay tied to a published kernel. Which runs a group fits:
 #: planner.validation.corpus.fit_group.
 GENERATIONS = {
-    "A100": ("a100-sxm-80gb", a100_grid),
+    "A100": ("a100-sxm-80gb", table_grid),
     "H100": ("h100-sxm", table_grid),
     "B200": ("b200", lambda: fp8_grid(0.50, 0.40)),
     "H100 torchtitan": ("h100-sxm", table_grid),

@@ -16,9 +16,19 @@ from planner.specs.model import ModelSpec
 #: the kernel table's name for each attention backend a GPU efficiency may name
 #: (flash3 was not measured: it falls back to the fitted fractions)
 TABLE_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "flash2": "FLASH_ATTENTION"}
-#: the table's GEMM dtype a plan dtype runs at: fp16 and bf16 share Hopper's tensor-core rate
-#: (H100 datasheet: 989.4 dense TFLOP/s each)
-TABLE_GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+#: the table's GEMM dtypes a plan dtype runs at, first found wins: fp16 and bf16 share the
+#: tensor-core rate (H100 datasheet: 989.4 dense TFLOP/s each; A100 datasheet: 312 each),
+#: so a table measured in one of them times the other
+TABLE_GEMM_DTYPES = {"bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"), "fp8": ("fp8",)}
+
+
+@lru_cache(maxsize=None)
+def _table_dtype(table: str | None, dtype: str) -> str | None:
+    """The dtype of kernel table ``table``'s GEMM rows a plan GEMM in ``dtype`` is timed
+    with; None without a table or such rows."""
+    t = kernel_table(table) if table else None
+    have = set() if t is None else {r.dtype for r in t.gemm}
+    return next((d for d in TABLE_GEMM_DTYPES.get(dtype, ()) if d in have), None)
 
 
 @lru_cache(maxsize=None)
@@ -46,18 +56,16 @@ def measured_gemm_tflops(table: str | None, dtype: str, m: float, n: float, k: f
                          ) -> float | None:
     """Microbenchmarked throughput (TFLOP/s) of an (m x k) @ (k x n) GEMM on the GPU whose
     kernel table is ``table``; None without a table or a measured ``dtype``."""
-    t = kernel_table(table) if table else None
-    dt = TABLE_GEMM_DTYPES.get(dtype)
-    return None if t is None or dt is None else K.gemm_tflops(t, dt, m, n, k)
+    dt = _table_dtype(table, dtype)
+    return None if dt is None else K.gemm_tflops(kernel_table(table), dt, m, n, k)
 
 
 def measured_decode_GBps(table: str | None, dtype: str, m: float, n: float, k: float
                          ) -> float | None:
     """Weight-streaming speed (GB/s) of a GEMM with M below the table's grid, from the
     measured decode-step GEMMs; None for larger M, without a table or a measured dtype."""
-    t = kernel_table(table) if table else None
-    dt = TABLE_GEMM_DTYPES.get(dtype)
-    if t is None or dt is None or not K.small_m(t, dt, m):
+    dt = _table_dtype(table, dtype)
+    if dt is None or not K.small_m(kernel_table(table), dt, m):
         return None
     return _decode_GBps(table, dt, n, k)
 
@@ -69,13 +77,20 @@ def _decode_GBps(table: str, dtype: str, n: float, k: float) -> float | None:
 
 @lru_cache(maxsize=1 << 14)
 def measured_attention_tflops(table: str | None, backend: str, seq: float, head_dim: int,
-                              grouped: bool) -> tuple[float, float] | None:
+                              grouped: bool) -> tuple[float, float | None] | None:
     """Microbenchmarked (forward, backward) causal fused-attention throughput (TFLOP/s);
-    None without a table or a measured ``backend``."""
+    None without a table or a measured ``backend``; the backward None where only the
+    forward was published."""
     t = kernel_table(table) if table else None
     name = TABLE_BACKENDS.get(backend)
     if t is None or name is None:
         return None
+    if name == "CUDNN_ATTENTION" and not any(r.backend == name for r in t.attention):
+        # Transformer Engine prefers cuDNN fused attention over FlashAttention only on
+        # Hopper and later (transformer_engine/pytorch/attention/dot_product_attention/
+        # utils.py get_attention_backend: "give FusedAttention preference on Hopper+"); a
+        # table without cuDNN rows is a pre-Hopper GPU's, where TE runs FlashAttention-2
+        name = "FLASH_ATTENTION"
     return K.attention_tflops(t, name, seq, head_dim, causal=True, grouped=grouped)
 
 
@@ -173,12 +188,13 @@ def flash_attention_time_s(gpu: GPUSpec, dtype: str, fwd_flops: float,
     eff = gpu.efficiency
     rates = None if seq is None else measured_attention_tflops(
         gpu.kernel_table, eff.attention_backend, float(seq), int(head_dim), bool(grouped))
+    peak = gpu.peak_flops("bf16" if dtype == "fp8" else dtype)
+    fwd_Fps, bwd_Fps = peak * eff.attention_fwd_fraction, peak * eff.attention_bwd_fraction
     if rates is not None:
         scale = eff.kernel_fraction * flops_scale(gpu, "bf16")
-        fwd_Fps, bwd_Fps = rates[0] * 1e12 * scale, rates[1] * 1e12 * scale
-    else:
-        peak = gpu.peak_flops("bf16" if dtype == "fp8" else dtype)
-        fwd_Fps, bwd_Fps = peak * eff.attention_fwd_fraction, peak * eff.attention_bwd_fraction
+        fwd_Fps = rates[0] * 1e12 * scale
+        if rates[1] is not None:  # else only the forward was published: the fraction stands
+            bwd_Fps = rates[1] * 1e12 * scale
     t_f = fwd_flops / fwd_Fps + eff.kernel_overhead_us * 1e-6
     t_b = FLASH_BWD_FLOP_RATIO * fwd_flops / bwd_Fps
     return t_f, t_b + eff.kernel_overhead_us * 1e-6

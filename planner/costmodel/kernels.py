@@ -7,8 +7,18 @@ interpolation over shape.
   launch floor, not its FLOPs); below it in m (decode steps) the smallest m's throughput
   holds for the math, and the memory side is the weight-streaming speed the measured
   decode GEMMs of the nearest shape reached (:func:`decode_weight_GBps`).
+- GEMM throughput of a table without a full grid (published figures transcribed for a GPU
+  this project could not run: a handful of shapes, no grid): inverse-square-distance
+  weights in (log2 m, log2 n, log2 k) over the published shapes (:func:`sparse_gemm_tflops`),
+  so each published shape returns its figure, a shape between them a weighted mean of its
+  neighbours' (never more than the fastest published figure); outside the published range
+  of a dimension the shape is clamped to it (the throughput held, as for attention and
+  copies), and the memory side of the roofline (``compute.gemm_time_s``) bounds the thin
+  GEMMs no figure covers. Unlike a grid's floor, nothing is assumed about how the
+  throughput falls below the smallest published dimension.
 - Fused attention throughput: linear in log2(sequence length) for the measured case nearest
-  in head dimension, mask and grouping; held constant outside the measured lengths.
+  in head dimension, mask and grouping; held constant outside the measured lengths. A
+  published case with no backward figure leaves the backward unknown (None).
 - Copy bandwidth: linear in log2(bytes), held constant outside the measured sizes.
 """
 
@@ -89,9 +99,11 @@ def gemm_tflops(table: KernelTable, dtype: str, m: float, n: float, k: float) ->
     correction is measured / grid, and the grid points around the shape, whose correction
     is 1), so every measured shape returns its measurement; None where the table has no
     grid for ``dtype``."""
-    grid = _gemm_grid(table, dtype)
-    if grid is None or min(m, n, k) <= 0:
+    if min(m, n, k) <= 0:
         return None
+    grid = _gemm_grid(table, dtype)
+    if grid is None:
+        return sparse_gemm_tflops(table, dtype, m, n, k)
     at = (math.log2(m), math.log2(n), math.log2(k))
     near = [(math.dist(at, p[:3]), p[3]) for p in _off_grid(table, dtype)]
     near = [x for x in near if x[0] < OFF_GRID_REACH]
@@ -108,6 +120,35 @@ def gemm_tflops(table: KernelTable, dtype: str, m: float, n: float, k: float) ->
     return out * sum(a * c for a, c in w) / sum(a for a, _ in w)
 
 
+@lru_cache(maxsize=None)
+def _sparse_points(table: KernelTable, dtype: str) -> tuple[tuple[float, ...], ...]:
+    """(log2 m, log2 n, log2 k, TFLOP/s) of every ``dtype`` GEMM of the table."""
+    return tuple((math.log2(r.m), math.log2(r.n), math.log2(r.k), r.tflops)
+                 for r in table.gemm if r.dtype == dtype)
+
+
+def sparse_gemm_tflops(table: KernelTable, dtype: str, m: float, n: float, k: float
+                       ) -> float | None:
+    """Throughput (TFLOP/s) of an (m x k) @ (k x n) GEMM from a table whose ``dtype``
+    GEMMs form no grid: the inverse-square-distance mean (Shepard) in log2 shape over the
+    published shapes, exact at each of them and never above the fastest; each dimension
+    clamped to its published range first (no figure says how fast a thinner GEMM runs:
+    the roofline's memory side in ``compute.gemm_time_s`` bounds those). None without a
+    ``dtype`` row."""
+    points = _sparse_points(table, dtype)
+    if not points:
+        return None
+    at = [min(max(math.log2(x), min(p[i] for p in points)), max(p[i] for p in points))
+          for i, x in enumerate((m, n, k))]
+    w = []
+    for p in points:
+        d = math.dist(at, p[:3])
+        if d == 0:
+            return p[3]
+        w.append((1 / d ** 2, p[3]))
+    return sum(a * tf for a, tf in w) / sum(a for a, _ in w)
+
+
 def _corners(grid: tuple[tuple[float, ...], ...], m: float, n: float, k: float):
     """Index triples of the grid points around (m, n, k) (clamped to the grid)."""
     idx = [_bracket(axis, min(max(x, axis[0]), axis[-1]))[:2]
@@ -116,7 +157,9 @@ def _corners(grid: tuple[tuple[float, ...], ...], m: float, n: float, k: float):
 
 
 def small_m(table: KernelTable, dtype: str, m: float) -> bool:
-    """Whether an M = ``m`` GEMM lies below the grid's smallest M (a decode step's)."""
+    """Whether an M = ``m`` GEMM lies below the grid's smallest M (a decode step's); never
+    for a table without a grid (its small-M shapes take the floor of
+    :func:`sparse_gemm_tflops`)."""
     grid = _gemm_grid(table, dtype)
     return grid is not None and m < grid[0][0]
 
@@ -157,11 +200,13 @@ def _grid_tflops(grid: tuple[tuple[float, ...], ...], m: float, n: float, k: flo
 
 
 def attention_tflops(table: KernelTable, backend: str, seq: float, head_dim: int,
-                     causal: bool = True, grouped: bool = False) -> tuple[float, float] | None:
+                     causal: bool = True, grouped: bool = False
+                     ) -> tuple[float, float | None] | None:
     """Measured (forward, backward) throughput of fused attention (TFLOP/s, the backward
     counted as 2.5x the forward's FLOPs) at sequence length ``seq``, from the measured case
     nearest in head dimension, then mask, then grouping; None where ``backend`` was not
-    measured."""
+    measured; the backward None where the case's rows have no backward figure (a
+    publication that timed the forward only)."""
     rows = [r for r in table.attention if r.backend == backend]
     if not rows or seq <= 0:
         return None
@@ -177,6 +222,8 @@ def attention_tflops(table: KernelTable, backend: str, seq: float, head_dim: int
     seqs = tuple(float(r.seq) for r in case)
     lo, hi, w = _bracket(seqs, min(max(seq, seqs[0]), seqs[-1]))
     fwd = (1 - w) * case[lo].fwd_tflops + w * case[hi].fwd_tflops
+    if case[lo].bwd_tflops is None or case[hi].bwd_tflops is None:
+        return fwd, None
     bwd = (1 - w) * case[lo].bwd_tflops + w * case[hi].bwd_tflops
     return fwd, bwd
 

@@ -1,8 +1,9 @@
 """A GPU's measured kernel table: GEMM throughput by shape and dtype, fused attention by
 backend and shape, memory bandwidth by size and operator, and the kernels of a serving
 decode step. Written by ``tools/microbench.py`` on the GPU it describes and shipped as
-``hardware_catalog/kernels/<gpu>.yaml``; the cost model reads kernel speeds from it
-(``planner.costmodel.kernels``)."""
+``hardware_catalog/kernels/<gpu>.yaml``, or transcribed from published microbenchmarks
+for a GPU this project could not run (each row then names its ``source``); the cost model
+reads kernel speeds from it (``planner.costmodel.kernels``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ class Row(Spec):
 
     ref: str | None = Field(None, description="the reference measurement the row was merged "
                             "from (tools/merge_kernel_reference.py); None: this table's own run")
+    source: str | None = Field(None, description="the publication a transcribed row comes from "
+                               "(paper + table/figure, or repository + file + commit); None: "
+                               "measured by tools/microbench.py")
 
 
 class GemmRow(Row):
@@ -29,8 +33,11 @@ class GemmRow(Row):
     m: PositiveInt = Field(..., description="rows of the output (tokens)")
     n: PositiveInt = Field(..., description="columns of the output")
     k: PositiveInt = Field(..., description="the reduced dimension")
-    dtype: Literal["bf16", "fp8"] = Field(..., description="input precision")
-    us: PositiveFloat = Field(..., description="mean time per GEMM, microseconds")
+    dtype: Literal["bf16", "fp16", "fp8"] = Field(
+        ..., description="input precision (fp16: a published figure measured in fp16; bf16 "
+        "and fp16 share the tensor-core rate on Ampere and Hopper, datasheets)")
+    us: PositiveFloat | None = Field(None, description="mean time per GEMM, microseconds "
+                                     "(None: the publication gives only the throughput)")
     tflops: PositiveFloat = Field(..., description="2mnk / time, TFLOP/s")
 
 
@@ -47,9 +54,12 @@ class AttentionRow(Row):
     head_dim: PositiveInt = Field(..., description="dimension per head")
     causal: bool = Field(..., description="causal mask (half the score FLOPs)")
     fwd_us: PositiveFloat = Field(..., description="forward time, microseconds")
-    bwd_us: PositiveFloat = Field(..., description="backward time, microseconds")
+    bwd_us: PositiveFloat | None = Field(None, description="backward time, microseconds (None: "
+                                         "not published)")
     fwd_tflops: PositiveFloat = Field(..., description="forward TFLOP/s (causal FLOPs halved)")
-    bwd_tflops: PositiveFloat = Field(..., description="backward TFLOP/s (2.5x the forward's FLOPs)")
+    bwd_tflops: PositiveFloat | None = Field(
+        None, description="backward TFLOP/s (2.5x the forward's FLOPs); None: not published "
+        "(the cost model then times the backward with the GPU's attention_bwd_fraction)")
 
 
 class MemoryRow(Row):
@@ -60,7 +70,8 @@ class MemoryRow(Row):
     bytes: PositiveInt = Field(..., description="bytes read plus written")
     tokens: PositiveInt | None = Field(None, description="rows, for element-wise operators")
     hidden: PositiveInt | None = Field(None, description="columns, for element-wise operators")
-    us: PositiveFloat = Field(..., description="mean time per call, microseconds")
+    us: PositiveFloat | None = Field(None, description="mean time per call, microseconds "
+                                     "(None: the publication gives only the bandwidth)")
     GBps: PositiveFloat = Field(..., description="bytes / time, GB/s")
 
 
