@@ -25,11 +25,14 @@ sources' runs. The figure that counts is that one, not the in-sample fit.
     python tools/calibrate.py              # every group
     python tools/calibrate.py H100         # one
     python tools/calibrate.py --write      # and write fit_summary.yaml and heldout_residuals.yaml
+    python tools/calibrate.py --apply --write   # first write each group's best point into its
+                                                # GPU file or profile, then measure and record
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -175,6 +178,7 @@ def fit(gen: str, runs: Sequence[Run], everything: Sequence[Run]) -> tuple[dict,
     summary = {"framework": FRAMEWORKS.get(gen, ""), "gpu": gpu_name, "runs": len(runs),
                "sources": len({r.source for r in runs}), "grid_points": len(results),
                "best": results[0][1],
+               "calibration_mape_at_best": round(_mape(results[0][0]), 4),
                "calibration_mape": round(_mape(shipped), 4),
                "calibration_max": round(max(abs(x) for x in shipped), 4),
                "leave_one_source_out_mape": round(_mape(loo), 4) if loo else None,
@@ -191,6 +195,37 @@ def record(r: Run, shipped: float, held: float | None, how: str, group: str | No
             round(held, 4), "held_out": how}
 
 
+#: Where each group's point is written: GPU files (their ``efficiency``), or a profile's
+#: ``fit`` on a GPU (``profile:gpu``). The A100 40 GB is the same silicon as the 80 GB.
+TARGETS = {"A100": ("gpus/a100-sxm-80gb.yaml", "gpus/a100-sxm-40gb.yaml"),
+           "H100": ("gpus/h100-sxm.yaml",), "B200": ("gpus/b200.yaml",),
+           "H100 torchtitan": ("frameworks/torchtitan.yaml:h100-sxm",)}
+
+
+def write_point(gen: str, point: dict[str, float]) -> list[str]:
+    """Write group ``gen``'s fitted point into its files, each value on the line where the
+    file has the key (comments and order kept); the figures of the fit are recorded in
+    fit_summary.yaml, which the files' sources cite."""
+    out = []
+    for target in TARGETS[gen]:
+        fname, _, gpu = target.partition(":")
+        path = CALIBRATION.parent / fname
+        lines = path.read_text().splitlines()
+        block = f"  {gpu}:" if gpu else "efficiency:"
+        start = next(i for i, line in enumerate(lines) if line.rstrip() == block)
+        indent = "    " if gpu else "  "
+        for key, value in point.items():
+            for i in range(start + 1, len(lines)):
+                if not lines[i].startswith(indent):
+                    raise SystemExit(f"{fname}: no {key} under {block.strip()}")
+                if lines[i].startswith(f"{indent}{key}:"):
+                    lines[i] = f"{indent}{key}: {value}"
+                    break
+        path.write_text("\n".join(lines) + "\n")
+        out.append(fname)
+    return out
+
+
 #: The framework each group's runs mostly used (the first sources fitted).
 FRAMEWORKS = {"A100": "Megatron-LM (2022, Korthikanti et al.) and others",
               "H100": "NeMo (Megatron-Core) and others", "B200": "NeMo 25.02 (Megatron-Core)",
@@ -202,7 +237,8 @@ HELDOUT = CALIBRATION / "heldout_residuals.yaml"
 
 def main(argv: list[str]) -> None:
     write = "--write" in argv
-    gens = [a for a in argv if a != "--write"] or list(GENERATIONS)
+    apply = "--apply" in argv
+    gens = [a for a in argv if a not in ("--write", "--apply")] or list(GENERATIONS)
     for gen in gens:
         if gen not in GENERATIONS:
             raise SystemExit(f"unknown group {gen!r}; expected one of {list(GENERATIONS)}")
@@ -216,6 +252,11 @@ def main(argv: list[str]) -> None:
         if fit_group(r) is None:  # no fit reads this GPU: every run is held out
             e = r.residual(r.estimate())
             records.append(record(r, 1.0 if e is None else e, e, "no fit reads this GPU", None))
+    if apply:  # the best points into the files, then measure again as shipped
+        for gen in gens:
+            print("wrote", ", ".join(write_point(gen, summaries[gen]["best"])))
+        os.execv(sys.executable, [sys.executable, __file__,
+                                  *(a for a in argv if a != "--apply")])
     if write:
         if set(gens) != set(GENERATIONS):
             raise SystemExit("--write refits every group (the held-out file lists every run)")
