@@ -186,13 +186,16 @@ def fit(gen: str, runs: Sequence[Run], everything: Sequence[Run]) -> tuple[dict,
     return summary, [record(r, s, h, w, gen) for r, s, h, w in zip(runs, shipped, held, how)]
 
 
-def record(r: Run, shipped: float, held: float | None, how: str, group: str | None) -> dict:
-    """One run's line in the held-out file (planner.validation.band reads it)."""
+def record(r: Run, shipped: float | None, held: float | None, how: str,
+           group: str | None) -> dict:
+    """One run's line in the held-out file (planner.validation.band reads it); a run whose
+    published plan does not fit has no residual, and ``held_out`` gives the reason."""
     return {"run": r.name, "source": r.source, "framework": r.framework, "family": r.family,
             "profile": r.profile, "generation": r.generation, "dtype": r.dtype,
             "gpus": r.gpus, "seq_len": r.seq_len, "moe": r.moe, "group": group,
-            "residual": round(shipped, 4), "heldout_residual": None if held is None else
-            round(held, 4), "held_out": how}
+            "feasible": shipped is not None,
+            "residual": None if shipped is None else round(shipped, 4),
+            "heldout_residual": None if held is None else round(held, 4), "held_out": how}
 
 
 #: Where each group's point is written: GPU files (their ``efficiency``), or a profile's
@@ -242,8 +245,15 @@ def main(argv: list[str]) -> None:
     for gen in gens:
         if gen not in GENERATIONS:
             raise SystemExit(f"unknown group {gen!r}; expected one of {list(GENERATIONS)}")
-    everything = corpus_runs()
-    summaries, records = {}, []
+    everything, records = [], []
+    for r in corpus_runs():  # a published plan that does not fit has nothing to fit or hold out
+        est = r.estimate()
+        if est.feasible:
+            everything.append(r)
+        else:
+            records.append(record(r, None, None, "does not fit: " + "; ".join(est.reasons),
+                                  fit_group(r)))
+    summaries = {}
     for gen in gens:
         runs = [r for r in everything if fit_group(r) == gen]
         summaries[gen], recs = fit(gen, runs, everything)
@@ -251,7 +261,7 @@ def main(argv: list[str]) -> None:
     for r in everything:
         if fit_group(r) is None:  # no fit reads this GPU: every run is held out
             e = r.residual(r.estimate())
-            records.append(record(r, 1.0 if e is None else e, e, "no fit reads this GPU", None))
+            records.append(record(r, e, e, "no fit reads this GPU", None))
     if apply:  # the best points into the files, then measure again as shipped
         for gen in gens:
             print("wrote", ", ".join(write_point(gen, summaries[gen]["best"])))
@@ -261,7 +271,7 @@ def main(argv: list[str]) -> None:
         if set(gens) != set(GENERATIONS):
             raise SystemExit("--write refits every group (the held-out file lists every run)")
         SUMMARY.write_text(SUMMARY_HEADER + yaml.safe_dump({"fits": summaries}, sort_keys=False))
-        order = {r.name: i for i, r in enumerate(everything)}
+        order = {r.name: i for i, r in enumerate(corpus_runs())}
         records.sort(key=lambda d: order[d["run"]])
         HELDOUT.write_text(HELDOUT_HEADER + yaml.safe_dump({"runs": records}, sort_keys=False,
                                                            width=120))

@@ -52,6 +52,9 @@ def _print_heldout(held: dict) -> None:
             t.add_row(r["key"], str(r["runs"]), str(r["sources"]), f"{r['mape']:.1%}",
                       f"{r['bias']:+.1%}", f"{r['max']:+.1%}")
         print_table(out, t, whole=(label,))
+    for bad in held["infeasible"]:
+        out.print(f"published configuration that does not fit in the model: {bad['run']} "
+                  f"({bad['source']}): {bad['why']}", highlight=False, soft_wrap=True)
     slope = held["slope_per_decade_of_gpus"]
     out.print(f"held out by source: {held['runs']} runs from {held['sources']} sources, MAPE "
               f"{held['mape']:.1%}, mean {held['bias']:+.1%}; residual slope "

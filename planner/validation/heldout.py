@@ -59,6 +59,7 @@ def heldout_report() -> dict[str, Any]:
     """Everything validate prints about the held-out runs (fractions)."""
     recs = heldout_records()
     return {"runs": len(recs), "sources": len({r["source"] for r in recs}),
+            "infeasible": infeasible_runs(),
             "mape": statistics.mean(abs(r["heldout_residual"]) for r in recs),
             "bias": statistics.mean(r["heldout_residual"] for r in recs),
             "slope_per_decade_of_gpus": residual_slope(recs),
@@ -74,7 +75,16 @@ def stale_runs(tolerance: float = 5e-4) -> list[str]:
     out = []
     for run in corpus_runs():
         live = run.residual(run.estimate())
-        live = 1.0 if live is None else live
-        if run.name not in recorded or abs(recorded[run.name] - live) > tolerance:
+        was = recorded.get(run.name, "missing")
+        if was == "missing" or (was is None) != (live is None) or (
+                live is not None and abs(was - live) > tolerance):
             out.append(run.name)
     return out
+
+
+def infeasible_runs() -> list[dict[str, Any]]:
+    """Published configurations the model says do not fit (each ran: a finding)."""
+    from planner.validation.band import heldout_file
+
+    return [{"run": r["run"], "source": r["source"], "why": r["held_out"]}
+            for r in heldout_file() if not r.get("feasible", True)]
