@@ -312,6 +312,32 @@ def test_cli_framework_options(capsys, tmp_path):
     assert code == 2 and "--framework 'titan2'" in err
 
 
+def test_evaluate_costs_unstated_settings_at_the_frameworks_defaults(capsys):
+    """planner evaluate --framework nemo costs a BF16 plan that states no gradient reduction
+    and no ZeRO stage as NeMo's performance recipes run it (bf16 main gradients, distributed
+    optimizer) and names both defaults; without --framework the plan's own defaults (fp32,
+    ZeRO 0) stay; a stated value is kept."""
+    from test_cli import run
+
+    args = ["evaluate", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus", "16", "--tp",
+            "2", "--global-batch", "64", "--json"]
+    code, out, err = run(capsys, *args, "--framework", "nemo")
+    res = json.loads(out)
+    assert (res["plan"].get("grad_reduce_dtype"), res["plan"]["zero_stage"]) == ("bf16", 1), err
+    assert "grad_reduce_dtype=bf16 (unstated: framework nemo's default)" in res["defaults"]
+    assert "zero_stage=1 (unstated: framework nemo's default)" in res["defaults"]
+    plain = json.loads(run(capsys, *args)[1])
+    assert (plain["plan"].get("grad_reduce_dtype", "fp32"), plain["plan"]["zero_stage"]) == (
+        "fp32", 0)
+    # the distributed optimizer's bf16 gradients: 2 of fp32's 4 bytes per local parameter
+    assert res["memory_breakdown_gib"]["gradients"] == pytest.approx(
+        plain["memory_breakdown_gib"]["gradients"] / 2)
+    stated = json.loads(run(capsys, *args, "--framework", "nemo", "--set",
+                            "grad_reduce_dtype=fp32")[1])
+    assert stated["plan"].get("grad_reduce_dtype", "fp32") == "fp32"
+    assert not any(d.startswith("grad_reduce_dtype") for d in stated["defaults"])
+
+
 #: issue 26's acceptance, as the README's Frameworks section runs it: (model, GPUs of
 #: dgx-h100-superpod, --framework, --export)
 ACCEPTANCE = [("llama3-70b", 512, "megatron-core", "megatron"),

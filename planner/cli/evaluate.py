@@ -105,7 +105,7 @@ def _framework_fill(name: Optional[str], notes: list[str]) -> Any:
     each field it decides is named in ``notes``."""
     if name is None:
         return None
-    from planner.costmodel.frameworks import unstated_defaults
+    from planner.costmodel.frameworks import show, unstated_defaults
     from planner.specs.framework import load_framework
 
     profile = load_framework(name)
@@ -114,7 +114,7 @@ def _framework_fill(name: Optional[str], notes: list[str]) -> Any:
         out = unstated_defaults(profile, data)
         for k, v in out.items():
             if k not in data or data[k] is None:
-                notes.append(f"{k}={v} (unstated: framework {profile.name}'s default)")
+                notes.append(f"{k}={show(v)} (unstated: framework {profile.name}'s default)")
         return out
 
     return fill
