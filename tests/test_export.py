@@ -325,7 +325,6 @@ _BASE = dict(tp=4, pp=2, cp=2, dp=64, global_batch_size=512, seq_len=8192, virtu
     ("megatron", dict(overlap_tp_comm="auto", tp=8, cp=1, dp=64, pp=2, virtual_stages=1,
                       placement={"domain": {"tp": 4, "dp": 2}}), "placement.domain"),
     ("megatron-bridge", dict(dtype="fp16"), "dtype=fp16"),
-    ("megatron-bridge", dict(grad_reduce_dtype="bf16"), "grad_reduce_dtype=bf16"),
     ("megatron-bridge", dict(dtype="fp8"), "fp8_params=false"),
     ("torchtitan", dict(), "zero_stage=1"),
     ("torchtitan", dict(zero_stage=3, sequence_parallel=False), "sequence_parallel=false"),

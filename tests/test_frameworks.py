@@ -117,7 +117,6 @@ BROKEN = [
                            overlap_dp_grad_reduce=False),
      "overlap_param_gather=true"),
     ("nemo", dict(dtype="fp16"), "dtype=fp16"),
-    ("nemo", dict(grad_reduce_dtype="bf16"), "grad_reduce_dtype=bf16"),
     ("nemo", dict(dtype="fp8"), "fp8_params=false"),
     ("nemo", dict(attention="standard"), "attention=standard"),
     ("torchtitan", dict(zero_stage=1), "zero_stage=1"),
@@ -132,9 +131,11 @@ BROKEN = [
     ("deepspeed", dict(tp=2, dp=4), "tp=2"),
     ("deepspeed", dict(zero_stage=2, recompute="half"), "recompute=half"),
     ("deepspeed", dict(zero_stage=0, grad_reduce_dtype="bf16"), "overlap_dp_grad_reduce=true"),
-    ("deepspeed", dict(zero_stage=1, offload_optimizer=False), "grad_reduce_dtype=fp32"),
-    ("deepspeed", dict(zero_stage=0, overlap_dp_grad_reduce=False, overlap_param_gather=False),
+    # fp32 gradient accumulation stated (DeepSpeed's default for bf16 is bf16: get_data_types)
+    ("deepspeed", dict(zero_stage=1, offload_optimizer=False, grad_reduce_dtype="fp32"),
      "grad_reduce_dtype=fp32"),
+    ("deepspeed", dict(zero_stage=0, overlap_dp_grad_reduce=False, overlap_param_gather=False,
+                       grad_reduce_dtype="fp32"), "grad_reduce_dtype=fp32"),
     ("deepspeed", dict(dtype="fp16", zero_stage=0, overlap_dp_grad_reduce=False,
                        overlap_param_gather=False), "zero_stage=0"),
     ("deepspeed", dict(zero_stage=2, overlap_param_gather=False), "overlap_param_gather=false"),
@@ -179,6 +180,50 @@ def test_a_broken_rule_is_refused_and_absent_from_the_space(name, change, needle
         p = space.plan(o, dom, inner)
         assert not violations(profile, p, model, cluster), p
         assert "placement" in change or not all(getattr(p, k) == v for k, v in decided.items())
+
+
+def test_the_solve_reduces_gradients_as_the_framework_does_by_default():
+    """A solve that states no gradient reduction searches the framework's default for its
+    precision: bf16 in NVIDIA's performance recipes (nemo) and DeepSpeed (the model dtype),
+    fp32 in Megatron-LM (validate_args), torchtitan and its export (pytorch); a stated one is
+    kept."""
+    got = {n: _space(n).base["grad_reduce_dtype"] for n in PROFILES}
+    assert got == {"megatron-core": "fp32", "nemo": "bf16", "torchtitan": "fp32",
+                   "deepspeed": "bf16", "pytorch": "fp32"}
+    assert _space("nemo", base={"grad_reduce_dtype": "fp32"}).base["grad_reduce_dtype"] == "fp32"
+    assert _space("nemo", base={"dtype": "fp8"}).base["grad_reduce_dtype"] == "bf16"
+
+
+def test_nemo_exports_the_gradient_reduction_it_costs():
+    """bf16 gradients are the performance recipes' MixedPrecisionConfig edited in place
+    (grad_reduce_in_fp32=false); a registered recipe string would set fp32 again."""
+    model = tiny_model(num_layers=4, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
+                       ffn_hidden_size=1024, seq_len=1024, global_batch_size=8)
+    cluster = small_cluster(8, domain=8)
+    base = dict(dp=8, zero_stage=1, global_batch_size=8, seq_len=1024)
+    bf16 = export_plan("megatron-bridge", Plan(**base, grad_reduce_dtype="bf16"), model, cluster)
+    fp32 = export_plan("megatron-bridge", Plan(**base, grad_reduce_dtype="fp32"), model, cluster)
+    lines = lambda text: [x for x in text.splitlines() if not x.startswith("#")]
+    assert "mixed_precision.grad_reduce_in_fp32=false" in lines(bf16)
+    assert "ddp.grad_reduce_in_fp32=false" in lines(bf16)
+    assert not any(x.startswith("mixed_precision=") for x in lines(bf16))
+    assert "mixed_precision=bf16_mixed" in lines(fp32)
+    assert not any("grad_reduce_in_fp32" in x for x in lines(fp32))
+
+
+def test_pytorch_runs_fp16_and_torchtitans_file_refuses_it():
+    """FSDP2 trains in fp16 with a sharded gradient scaler (OPT-175B: FSDP, FP16 weights,
+    dynamic loss scaling), so the pytorch profile runs it; its export, torchtitan's TOML,
+    has no float16 parameter dtype and refuses it."""
+    model = tiny_model(num_layers=4, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
+                       ffn_hidden_size=1024, seq_len=1024, global_batch_size=8)
+    cluster = small_cluster(8, domain=8)
+    plan = Plan(dp=8, zero_stage=3, dtype="fp16", fused_elementwise=False,
+                global_batch_size=8, seq_len=1024)
+    assert not violations(load_framework("pytorch"), plan, model, cluster)
+    with pytest.raises(InputError, match="dtype=fp16"):
+        export_plan("torchtitan", plan, model, cluster)
+    assert _space("pytorch", base={"dtype": "fp16"}).base["dtype"] == "fp16"
 
 
 def test_settings_a_framework_never_runs_are_input_errors():
@@ -265,6 +310,32 @@ def test_cli_framework_options(capsys, tmp_path):
     assert {r["name"] for r in json.loads(out)} >= set(PROFILES)
     code, _, err = run(capsys, "solve", *common, "--framework", "titan2")
     assert code == 2 and "--framework 'titan2'" in err
+
+
+def test_evaluate_costs_unstated_settings_at_the_frameworks_defaults(capsys):
+    """planner evaluate --framework nemo costs a BF16 plan that states no gradient reduction
+    and no ZeRO stage as NeMo's performance recipes run it (bf16 main gradients, distributed
+    optimizer) and names both defaults; without --framework the plan's own defaults (fp32,
+    ZeRO 0) stay; a stated value is kept."""
+    from test_cli import run
+
+    args = ["evaluate", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus", "16", "--tp",
+            "2", "--global-batch", "64", "--json"]
+    code, out, err = run(capsys, *args, "--framework", "nemo")
+    res = json.loads(out)
+    assert (res["plan"].get("grad_reduce_dtype"), res["plan"]["zero_stage"]) == ("bf16", 1), err
+    assert "grad_reduce_dtype=bf16 (unstated: framework nemo's default)" in res["defaults"]
+    assert "zero_stage=1 (unstated: framework nemo's default)" in res["defaults"]
+    plain = json.loads(run(capsys, *args)[1])
+    assert (plain["plan"].get("grad_reduce_dtype", "fp32"), plain["plan"]["zero_stage"]) == (
+        "fp32", 0)
+    # the distributed optimizer's bf16 gradients: 2 of fp32's 4 bytes per local parameter
+    assert res["memory_breakdown_gib"]["gradients"] == pytest.approx(
+        plain["memory_breakdown_gib"]["gradients"] / 2)
+    stated = json.loads(run(capsys, *args, "--framework", "nemo", "--set",
+                            "grad_reduce_dtype=fp32")[1])
+    assert stated["plan"].get("grad_reduce_dtype", "fp32") == "fp32"
+    assert not any(d.startswith("grad_reduce_dtype") for d in stated["defaults"])
 
 
 #: issue 26's acceptance, as the README's Frameworks section runs it: (model, GPUs of

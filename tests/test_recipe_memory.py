@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 import yaml
 
-from planner.costmodel.frameworks import framework_cluster
+from planner.costmodel.frameworks import framework_cluster, plan_violations, unstated_defaults
 from planner.costmodel.train.evaluator import evaluate
 from planner.costmodel.numerics import Numerics
 from planner.costmodel.train.stage import state_bytes
@@ -18,10 +18,6 @@ from planner.specs.plan import Plan
 from planner.validation.nemo import nemo_data, recipe_model
 
 GiB = 2**30
-#: What the NVIDIA recipes leave at Megatron-Core's defaults (distributed optimizer, flash
-#: attention through Transformer Engine, ring CP, no recomputation); torchtitan rows state
-#: their own zero_stage and recompute.
-MEGATRON_DEFAULTS = dict(zero_stage=1, recompute="none", attention="flash", cp_comm="ring")
 
 
 def _recipes() -> list[dict]:
@@ -36,15 +32,18 @@ def _setup(row: dict):
     if "hbm_gib" in row:
         cluster = cluster.model_copy(
             update={"gpu": cluster.gpu.model_copy(update={"hbm_gib": row["hbm_gib"]})})
-    # each recipe is costed as its framework runs it (its loss's buffers among the rest)
-    cluster = framework_cluster(cluster, load_framework(row["framework"]))
+    # each recipe is costed as its framework runs it (its loss's buffers among the rest),
+    # what its source leaves unstated at the framework's defaults, as `planner evaluate
+    # --framework` costs it (the NVIDIA performance recipes' sequence parallelism and TP
+    # overlap with tp > 1: the file's header)
+    profile = load_framework(row["framework"])
+    cluster = framework_cluster(cluster, profile)
     fields = dict(row["plan"])
     tp = fields.get("tp", 1)
-    if row["framework"] != "torchtitan":
-        fields = dict(MEGATRON_DEFAULTS, **fields)
-    fields.setdefault("sequence_parallel", tp > 1)
-    fields.setdefault("overlap_tp_comm", tp > 1)
-    return model, cluster, Plan(**fields)
+    if row["framework"] in ("nemo", "megatron-core"):
+        fields.setdefault("sequence_parallel", tp > 1)
+        fields.setdefault("overlap_tp_comm", tp > 1)
+    return model, cluster, Plan(**unstated_defaults(profile, fields))
 
 
 RECIPES = _recipes()
@@ -52,7 +51,8 @@ RECIPES = _recipes()
 
 def test_every_recipe_is_sourced():
     for row in RECIPES:
-        assert row["source"] and row["framework"] in ("nemo", "megatron-core", "torchtitan")
+        assert row["source"] and row["framework"] in ("nemo", "megatron-core", "torchtitan",
+                                                      "pytorch")
         assert row["plan"]["tp"] * row["plan"]["cp"] * row["plan"]["dp"] * row["plan"]["pp"] \
             == row["gpus"], row["name"]
 
@@ -65,13 +65,71 @@ def test_published_recipe_fits(row):
     assert est.memory_per_gpu_bytes <= cluster.gpu.hbm_bytes, est.reasons
     if not row.get("memory_only"):
         assert est.feasible, est.reasons
+        # and its framework runs it as costed (a row whose parallelism its profile cannot
+        # state says which)
+        broken = plan_violations(load_framework(row["framework"]), plan, model)
+        if row.get("profile_gap"):
+            assert broken and all(row["profile_gap"].startswith(f"{v.field} {v.value}")
+                                  for v in broken), broken
+        else:
+            assert not broken, broken
 
 
-def test_bf16_main_gradients_are_what_lets_the_gb200_recipe_fit():
-    """The Megatron-Bridge GB200 405B recipe fits with the bf16 main-gradient buffer it sets
-    (grad_reduce_in_fp32=False) and not with Megatron's fp32 default."""
-    row = next(r for r in RECIPES if r["name"] == "mbridge-gb200-llama31-405b-128-bf16")
+def test_unstated_gradient_reduction_is_the_frameworks():
+    """A NeMo/Megatron-Bridge BF16 performance recipe that states no gradient reduction runs
+    bf16 main gradients (perf_recipes/_common.py, grad_reduce_in_fp32=False) and the
+    distributed optimizer; Megatron-LM's bf16 default is fp32 (validate_args), DeepSpeed's
+    the model dtype (get_data_types), torchtitan's float32 (mixed_precision_reduce)."""
+    fields = dict(tp=8, pp=8, cp=2, dp=4, microbatch_size=1, global_batch_size=768,
+                  seq_len=8192, dtype="bf16")
+    got = {name: unstated_defaults(load_framework(name), fields)
+           for name in ("nemo", "megatron-core", "deepspeed", "torchtitan", "pytorch")}
+    assert {n: g["grad_reduce_dtype"] for n, g in got.items()} == {
+        "nemo": "bf16", "megatron-core": "fp32", "deepspeed": "bf16", "torchtitan": "fp32",
+        "pytorch": "fp32"}
+    assert {n: g.get("zero_stage") for n, g in got.items()} == {
+        "nemo": 1, "megatron-core": 0, "deepspeed": 0, "torchtitan": 3, "pytorch": None}
+    # FP8 performance recipes reduce in bf16 too; what a plan states is kept
+    assert unstated_defaults(load_framework("nemo"), dict(fields, dtype="fp8"))[
+        "grad_reduce_dtype"] == "bf16"
+    assert unstated_defaults(load_framework("nemo"), dict(fields, grad_reduce_dtype="fp32",
+                                                          zero_stage=0)) == dict(
+        fields, grad_reduce_dtype="fp32", zero_stage=0, attention="flash",
+        fused_elementwise=True, overlap_tp_comm=True)
+    # one rank of data parallelism: no ZeRO stage is chosen for it
+    assert "zero_stage" not in unstated_defaults(load_framework("nemo"), dict(fields, dp=1, cp=1))
+
+
+def test_opt_175b_fp16_fsdp_fits_under_the_pytorch_profile():
+    """OPT-175B (992 A100 80GB, FSDP, FP16 with dynamic loss scaling) is costed in fp16:
+    the pytorch profile runs fp16 (it refused it before) and the run fits."""
+    row = next(r for r in RECIPES if r["name"].startswith("opt-175b"))
     model, cluster, plan = _setup(row)
+    assert plan.dtype == "fp16" and plan.zero_stage == 3
+    assert "fp16" in load_framework("pytorch").dtypes
+    est = evaluate(model, cluster, plan)
+    assert est.feasible, est.reasons
+
+
+def test_the_plain_nemo_recipe_states_fp32_gradients():
+    """NeMo's plain llama31_405b recipe (performance_mode=False) keeps bf16_mixed()'s
+    grad_reduce_in_fp32=True: its row pins fp32, and unpinned it would cost half the
+    gradient bytes."""
+    row = next(r for r in RECIPES if r["name"] == "nemo-h100-llama31-405b-576-bf16")
+    assert row["plan"]["grad_reduce_dtype"] == "fp32"
+    assert all("grad_reduce_dtype" not in r["plan"] for r in RECIPES
+               if r["framework"] == "nemo" and r is not row)
+
+
+@pytest.mark.parametrize("name", ["mbridge-gb200-llama31-405b-128-bf16",
+                                  "mbridge-h100-llama31-405b-512-bf16"])
+def test_bf16_main_gradients_are_what_lets_the_405b_recipes_fit(name):
+    """The Megatron-Bridge 405B performance recipes fit with the bf16 main-gradient buffer
+    they set (grad_reduce_in_fp32=False), the nemo profile's default, and not with
+    Megatron's fp32 default."""
+    row = next(r for r in RECIPES if r["name"] == name)
+    model, cluster, plan = _setup(row)
+    assert plan.grad_reduce_dtype == "bf16" and plan.zero_stage == 1
     bf16 = evaluate(model, cluster, plan)
     fp32 = evaluate(model, cluster, plan.model_copy(update={"grad_reduce_dtype": "fp32"}))
     assert bf16.feasible and not fp32.feasible

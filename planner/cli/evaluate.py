@@ -100,6 +100,26 @@ def _framework_kernels(name: Optional[str], cluster: Any) -> Any:
     return framework_cluster(cluster, load_framework(name))
 
 
+def _framework_fill(name: Optional[str], notes: list[str]) -> Any:
+    """What a plan leaves unstated, at framework ``name``'s defaults (None without one);
+    each field it decides is named in ``notes``."""
+    if name is None:
+        return None
+    from planner.costmodel.frameworks import show, unstated_defaults
+    from planner.specs.framework import load_framework
+
+    profile = load_framework(name)
+
+    def fill(data: dict) -> dict:
+        out = unstated_defaults(profile, data)
+        for k, v in out.items():
+            if k not in data or data[k] is None:
+                notes.append(f"{k}={show(v)} (unstated: framework {profile.name}'s default)")
+        return out
+
+    return fill
+
+
 def _framework_violations(name: Optional[str], plan: Any, m: Any, c: Any) -> list[str]:
     """Every rule of framework ``name`` the plan breaks, each printed as a warning on
     stderr ("framework F cannot run this plan: field=value: why")."""
@@ -139,9 +159,11 @@ def evaluate(
     args: Optional[str] = typer.Argument(None, metavar="[ARGS]", help="With --from: the "
                                          "framework's arguments (or @FILE)."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-    framework: Optional[str] = typer.Option(None, "--framework", help="Also check the plan "
-                                            "against a framework's rules (planner catalog "
-                                            "frameworks): each rule it breaks is reported."),
+    framework: Optional[str] = typer.Option(None, "--framework", help="Cost the plan as a "
+                                            "framework runs it (planner catalog frameworks): "
+                                            "settings the plan leaves unstated take the "
+                                            "framework's defaults (named in the output), and "
+                                            "each rule it breaks is reported."),
 ) -> None:
     """Predict what one training plan costs: iteration time, memory, MFU and breakdowns
     (a DLRM model: what a sharding plan costs, per rank)."""
@@ -174,7 +196,7 @@ def evaluate(
         raise InputError(f"--from megatron takes the whole plan from ARGS; drop "
                          f"{', '.join(k for k, _ in overrides)} (or put them in ARGS)")
     p = (_plan_from(from_, args, plan, m, c, warnings, defaults) if from_ or args
-         else build_plan(m, c, plan, overrides, warnings))
+         else build_plan(m, c, plan, overrides, warnings, _framework_fill(framework, defaults)))
     broken = _framework_violations(framework, p, m, c)
     c = _framework_kernels(framework, c)
     for w in warnings:

@@ -462,12 +462,27 @@ def setting_problems(profile: FrameworkProfile, fields: dict[str, Any]) -> list[
 def framework_defaults(profile: FrameworkProfile, base: dict[str, Any],
                        given: set[str]) -> dict[str, Any]:
     """``base`` with each setting the caller did not give (``given``) at the framework's
-    default, its first listed value (the precision: the model's, where the framework runs
-    it)."""
+    default: its first listed value (the precision: the model's, where the framework runs
+    it), the gradient reduction the framework runs for that precision
+    (``grad_reduce_default``)."""
     out = dict(base)
     for field, key in SETTINGS.items():
         allowed = getattr(profile, key)
         current = out.get(field, Plan.model_fields[field].default)
-        if field not in given and not (field == "dtype" and current in allowed):
-            out[field] = allowed[0]
+        if field in given or (field == "dtype" and current in allowed):
+            continue
+        out[field] = (profile.grad_reduce_for(out.get("dtype") or "bf16")
+                      if field == "grad_reduce_dtype" else allowed[0])
+    return out
+
+
+def unstated_defaults(profile: FrameworkProfile, data: dict[str, Any]) -> dict[str, Any]:
+    """A plan's fields (``data``, dp derived) with what it leaves unstated at what
+    ``profile``'s framework runs by default: the settings (:func:`framework_defaults`) and,
+    with dp x cp > 1, its default ZeRO stage. ``planner evaluate --framework`` costs this."""
+    out = framework_defaults(profile, data, {k for k, v in data.items() if v is not None})
+    dp, cp = out.get("dp", 1), out.get("cp", 1)
+    if ("zero_stage" not in data and profile.zero_stage_default is not None
+            and isinstance(dp, int) and isinstance(cp, int) and dp * cp > 1):
+        out["zero_stage"] = profile.zero_stage_default
     return out

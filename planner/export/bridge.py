@@ -57,7 +57,7 @@ def overrides(plan: Plan, target: Target) -> list[str]:
     out += [f"train.micro_batch_size={p.microbatch_size}",
             f"train.global_batch_size={p.global_batch_size}",
             f"dataset.seq_length={p.seq_len}",
-            f"mixed_precision={mp}",
+            *_precision_overrides(p, mp),
             f"ddp.use_distributed_optimizer={_b(p.zero_stage == 1)}",
             f"optimizer.use_distributed_optimizer={_b(p.zero_stage == 1)}",
             # the model's and DDP config's own switches: comm_overlap.* cannot be overridden
@@ -71,6 +71,17 @@ def overrides(plan: Plan, target: Target) -> list[str]:
     if p.overlap_moe_ep_comm:  # Megatron-Bridge CommOverlapConfig
         out.append("comm_overlap.overlap_moe_expert_parallel_comm=true")
     return out
+
+
+def _precision_overrides(p: Plan, mp: str) -> list[str]:
+    """The precision: a registered recipe reduces gradients in fp32 (its
+    grad_reduce_in_fp32=True is written over the DDP config at set-up, v0.6.0
+    training/mixed_precision.py); bf16 reduction is the performance recipes' (perf_recipes/
+    _common.py _perf_precision: ``mp`` with grad_reduce_in_fp32=False), stated on the recipe's
+    own MixedPrecisionConfig, which a string override would replace."""
+    if p.grad_reduce_dtype == "fp32":
+        return [f"mixed_precision={mp}"]
+    return ["mixed_precision.grad_reduce_in_fp32=false", "ddp.grad_reduce_in_fp32=false"]
 
 
 def _b(v: bool) -> str:
@@ -117,4 +128,10 @@ def render(plan: Plan, target: Target) -> str:
              f"#   torchrun --nnodes {nodes} --nproc-per-node {per_node} "
              "scripts/training/run_recipe.py --recipe YOUR_RECIPE --mode pretrain \\",
              "#     $(grep -v '^#' THIS_FILE)"]
+    p = normalized(plan, target, FMT)
+    if p.grad_reduce_dtype == "bf16":
+        head += [f"# bf16 gradient reduction: YOUR_RECIPE is a performance recipe of precision "
+                 f"{_precision(p)}",
+                 "# (src/megatron/bridge/perf_recipes: _perf_precision), whose "
+                 "MixedPrecisionConfig the overrides below edit"]
     return "\n".join(head + lines) + "\n"

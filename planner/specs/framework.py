@@ -37,7 +37,8 @@ RULE_FIELDS: tuple[str, ...] = (
     "zero_stages", "offloads", "recompute", "uniform_recompute", "max_degrees",
     "sequence_parallel", "cp_comms", "attention", "dtypes", "grad_reduce_dtypes",
     "fused_elementwise", "overlap_tp_comm", "overlap_dp_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-    "overlap_moe_ep_comm", "interleaving", "uneven_pipeline", "expert_tp", "expert_groups", "rank_orders")
+    "overlap_moe_ep_comm", "interleaving", "uneven_pipeline", "expert_tp", "expert_groups",
+    "rank_orders", "grad_reduce_default", "zero_stage_default")
 
 
 class FrameworkKernels(Spec):
@@ -123,6 +124,11 @@ class FrameworkProfile(Spec):
         ["bf16", "fp16", "fp8"], min_length=1, description="training precisions")
     grad_reduce_dtypes: list[Literal["fp32", "bf16"]] = Field(
         ["fp32", "bf16"], min_length=1, description="gradient buffer/reduction precisions")
+    grad_reduce_default: dict[Literal["bf16", "fp16", "fp8"], Literal["fp32", "bf16"]] = Field(
+        default_factory=dict, description="per training precision, the gradient "
+        "buffer/reduction precision the framework runs when the plan states none (e.g. "
+        "Megatron-LM reduces bf16 runs in fp32, NVIDIA's performance recipes in bf16); a "
+        "precision absent here: the first of ``grad_reduce_dtypes``")
     fused_elementwise: list[bool] = Field(
         [True, False], min_length=1, description="plan fused_elementwise values it runs")
     overlap_tp_comm: list[bool] = Field(
@@ -151,6 +157,11 @@ class FrameworkProfile(Spec):
         "folding (expert_tp x ep divides tp x cp x dp; the EP group may span any of them); "
         "borrowed = torchtitan (expert_tp = tp: ep spans all of cp and part of dp; "
         "expert_tp = 1: ep spans all of cp and tp and part of dp)")
+    zero_stage_default: int | None = Field(
+        None, description="the ZeRO stage a run gets when the plan states none and dp x cp "
+        "> 1 (e.g. NeMo's optimizers are distributed by default: 1); None: the plan's own "
+        "default (0). A solve searches the stage; this decides only what an evaluated plan "
+        "that omits it runs")
     rank_orders: list[list[Dim]] | None = Field(
         None, description="rank orders it numbers ranks in (innermost first); a launcher "
         "fills each NVSwitch domain in that order, so the domain is the one the order fills. "
@@ -179,6 +190,15 @@ class FrameworkProfile(Spec):
             if missing or len(set(order)) != len(order):
                 raise ValueError(f"rank_orders {order}: expected each of {list(WORLD_DIMS)} "
                                  "once (ep optional)")
+        off = {d: g for d, g in self.grad_reduce_default.items()
+               if g not in self.grad_reduce_dtypes or d not in self.dtypes}
+        if off:
+            raise ValueError(f"grad_reduce_default {off}: expected precisions of dtypes "
+                             f"{self.dtypes} mapped to values of grad_reduce_dtypes "
+                             f"{self.grad_reduce_dtypes}")
+        if self.zero_stage_default is not None and self.zero_stage_default not in self.zero_stages:
+            raise ValueError(f"zero_stage_default {self.zero_stage_default}: expected one of "
+                             f"zero_stages {self.zero_stages}")
         default = FrameworkProfile.model_fields
         cited = set(self.sources)
         uncited = [f for f in RULE_FIELDS if getattr(self, f) != default[f].get_default(
@@ -203,6 +223,11 @@ class FrameworkProfile(Spec):
                 f"placement.order={'-'.join(fixed)}: framework {self.name} numbers ranks "
                 + " or ".join("-".join(o) for o in self.rank_orders) + " (innermost first)")
         return fixed
+
+    def grad_reduce_for(self, dtype: str) -> str:
+        """The gradient reduction precision this framework runs for ``dtype`` when the plan
+        states none."""
+        return self.grad_reduce_default.get(dtype, self.grad_reduce_dtypes[0])  # type: ignore[call-overload]
 
 
 DEFAULT_FRAMEWORK = "megatron-core"

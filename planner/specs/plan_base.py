@@ -3,7 +3,7 @@ length and dtype, and (for ``evaluate``) a plan file with command-line overrides
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
@@ -54,9 +54,11 @@ def require_batch(model: ModelSpec, data: dict[str, Any], source: str | None = N
 
 
 def build_plan(model: ModelSpec, cluster: ClusterSpec, plan_path: str | None,
-               overrides: list[tuple[str, Any]], warnings: list[str] | None = None) -> Plan:
+               overrides: list[tuple[str, Any]], warnings: list[str] | None = None,
+               fill: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Plan:
     """A plan from ``plan_path`` (optional) plus overrides; missing fields come from the
-    model's defaults, and ``dp`` from the GPU count when not given."""
+    model's defaults, ``dp`` from the GPU count when not given, and then, with ``fill``,
+    the fields it adds (a framework's defaults for what the plan leaves unstated)."""
     data: dict[str, Any] = {}
     source = "command-line plan"
     if plan_path:
@@ -82,4 +84,6 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, plan_path: str | None,
                 f"'{cluster.name}', so dp cannot be derived; give dp or resize with --gpus"
             )
         data["dp"] = cluster.num_gpus // used
+    if fill is not None:
+        data = fill(data)
     return plan_from_dict(data, source)
