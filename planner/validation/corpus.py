@@ -29,7 +29,7 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import ConfigDict, Field
 
-from planner.costmodel.frameworks import framework_cluster
+from planner.costmodel.frameworks import framework_cluster, unstated_defaults
 from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.errors import InputError
 from planner.specs.base import Spec
@@ -184,6 +184,8 @@ def _file_runs(fname: str, f: CorpusFile) -> list[Run]:
                 raise InputError(f"{fname} run {r.name}: gpus {r.gpus} is not a multiple of "
                                  f"tp x pp x cp = {per}")
             fields["dp"] = r.gpus // per
+        if f.source.profile is not None:  # what the source leaves unstated: its framework's
+            fields = unstated_defaults(load_framework(f.source.profile), fields)
         try:
             plan = Plan.model_validate(fields)
         except Exception as exc:
