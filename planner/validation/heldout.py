@@ -17,7 +17,7 @@ from planner.validation.corpus import corpus_runs, gpu_bucket, seq_bucket
 
 #: How validate slices the held-out runs: label -> key of a record.
 REGIMES: dict[str, Callable[[dict[str, Any]], str]] = {
-    "framework x generation": lambda r: f"{r['generation']} {r['framework']}",
+    "framework x generation": lambda r: f"{r['generation']} {r['family']}",
     "GPU count": lambda r: gpu_bucket(r["gpus"]),
     "sequence length": lambda r: seq_bucket(r["seq_len"]),
     "precision": lambda r: r["dtype"].upper(),
