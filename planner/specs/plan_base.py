@@ -63,8 +63,9 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, plan_path: str | None,
         data = load_plan_dict(plan_path)
         source = plan_path
         unknown = unknown_plan_keys(data)
-        if unknown and warnings is not None:
-            warnings.append(f"{plan_path}: ignoring unknown keys: {', '.join(unknown)}")
+        if unknown:  # a misspelt field would leave its default in place unseen
+            raise InputError(f"{plan_path}: unknown key{'s' if len(unknown) > 1 else ''} "
+                             f"{', '.join(unknown)}; expected plan fields only")
     data = apply_overrides(data, overrides)
     for key, value in model_defaults(model).items():
         data.setdefault(key, value)
