@@ -80,6 +80,10 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     plan_base.update(base or {})
     require_batch(model, plan_base)
     sequences, seq_len = int(plan_base["global_batch_size"]), int(plan_base["seq_len"])
+    if tokens < sequences * seq_len:  # a fraction of one iteration is no training run
+        raise InputError(f"--tokens {tokens:g}: fewer than one iteration's "
+                         f"{sequences * seq_len:,} tokens (global batch {sequences} x seq_len "
+                         f"{seq_len}); expected at least that")
     iterations = tokens / (sequences * seq_len)
     metric = OBJECTIVE_METRIC[objective]
     limits = {m: v for m, v in (("days", days), ("cost_usd", budget_usd)) if v is not None}
