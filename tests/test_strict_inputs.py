@@ -227,7 +227,7 @@ def test_no_boolean_is_taken_as_a_number(tmp_path):
         load_model(_write(tmp_path, "m.yaml", model))
     gpu = _catalog("gpus", "h100-sxm")  # an element of a mapping of numbers
     gpu["peak_tflops"] = {**gpu["peak_tflops"], "bf16": False}
-    with pytest.raises(InputError, match=r"peak_tflops: bf16: expected a number"):
+    with pytest.raises(InputError, match=r"peak_tflops.bf16: expected a number"):
         load_gpu(_write(tmp_path, "g.yaml", gpu))
     # a boolean field still takes a boolean
     assert load_model(_write(tmp_path, "t.yaml", {**_catalog("models", "llama3-8b"),

@@ -22,6 +22,8 @@ def format_validation_error(err: ValidationError, source: str,
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"]
+        if e["type"] == "bool_as_number":  # raised by the model: the key is in ctx
+            loc = ".".join([*(str(p) for p in e["loc"]), e["ctx"]["key"]])
         if e["type"] == "extra_forbidden":
             msg = unknown_key_message(str(e["loc"][-1]), _model_at(cls, e["loc"][:-1]))
         got = e.get("input")
