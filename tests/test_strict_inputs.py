@@ -275,9 +275,11 @@ def test_dlrm_shard_on_a_node_a_rank_wise_sharding_never_reads(capsys, tmp_path)
     assert code == 2 and out == "" and "give ranks, not nodes [77]" in err
 
 
-def test_fewer_tokens_than_one_iteration_are_refused(capsys):
+@pytest.mark.parametrize("command", [("procure",), ("solve", "-c", "dgx-h100-superpod",
+                                                  "--gpus", "8")])
+def test_fewer_tokens_than_one_iteration_are_refused(capsys, command):
     # llama3-8b's catalog batch: 512 sequences of 8,192 tokens = 4,194,304 per iteration
-    code, out, err = run(capsys, "procure", "-m", "llama3-8b", "--tokens", "1e-300", "--json")
+    code, out, err = run(capsys, *command, "-m", "llama3-8b", "--tokens", "1e-300", "--json")
     assert code == 2 and out == "" and "fewer than one iteration's 4,194,304 tokens" in err
 
 

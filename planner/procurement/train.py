@@ -39,7 +39,7 @@ from planner.procurement.results import ProcureResult, Procured, pareto_front
 from planner.procurement.templates import DEFAULT_MAX_GPUS, candidate_counts, catalog_templates
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan_base import model_defaults, require_batch
+from planner.specs.plan_base import model_defaults, require_batch, require_one_iteration
 from planner.specs.pricing import PricingSpec, load_pricing
 from planner.workers import WorkerPool
 
@@ -80,10 +80,7 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     plan_base.update(base or {})
     require_batch(model, plan_base)
     sequences, seq_len = int(plan_base["global_batch_size"]), int(plan_base["seq_len"])
-    if tokens < sequences * seq_len:  # a fraction of one iteration is no training run
-        raise InputError(f"--tokens {tokens:g}: fewer than one iteration's "
-                         f"{sequences * seq_len:,} tokens (global batch {sequences} x seq_len "
-                         f"{seq_len}); expected at least that")
+    require_one_iteration(tokens, sequences, seq_len)
     iterations = tokens / (sequences * seq_len)
     metric = OBJECTIVE_METRIC[objective]
     limits = {m: v for m, v in (("days", days), ("cost_usd", budget_usd)) if v is not None}

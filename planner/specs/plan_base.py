@@ -84,3 +84,13 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, plan_path: str | None,
             )
         data["dp"] = cluster.num_gpus // used
     return plan_from_dict(data, source)
+
+
+def require_one_iteration(tokens: float, sequences: int, seq_len: int) -> None:
+    """Raise :class:`InputError` when ``tokens`` is fewer than one iteration's (``sequences``
+    x ``seq_len``): a fraction of an iteration is no training run (``--tokens 1e-300``
+    reported 2.4e-307 iterations)."""
+    if tokens < sequences * seq_len:
+        raise InputError(f"--tokens {tokens:g}: fewer than one iteration's "
+                         f"{sequences * seq_len:,} tokens (global batch {sequences} x seq_len "
+                         f"{seq_len}); expected at least that")
