@@ -57,6 +57,7 @@ class _Lexer:
         self.text, self.i, self.n = text, 0, len(text)
         self.in_array = False  # parentheses are syntax only in NAME=( ... ); else literal
         self.starts: list[int] = []  # each token's offset in the text (errors name lines)
+        self._at = 0  # where the token being read starts
 
     def tokens(self) -> list[list[Part] | str]:
         out: list[list[Part] | str] = []

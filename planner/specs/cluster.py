@@ -164,7 +164,8 @@ class ClusterSpec(Spec):
         "training again (detection, rescheduling, initialization, checkpoint load). Default "
         "600: an assumption, no figure is published for Llama 3")
     aliases: list[Name] = Field(default_factory=list)
-    source: str | None = Field(None, description="where the figures come from (paper and table, or repository, file and tag)")
+    source: str | None = Field(None, description="where the figures come from (paper and "
+                               "table, or repository, file and tag)")
     notes: str | None = notes_field()
 
     @model_validator(mode="before")

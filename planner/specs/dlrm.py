@@ -103,7 +103,8 @@ class DLRMSpec(Spec):
     emb_dtype: EmbDtype = "fp16"
     dense_dtype: DenseDtype = "fp32"
     aliases: list[Name] = Field(default_factory=list)
-    source: str | None = Field(None, description="where the figures come from (paper and table, or repository, file and tag)")
+    source: str | None = Field(None, description="where the figures come from (paper and "
+                               "table, or repository, file and tag)")
     notes: str | None = notes_field()
 
     @model_validator(mode="after")

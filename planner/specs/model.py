@@ -82,7 +82,8 @@ class ModelSpec(Spec):
                                "id (org/name) or a checkpoint path, which serving launch "
                                "commands load (vllm serve, sglang --model-path, trtllm-serve)")
     aliases: list[Name] = Field(default_factory=list)
-    source: str | None = Field(None, description="where the figures come from (paper and table, or repository, file and tag)")
+    source: str | None = Field(None, description="where the figures come from (paper and "
+                               "table, or repository, file and tag)")
     notes: str | None = notes_field()
 
     @model_validator(mode="after")

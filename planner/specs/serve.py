@@ -155,9 +155,11 @@ def check_cited(engine: ServeEngine, where: str) -> None:
     for key in engine.sources:
         if key not in ENGINE_FIELDS:
             near = difflib.get_close_matches(key, ENGINE_FIELDS, n=1)
-            hint = f"did you mean {near[0]}?" if near else f"expected one of {', '.join(ENGINE_FIELDS)}"
+            hint = (f"did you mean {near[0]}?" if near
+                    else f"expected one of {', '.join(ENGINE_FIELDS)}")
             raise InputError(f"{where}: sources.{key}: not a field an engine cites; {hint}")
-    uncited = [f for f in ENGINE_FIELDS if f in engine.model_fields_set and f not in engine.sources]
+    uncited = [f for f in ENGINE_FIELDS
+               if f in engine.model_fields_set and f not in engine.sources]
     if uncited:
         raise InputError(f"{where}: sources: no citation for {', '.join(uncited)}; expected "
                          "field: citation (the engine file and version, or what fitted or "
