@@ -203,7 +203,10 @@ def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | Non
     from planner.costmodel.train.goodput import training_goodput
 
     best = res.best.plan
-    return replace(res, goodput=training_goodput(m, c, best.world_size, best, goodput))
+    g = training_goodput(m, c, best.world_size, best, goodput)
+    if g is not None and not g.trains:  # the totals would be infinite
+        raise InputError(g.why_not(c))
+    return replace(res, goodput=g)
 
 
 def _goodput_setting(value: Any) -> None:

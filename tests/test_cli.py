@@ -100,11 +100,12 @@ def test_unknown_plan_field_exit_2(capsys):
     assert code == 2 and "'tensor' is not a plan field" in err
 
 
-def test_plan_file_with_unknown_key_warns(capsys, tmp_path):
+def test_plan_file_with_unknown_key_is_refused(capsys, tmp_path):
+    # refused, not warned about: the plan would be costed with virtual_stages' default
     p = tmp_path / "plan.yaml"
     p.write_text((DATA / "plan-tp8.yaml").read_text() + "\nvirtual_stage: 2\n")
-    code, _, err = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "-p", str(p))
-    assert code == 0 and "virtual_stage (did you mean virtual_stages?)" in err
+    code, out, err = run(capsys, "evaluate", "-m", "llama70b", "-c", SUPERPOD, "-p", str(p))
+    assert code == 2 and out == "" and "virtual_stage (did you mean virtual_stages?)" in err
 
 
 def test_catalog(capsys):

@@ -103,7 +103,8 @@ def test_a_typo_in_a_placement_is_named(capsys, tmp_path):
     typo = {"tables": [_tw("a", 0), {**_tw("b", 1), "compute_kernal": "fused"}]}
     code, _, err = run(capsys, "evaluate", "-m", model, *CLUSTER, "--plan",
                        _file(tmp_path, "typo.yaml", typo))
-    assert code == 0 and "compute_kernal" in err and "compute_kernel" in err
+    # refused, not warned about: the placement would cost the default kernel unseen
+    assert code == 2 and "tables.1.compute_kernal" in err and "did you mean compute_kernel" in err
 
 
 def test_a_plan_for_another_model_is_refused(capsys, tmp_path):

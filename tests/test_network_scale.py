@@ -99,7 +99,7 @@ def _weak_scaling(cluster):
     model = load_model("nemotron-4-15b")
     out = []
     for dp in (96, 192, 288):
-        plan = Plan(tp=8, pp=1, dp=dp, mbs=1, global_batch_size=4 * dp, seq_len=4096,
+        plan = Plan(tp=8, pp=1, dp=dp, microbatch_size=1, global_batch_size=4 * dp, seq_len=4096,
                     zero_stage=1, sequence_parallel=True)
         est = evaluate(model, cluster.resized(8 * dp), plan)
         assert est.feasible, est.reasons

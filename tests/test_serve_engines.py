@@ -51,7 +51,8 @@ def test_a_bad_engine_name_lists_the_choices(capsys):
 
 def test_request_overhead_raises_ttft_by_that_much(capsys, tmp_path):
     slow = tmp_path / "slow.yaml"
-    slow.write_text("name: slow-host\nrequest_overhead_ms: 13.5\nlauncher: vllm\n")
+    slow.write_text("name: slow-host\nrequest_overhead_ms: 13.5\nlauncher: vllm\n"
+                    "sources: {request_overhead_ms: 'what-if: 10 ms more host time'}\n")
     code, out, err = run(capsys, *ONE)
     assert code == 0, err
     base = json.loads(out)
@@ -97,7 +98,8 @@ def test_catalog_lists_engines(capsys):
 
 def test_procure_serve_uses_the_engine(capsys, tmp_path):
     slow = tmp_path / "slow.yaml"
-    slow.write_text("name: slow-host\nrequest_overhead_ms: 1000\n")
+    slow.write_text("name: slow-host\nrequest_overhead_ms: 1000\n"
+                    "sources: {request_overhead_ms: 'what-if: a second of host time'}\n")
     # TTFT is ~25 ms with trtllm's host time; a second of it misses a 500 ms SLO
     code, _, err = run(capsys, "procure", "-m", "llama3-8b", "--serve", "--rate", "2", "--isl",
                        "512", "--osl", "64", "-c", "dgx-h100-superpod", "--ttft-ms", "500",

@@ -14,7 +14,7 @@ from planner.cli.console import _emit_json, err, out, say_overrun
 from planner.errors import InfeasibleError, InputError
 from planner.orchestration.dlrm import STATUS_TEXT
 from planner.specs.base import Spec
-from planner.specs.dlrm import DLRMPlan, TablePlacement
+from planner.specs.dlrm import DLRMPlan
 
 
 def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
@@ -166,14 +166,16 @@ class SolveOutFile(Spec):
     model: str | None = Field(None, description="name of the model the plan was solved for")
     cluster: str | None = Field(None, description="name of the cluster it was solved on")
     plan: DLRMPlan = Field(..., description="the sharding: plan.tables")
+    torchrec: Any = Field(None, description="the sharding in TorchRec's terms, written "
+                          "for the reader (planner/report/torchrec.py); not read back")
 
 
 def read_dlrm_plan(path: str, model: Any, cluster: Any) -> tuple[DLRMPlan, list[str]]:
     """The sharding in ``path`` (a ``planner solve --out`` file or a bare ``tables:``
-    DLRMPlan) and warnings: keys no placement has (a typo would leave a field at its
-    default), a cluster other than ``cluster``. A file solved for another model than
+    DLRMPlan) and warnings: a cluster other than ``cluster`` (an unknown key is refused:
+    a typo would leave a field at its default). A file solved for another model than
     ``model`` is refused: its tables are not this model's."""
-    from planner.specs.loaders import field_suggestion, load_plan_dict
+    from planner.specs.loaders import load_plan_dict
     from planner.specs.validate import _short, validate
 
     data = load_plan_dict(path)
@@ -183,9 +185,9 @@ def read_dlrm_plan(path: str, model: Any, cluster: Any) -> tuple[DLRMPlan, list[
             raise InputError(f"{path}: model {_short(f.model)}: this plan shards another "
                              f"model than -m {model.name!r} (its tables are that model's); "
                              f"expected model: {model.name}, or the other model with -m")
-        plan, rows, where = f.plan, data["plan"]["tables"], "plan.tables"
+        plan = f.plan
     elif "tables" in data:
-        plan, rows, where = validate(DLRMPlan, data, path), data["tables"], "tables"
+        plan = validate(DLRMPlan, data, path)
     else:
         raise InputError(f"{path}: not a DLRM sharding plan: expected tables: (a list of "
                          "table placements) or a `planner solve --out` file (plan.tables); "
@@ -194,11 +196,6 @@ def read_dlrm_plan(path: str, model: Any, cluster: Any) -> tuple[DLRMPlan, list[
     if "plan" in data and f.cluster is not None and f.cluster != cluster.name:
         warnings.append(f"{path}: solved on cluster {f.cluster!r}; costed on -c "
                         f"{cluster.name!r}")
-    for i, row in enumerate(rows):
-        for k in TablePlacement.unknown_keys(row):
-            near = field_suggestion(k, list(TablePlacement.model_fields))
-            warnings.append(f"{path}: {where}.{i}: unknown key {k!r} ignored"
-                            + (f" (did you mean {near[0]}?)" if near else ""))
     return plan, warnings
 
 

@@ -182,7 +182,8 @@ def _check_export(fmt: Optional[str], path: Optional[str], json_: bool,
     from planner.export.common import FORMAT_FRAMEWORK
     from planner.specs.framework import load_framework
 
-    name = framework or FORMAT_FRAMEWORK.get(fmt or "")
+    # `is None`, not `or`: --framework '' is an empty name (refused), not "no framework"
+    name = framework if framework is not None else FORMAT_FRAMEWORK.get(fmt or "")
     profile = None if name is None else load_framework(name)
     if fmt == "framework":  # the format of the framework's exporter
         if profile is None:

@@ -56,11 +56,16 @@ class _Lexer:
     def __init__(self, text: str) -> None:
         self.text, self.i, self.n = text, 0, len(text)
         self.in_array = False  # parentheses are syntax only in NAME=( ... ); else literal
+        self.starts: list[int] = []  # each token's offset in the text (errors name lines)
+        self._at = 0  # where the token being read starts
 
     def tokens(self) -> list[list[Part] | str]:
         out: list[list[Part] | str] = []
         t, n = self.text, self.n
         while self.i < n:
+            while len(self.starts) < len(out):  # the tokens appended by the last step
+                self.starts.append(self._at)
+            self._at = self.i
             c = t[self.i]
             if c in " \t\r":
                 self.i += 1
@@ -83,6 +88,8 @@ class _Lexer:
                     self.i += 1
                     self.in_array = True
                     out.append("(")
+        while len(self.starts) < len(out):
+            self.starts.append(self._at)
         return out
 
     def _word(self) -> list[Part]:
@@ -263,12 +270,16 @@ def command_words(text: str, program_suffix: str = ".py") -> tuple[list[str], li
     runs a ``*.py`` program, with the script's variables expanded; the words of later
     commands count as more arguments. Without such a command, every word of every command
     is an argument (an argument string)."""
-    toks = _Lexer(text).tokens()
+    lexer = _Lexer(text)
+    toks = lexer.tokens()
     ex = _Expander(limit_chars=16 * len(text) + 65_536)
     commands: list[list[str]] = []
     i, n = 0, len(toks)
+    line, counted = 1, 0  # the statement's line, counted up to offset ``counted``
     while i < n:
         stmt: list[list[Part]] = []
+        line += text.count("\n", counted, lexer.starts[i])  # linear in the text overall
+        counted = lexer.starts[i]
         while i < n and toks[i] != "\n":
             tok = toks[i]
             if isinstance(tok, str):  # "(" or ")": an array assignment or a subshell
@@ -283,6 +294,7 @@ def command_words(text: str, program_suffix: str = ".py") -> tuple[list[str], li
             stmt.append(tok)
             i += 1
         i += 1
+        _refuse_control_flow(stmt, line)
         words = _statement(stmt, ex)
         if words:
             commands.append(words)
@@ -293,6 +305,45 @@ def command_words(text: str, program_suffix: str = ".py") -> tuple[list[str], li
                 # appended to a script), as shlex reads a whole text
                 return words[:k], words[k + 1:] + [x for rest in commands[c + 1:] for x in rest]
     return [], [w for words in commands for w in words]
+
+
+#: bash's reserved words that open, continue or close a compound command (bash manual,
+#: "Reserved Words"), and the braces of a group or a function body: the planner does not
+#: evaluate conditions or loops, so it cannot know which assignments a script makes
+_CONTROL = frozenset(("if", "then", "else", "elif", "fi", "case", "esac", "for", "select",
+                      "while", "until", "do", "done", "function", "{", "}", "[[", "]]"))
+#: words after which the next word is in command position again
+_SEPARATORS = ("&&", "||", "|", "!", ";", "&")
+
+
+def _literal(parts: list[Part]) -> str | None:
+    return "".join(p[1] for p in parts) if all(p[0] == "lit" for p in parts) else None
+
+
+def _refuse_control_flow(stmt: list[list[Part]], line: int) -> None:
+    """A :class:`ShellError` naming ``line`` for a reserved word in command position
+    (``if ...; then TP=4; else TP=8; fi`` would be read as both assignments, the last
+    winning) or an assignment after ``&&`` / ``||`` (made or not by the condition)."""
+    command_pos, chained = True, False
+    for parts in stmt:
+        word = _literal(parts)
+        if word is not None and command_pos:
+            bare = word.rstrip(";")
+            if bare in _CONTROL or (bare.endswith("()") and _NAME.fullmatch(bare[:-2])):
+                raise ShellError(
+                    f"line {line}: '{bare}': shell control flow; the planner reads "
+                    "assignments and one command and does not evaluate conditions or "
+                    "loops, so it cannot tell which values the script sets; write the "
+                    "values the run uses without it")
+            if chained and _ASSIGN.match(word):
+                raise ShellError(
+                    f"line {line}: {_clip(word)} after '&&' or '||': whether it is made "
+                    "depends on the command before it, which the planner does not run; "
+                    "write the assignment on its own line")
+        if word in ("&&", "||"):
+            chained = True
+        command_pos = (word is not None and (word in _SEPARATORS or word.endswith(";")
+                                             or word.rstrip(";") in _CONTROL))
 
 
 def commands_started(stmt: list[list[Part]]) -> bool:

@@ -25,7 +25,7 @@ from planner.costmodel.frameworks import framework_cluster, framework_defaults
 from planner.costmodel.train.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
 from planner.orchestration.overrun import overrun_fields
-from planner.specs.plan_base import model_defaults, require_batch
+from planner.specs.plan_base import model_defaults, require_batch, require_one_iteration
 from planner.specs.cluster import ClusterSpec
 from planner.specs.loaders import apply_overrides, load_cluster, plan_from_dict
 from planner.specs.model import ModelSpec
@@ -234,6 +234,9 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
     say = progress or (lambda _m: None)
     say("enumerating the search space")
     space = build_space(model, cluster, fixed, base, options)
+    if tokens is not None:
+        require_one_iteration(tokens, int(space.base["global_batch_size"]),
+                              int(space.base["seq_len"]))
     oo, op = bool(space.fixed.get("offload_optimizer")), bool(space.fixed.get("offload_params"))
     if (oo or op) and cluster.offload is None:
         tiered = [n for n in catalog.names("clusters") if load_cluster(n).offload is not None]

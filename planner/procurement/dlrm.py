@@ -66,6 +66,10 @@ def procure_dlrm(model: DLRMSpec, samples: float, *, templates: Sequence[Cluster
     if not isinstance(samples, (int, float)) or isinstance(samples, bool) or not (
             math.isfinite(samples) and samples > 0):
         raise InputError(f"samples {samples!r}: expected a positive number of training samples")
+    if samples < model.global_batch_size:  # a fraction of one iteration is no training run
+        raise InputError(f"samples {samples:g}: fewer than one iteration's "
+                         f"{model.global_batch_size:,} (the model's global_batch_size); "
+                         "expected at least that")
     obj = {"cost": "cost_usd", "energy": "energy_mwh", "time": "days"}.get(objective, objective)
     obj = obj or ("days" if budget_usd is not None and days is None else "cost_usd")
     if obj not in OBJECTIVES:

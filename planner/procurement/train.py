@@ -39,7 +39,7 @@ from planner.procurement.results import ProcureResult, Procured, pareto_front
 from planner.procurement.templates import DEFAULT_MAX_GPUS, candidate_counts, catalog_templates
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan_base import model_defaults, require_batch
+from planner.specs.plan_base import model_defaults, require_batch, require_one_iteration
 from planner.specs.pricing import PricingSpec, load_pricing
 from planner.workers import WorkerPool
 
@@ -80,12 +80,14 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     plan_base.update(base or {})
     require_batch(model, plan_base)
     sequences, seq_len = int(plan_base["global_batch_size"]), int(plan_base["seq_len"])
+    require_one_iteration(tokens, sequences, seq_len)
     iterations = tokens / (sequences * seq_len)
     metric = OBJECTIVE_METRIC[objective]
     limits = {m: v for m, v in (("days", days), ("cost_usd", budget_usd)) if v is not None}
 
+    untrainable: list[str] = []
     opts = _options(model, templates, counts, max_gpus, pricing, plan_base, iterations,
-                    goodput)
+                    goodput, untrainable)
     inner = Inputs(model, plan_base, options or SpaceOptions(), time_limit_s)
     bb = _BranchAndBound(metric, limits, say, len(opts))
     with _pool(workers, len(opts) * (2 if pareto else 1)) as pool:
@@ -93,6 +95,7 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
         if pareto:
             bb.fronts(pool, opts, inner, {m: pareto_horizon * v for m, v in limits.items()})
     stats = bb.stats
+    stats["untrainable"] = untrainable  # options left out: they would not train (goodput)
     stats["wall_s"] = time.perf_counter() - t0  # the total: the time limit is per inner solve
     stats["time_limit_per_solve_s"] = time_limit_s
     query = {"model": model.name, "tokens": tokens, "days": days, "budget_usd": budget_usd,
@@ -138,11 +141,15 @@ def _check_query(tokens: float, days: float | None, budget_usd: float | None, ma
 
 def _options(model: ModelSpec, templates: Sequence[ClusterSpec], counts: Sequence[int] | None,
              max_gpus: int, pricing: PricingSpec, plan_base: dict[str, Any],
-             iterations: float, goodput: str = "on") -> list[Option]:
+             iterations: float, goodput: str = "on",
+             untrainable: list[str] | None = None) -> list[Option]:
     """Every (template, GPU count) with its metrics (effective ones: divided by the
-    option's goodput fraction, which no plan changes) and lower bound."""
+    option's goodput fraction, which no plan changes) and lower bound; an option whose
+    job would not train (:attr:`Goodput.trains`) is left out, why appended to
+    ``untrainable``."""
     sequences, seq_len = int(plan_base["global_batch_size"]), int(plan_base["seq_len"])
     opts: list[Option] = []
+    untrainable = [] if untrainable is None else untrainable
     for tpl in templates:
         for n in (sorted(set(counts)) if counts else candidate_counts(tpl, max_gpus)):
             try:
@@ -152,10 +159,17 @@ def _options(model: ModelSpec, templates: Sequence[ClusterSpec], counts: Sequenc
             t_lb = gemm_time_lower_bound_s(model, cl.gpu, n, sequences, seq_len,
                                            plan_base.get("dtype", "bf16"))
             g = training_goodput(model, cl, n, plan_base, goodput)
+            if g is not None and not g.trains:  # its totals would be infinite
+                untrainable.append(g.why_not(cl))
+                continue
             metrics = option_metrics(cl, iterations, pricing, tpl.name)
             if g is not None:
                 metrics = {k: v.scaled(1.0 / g.fraction) for k, v in metrics.items()}
             opts.append(Option(tpl.name, cl, metrics, t_lb, g))
+    if not opts and untrainable:
+        raise InputError(f"no option trains: {untrainable[0]}"
+                         + (f" (and {len(untrainable) - 1} more options)"
+                            if len(untrainable) > 1 else ""))
     if not opts:
         raise InputError(f"no GPU count to consider: --max-gpus {max_gpus} is below the "
                          "smallest count of every template")

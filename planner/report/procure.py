@@ -152,7 +152,9 @@ def stats_line(res: ProcureResult) -> str:
             f"incumbent, {s['pruned_by_dominance']} by the fronts; {s['solver_calls']} solver "
             f"calls in {s['wall_s']:.1f} s"
             + (f" (--time-limit {s['time_limit_per_solve_s']:g} s is per solve)"
-               if "time_limit_per_solve_s" in s else ""))
+               if "time_limit_per_solve_s" in s else "")
+            + (f"; {len(s['untrainable'])} left out: they would not train ("
+               f"{s['untrainable'][0]})" if s.get("untrainable") else ""))
 
 
 def print_procurement(console: Console, res: ProcureResult, pareto: bool) -> None:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from planner.specs.base import Spec
+from planner.specs.base import Spec, notes_field
 from planner.errors import InputError
 from planner.specs.gpu import GPUSpec
 from planner.specs.names import Name
@@ -109,7 +109,7 @@ class OffloadTier(Spec):
     efficiency: float = Field(0.8, gt=0, le=1, description="achieved share of the link")
     cpu_adam_params_per_s: PositiveFloat = Field(
         ..., description="CPU Adam throughput per GPU (parameters updated per second)")
-    source: str | None = None
+    source: str | None = Field(None, description="where the tier's figures come from")
 
     @property
     def effective_Bps(self) -> float:
@@ -164,7 +164,9 @@ class ClusterSpec(Spec):
         "training again (detection, rescheduling, initialization, checkpoint load). Default "
         "600: an assumption, no figure is published for Llama 3")
     aliases: list[Name] = Field(default_factory=list)
-    source: str | None = None
+    source: str | None = Field(None, description="where the figures come from (paper and "
+                               "table, or repository, file and tag)")
+    notes: str | None = notes_field()
 
     @model_validator(mode="before")
     @classmethod

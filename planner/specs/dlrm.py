@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from planner.specs.base import Spec
+from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
 
 #: 1e12 rows is 100x the largest published table (DLRM-C's 732M rows, MAD-Max Sec. IV);
@@ -103,7 +103,9 @@ class DLRMSpec(Spec):
     emb_dtype: EmbDtype = "fp16"
     dense_dtype: DenseDtype = "fp32"
     aliases: list[Name] = Field(default_factory=list)
-    source: str | None = None
+    source: str | None = Field(None, description="where the figures come from (paper and "
+                               "table, or repository, file and tag)")
+    notes: str | None = notes_field()
 
     @model_validator(mode="after")
     def _check(self) -> "DLRMSpec":

@@ -11,12 +11,13 @@ restriction and rule carries a citation in ``sources``.
 
 from __future__ import annotations
 
+import difflib
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from planner.errors import InputError
-from planner.specs.base import Spec
+from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
 from planner.specs.plan import WORLD_DIMS, Dim, Recompute
 
@@ -91,6 +92,7 @@ class FrameworkProfile(Spec):
     name: Name = Field(..., description="catalog name, e.g. megatron-core")
     aliases: list[Name] = Field(default_factory=list)
     description: str = Field("", description="one line: what runs the plan")
+    notes: str | None = notes_field()
     version: str = Field(..., description="the framework version (tag and commit) the rules "
                          "follow; the exporter of ``export_format`` follows the same")
     export_format: ExportFormat | None = Field(
@@ -201,6 +203,11 @@ class FrameworkProfile(Spec):
                              f"zero_stages {self.zero_stages}")
         default = FrameworkProfile.model_fields
         cited = set(self.sources)
+        stray = sorted(cited - set(RULE_FIELDS) - set(self.rules))
+        if stray:  # a citation under a misspelt key cites nothing
+            near = difflib.get_close_matches(stray[0], [*RULE_FIELDS, *self.rules], n=1)
+            raise ValueError(f"sources.{stray[0]}: cites no restriction or rule of this "
+                             "profile" + (f"; did you mean {near[0]}?" if near else ""))
         uncited = [f for f in RULE_FIELDS if getattr(self, f) != default[f].get_default(
             call_default_factory=True) and f not in cited]
         uncited += [r for r in self.rules if r not in cited]

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, model_validator
 
-from planner.specs.base import Spec
+from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
 
 
@@ -77,7 +77,9 @@ class GPUSpec(Spec):
         "copy speeds from; None: the fitted efficiency curves (gemm_peak_fraction, "
         "attention_*_fraction, hbm_fraction)")
     aliases: list[Name] = Field(default_factory=list)
-    sources: dict[str, str] = Field(default_factory=dict)
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> citation "
+                                    "(datasheet, paper and table)")
+    notes: str | None = notes_field()
 
     @model_validator(mode="after")
     def _check(self) -> "GPUSpec":

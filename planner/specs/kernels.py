@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, PositiveFloat, PositiveInt
 
 import planner.catalog as catalog
-from planner.specs.base import Spec
+from planner.specs.base import Spec, notes_field
 from planner.specs.validate import validate
 
 
@@ -111,6 +111,7 @@ class KernelTable(Spec):
 
     gpu: str = Field(..., description="catalog GPU name the table describes")
     source: str = Field(..., description="device, software versions and date of the run")
+    notes: str | None = notes_field()
     gemm: list[GemmRow] = Field(default_factory=list, description="GEMMs by shape and dtype")
     attention: list[AttentionRow] = Field(default_factory=list,
                                           description="fused attention by backend and shape")

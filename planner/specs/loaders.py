@@ -149,6 +149,8 @@ def reference(ref: Any, what: str) -> str:
         ref = os.fspath(ref)
     if not isinstance(ref, str):
         raise InputError(f"{what} {_short(ref)}: expected a catalog name or a file path")
+    if not ref.strip():
+        raise InputError(f"{what} {_short(ref)}: empty; expected a catalog name or a file path")
     return check_name(ref, what, max_chars=None)  # printed in commands (serve --launch)
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from planner.specs.base import Spec
+from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
 
 LayerType = Literal["dense", "moe"]
@@ -82,7 +82,9 @@ class ModelSpec(Spec):
                                "id (org/name) or a checkpoint path, which serving launch "
                                "commands load (vllm serve, sglang --model-path, trtllm-serve)")
     aliases: list[Name] = Field(default_factory=list)
-    source: str | None = None
+    source: str | None = Field(None, description="where the figures come from (paper and "
+                               "table, or repository, file and tag)")
+    notes: str | None = notes_field()
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":

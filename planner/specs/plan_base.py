@@ -65,8 +65,9 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, plan_path: str | None,
         data = load_plan_dict(plan_path)
         source = plan_path
         unknown = unknown_plan_keys(data)
-        if unknown and warnings is not None:
-            warnings.append(f"{plan_path}: ignoring unknown keys: {', '.join(unknown)}")
+        if unknown:  # a misspelt field would leave its default in place unseen
+            raise InputError(f"{plan_path}: unknown key{'s' if len(unknown) > 1 else ''} "
+                             f"{', '.join(unknown)}; expected plan fields only")
     data = apply_overrides(data, overrides)
     for key, value in model_defaults(model).items():
         data.setdefault(key, value)
@@ -87,3 +88,13 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, plan_path: str | None,
     if fill is not None:
         data = fill(data)
     return plan_from_dict(data, source)
+
+
+def require_one_iteration(tokens: float, sequences: int, seq_len: int) -> None:
+    """Raise :class:`InputError` when ``tokens`` is fewer than one iteration's (``sequences``
+    x ``seq_len``): a fraction of an iteration is no training run (``--tokens 1e-300``
+    reported 2.4e-307 iterations)."""
+    if tokens < sequences * seq_len:
+        raise InputError(f"--tokens {tokens:g}: fewer than one iteration's "
+                         f"{sequences * seq_len:,} tokens (global batch {sequences} x seq_len "
+                         f"{seq_len}); expected at least that")

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from planner.errors import InputError
-from planner.specs.base import Spec
+from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name, check_name
 
 PricingMode = Literal["rent", "own"]
@@ -44,7 +44,9 @@ class PricingSpec(Spec):
     clusters: dict[Name, ClusterPrice] = Field(
         default_factory=dict, description="keyed by cluster template name (or alias)")
     date: str | None = None
-    sources: dict[str, str] = Field(default_factory=dict)
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> citation "
+                                    "(price list, paper and table, date)")
+    notes: str | None = notes_field()
 
     def for_gpu(self, name: str) -> GPUPrice:
         return self.gpus.get(name.lower(), GPUPrice())
@@ -59,6 +61,17 @@ def default_pricing_path() -> Path:
     return catalog_root() / "pricing" / "default.yaml"
 
 
+def _closest(keys: list[str], cls: type[Spec]) -> str:
+    """``(did you mean ...?)`` for the first of ``keys`` that is close to a field."""
+    import difflib
+
+    for key in keys:
+        near = difflib.get_close_matches(key, cls.known_keys(), n=1)
+        if near:
+            return f" ({key}: did you mean {near[0]}?)"
+    return ""
+
+
 def check_entry(cls: type[Spec], entry: Any, where: str) -> None:
     """A ``gpus.<name>`` or ``clusters.<name>`` entry is a mapping of ``cls``'s keys."""
     keys = ", ".join(cls.model_fields)
@@ -66,7 +79,7 @@ def check_entry(cls: type[Spec], entry: Any, where: str) -> None:
         raise InputError(f"{where}: expected a mapping with some of {keys}, got {entry!r}")
     bad = cls.unknown_keys(entry)
     if bad:
-        raise InputError(f"{where}: unknown keys {bad}; expected {keys}")
+        raise InputError(f"{where}: unknown keys {bad}{_closest(bad, cls)}; expected {keys}")
 
 
 def load_pricing(path: str | None = None, mode: PricingMode | None = None,
@@ -85,7 +98,8 @@ def load_pricing(path: str | None = None, mode: PricingMode | None = None,
     for layer, source in layers:
         unknown = PricingSpec.unknown_keys(layer)
         if unknown:
-            raise InputError(f"{source}: unknown pricing keys {unknown}; expected some of "
+            raise InputError(f"{source}: unknown pricing keys {unknown}"
+                             f"{_closest(unknown, PricingSpec)}; expected some of "
                              f"{sorted(PricingSpec.model_fields)}")
         gpus = dict(data.get("gpus") or {})
         for name, entry in (layer.get("gpus") or {}).items():

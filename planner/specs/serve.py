@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from planner.specs.base import Spec
+from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
 
 WeightDtype = Literal["bf16", "fp8", "int4", "fp4"]
@@ -100,7 +100,9 @@ class ServeEngine(Spec):
     name: Name = "default"
     aliases: list[Name] = Field(default_factory=list)
     version: str = Field("", max_length=400, description="the engine version it follows")
-    description: str = Field("", max_length=400)
+    description: str = Field("", max_length=400, description="what the profile is, for "
+                             "`planner catalog engines`")
+    notes: str | None = notes_field()
     launcher: Launcher | None = Field(
         None, description="whose launch command `serve --launch` prints for this engine")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> citation, "
@@ -134,6 +136,31 @@ def load_engine(ref: "str | ServeEngine | None" = None) -> ServeEngine:
         return ref
     from planner.specs.loaders import load_catalog_profile, reference
 
-    return load_catalog_profile(ServeEngine, "engines",
-                                reference(DEFAULT_ENGINE if ref is None else ref, "--engine"),
-                                "--engine", "serving engine", "an engine YAML file")
+    ref = reference(DEFAULT_ENGINE if ref is None else ref, "--engine")
+    engine = load_catalog_profile(ServeEngine, "engines", ref, "--engine", "serving engine",
+                                  "an engine YAML file")
+    check_cited(engine, ref)
+    return engine
+
+
+def check_cited(engine: ServeEngine, where: str) -> None:
+    """An engine file cites every estimate field it sets (``sources``: field -> citation),
+    and each key of ``sources`` names one of those fields: an uncited figure, or a
+    citation under a misspelt key, is refused (the class defaults are cited in this
+    module). Objects built in code are not checked."""
+    import difflib
+
+    from planner.errors import InputError
+
+    for key in engine.sources:
+        if key not in ENGINE_FIELDS:
+            near = difflib.get_close_matches(key, ENGINE_FIELDS, n=1)
+            hint = (f"did you mean {near[0]}?" if near
+                    else f"expected one of {', '.join(ENGINE_FIELDS)}")
+            raise InputError(f"{where}: sources.{key}: not a field an engine cites; {hint}")
+    uncited = [f for f in ENGINE_FIELDS
+               if f in engine.model_fields_set and f not in engine.sources]
+    if uncited:
+        raise InputError(f"{where}: sources: no citation for {', '.join(uncited)}; expected "
+                         "field: citation (the engine file and version, or what fitted or "
+                         "assumed it) for every field the file sets")

@@ -183,6 +183,10 @@ class RampSpec(Spec):
         return out
 
 
+#: the keys a shorthand ``topology`` string reads its dimensions' figures from
+SHORTHAND_KEYS = ("bandwidths_GBps", "bandwidths", "latencies_us", "efficiencies")
+
+
 def expand_cluster_topology(data: dict[str, Any]) -> dict[str, Any]:
     """Expand a shorthand ``topology`` string or a ``ramp`` block of a cluster mapping into
     the level list; fill ``num_gpus`` from the topology when it is omitted."""
@@ -195,8 +199,11 @@ def expand_cluster_topology(data: dict[str, Any]) -> dict[str, Any]:
         data = {**data, "ramp": spec, "topology": spec.levels()}
     elif isinstance(topo, str):
         bws = data.get("bandwidths_GBps", data.get("bandwidths"))
-        data = {**data, "topology": shorthand_levels(
-            topo, bws, data.get("latencies_us"), data.get("efficiencies"))}
+        levels = shorthand_levels(topo, bws, data.get("latencies_us"), data.get("efficiencies"))
+        # the per-dimension keys are the shorthand's: read here, so not unknown keys (with
+        # a level list they are, and are refused)
+        data = {k: v for k, v in data.items() if k not in SHORTHAND_KEYS}
+        data["topology"] = levels
     topo = data.get("topology")
     if data.get("num_gpus") is None and isinstance(topo, list) and topo:
         try:

@@ -98,7 +98,8 @@ def _checked(spec: T, what: str) -> T:
     try:
         return type(spec).model_validate(spec.model_dump())
     except ValidationError as err:
-        raise InputError(format_validation_error(err, f"{what} after the point's scalings")
+        raise InputError(format_validation_error(err, f"{what} after the point's scalings",
+                                                 type(spec))
                          ) from None
 
 

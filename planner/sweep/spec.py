@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
 
 from planner.errors import InputError
-from planner.specs.base import Spec
+from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
 from planner.specs.validate import _short, validate
 
@@ -114,6 +114,7 @@ class SweepSpec(Spec):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: Name = "sweep"
+    notes: str | None = notes_field()
     command: Command = "solve"
     base: dict[str, Any] = Field(default_factory=dict)
     axes: dict[str, list[Any] | dict[str, dict[str, Any]]] = Field(..., min_length=1)

@@ -206,8 +206,14 @@ def _ranks_of(ln: Links, opt: Option, p: TablePlacement) -> dict[int, int] | ran
             raise InputError(f"{where}: uses every rank; give no ranks or nodes")
         return range(ln.ranks)
     if opt.scope == "node":
+        if p.ranks:  # a node-wise sharding never reads ranks: they would be ignored unseen
+            raise InputError(f"{where}: places copies on nodes; give nodes, not ranks "
+                             f"{sorted(p.ranks)[:5]}")
         _check_counts(where, "nodes", p.nodes, ln.nodes, p.copies, p.copies)
         return {n * ln.node + j: c for n, c in p.nodes.items() for j in range(ln.node)}
+    if p.nodes:  # likewise: a rank-wise sharding never reads nodes
+        raise InputError(f"{where}: places shards on ranks; give ranks, not nodes "
+                         f"{sorted(p.nodes)[:5]}")
     _check_counts(where, "ranks", p.ranks, ln.ranks, p.copies * opt.shards, p.copies)
     return dict(p.ranks)
 

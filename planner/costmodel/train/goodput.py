@@ -44,6 +44,13 @@ SECONDS_PER_HOUR = 3600.0
 #: PCIe Gen4 x16, 32 GB/s per direction at the catalog's 0.8 achieved share (the DGX A100
 #: offload tier, hardware_catalog/clusters/dgx-a100-superpod.yaml).
 DEFAULT_HOST_COPY_BPS = 32e9 * 0.8
+#: math.exp overflows beyond ~709.78; exponents past this take the logarithmic form
+_EXP_MAX = 700.0
+#: Below this effective fraction a job does not train: its wall time is over a million
+#: times its training time (a day of training takes 2,700 years). Not a fitted figure:
+#: it keeps the totals (days, dollars: the ideal ones over the fraction) finite and says
+#: why an option is refused, where the fraction would otherwise underflow to 0.
+MIN_GOODPUT_FRACTION = 1e-6
 
 
 def checkpoint_numerics(numerics: Numerics | str) -> Numerics:
@@ -115,9 +122,17 @@ def effective_fraction(interval_s: float, blocking_s: float, restart_s: float,
     """Training time over wall time, Daly's complete model (1 without interruptions)."""
     if math.isinf(mtbf_s):
         return 1.0  # nothing to recover from: no checkpoints needed
-    # tau / (M e^{R/M} (e^{(tau+delta)/M} - 1)), with expm1 for small exponents
-    return interval_s / (mtbf_s * math.exp((restart_s + rollback_s) / mtbf_s)
-                         * math.expm1((interval_s + blocking_s) / mtbf_s))
+    a, b = (restart_s + rollback_s) / mtbf_s, (interval_s + blocking_s) / mtbf_s
+    if a < _EXP_MAX and b < _EXP_MAX:
+        # tau / (M e^{R/M} (e^{(tau+delta)/M} - 1)), with expm1 for small exponents
+        f = interval_s / (mtbf_s * math.exp(a) * math.expm1(b))
+        if f > 0:
+            return f
+    # restarts or checkpoints many times the MTBF: the same in logarithms, where e^{R/M}
+    # would overflow (OverflowError) or the product reach inf (a fraction of 0);
+    # log(e^b - 1) = b + log(1 - e^{-b})
+    log_f = math.log(interval_s / mtbf_s) - a - (b + math.log1p(-math.exp(-b)))
+    return math.exp(log_f)  # underflows to 0.0, never raises
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,22 @@ class Goodput:
     interval_s: float  # training between checkpoints
     lost_per_failure_s: float
     fraction: float  # effective training time over wall time
+
+    @property
+    def trains(self) -> bool:
+        """Whether the job trains at all (:data:`MIN_GOODPUT_FRACTION`)."""
+        return self.fraction >= MIN_GOODPUT_FRACTION
+
+    def why_not(self, cluster: ClusterSpec) -> str:
+        """Why the job does not train, naming the cluster fields and their values."""
+        return (f"cluster '{cluster.name}' at {self.num_gpus} GPUs: goodput "
+                f"{self.fraction:.3g}: an interruption every {self.mtbf_s:.3g} s "
+                f"(failures_per_gpu_hour {cluster.failures_per_gpu_hour:g} x {self.num_gpus} "
+                f"GPUs) against restart_s {cluster.restart_s:g} and a checkpoint blocking "
+                f"{self.blocking_s:.3g} s (checkpoint_write_GBps_per_gpu "
+                f"{cluster.checkpoint_write_GBps_per_gpu:g}): the job would train less than "
+                f"{MIN_GOODPUT_FRACTION:g} of its wall time; expected restarts and checkpoints "
+                "shorter than the time between interruptions (or --goodput off)")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
