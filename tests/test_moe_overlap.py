@@ -47,7 +47,9 @@ def test_overlap_hides_ep_comm_within_the_compute_it_pairs_with():
     off, on = _qwen3(2048, False), _qwen3(2048, True)
     ep_off, ep_on = off.time_breakdown_s["ep_comm"], on.time_breakdown_s["ep_comm"]
     compute = off.time_breakdown_s["forward"] + off.time_breakdown_s["backward"]
-    assert on.time_breakdown_s["forward"] == off.time_breakdown_s["forward"]
+    # the overlap adds no work (the breakdown is the bottleneck stage's, which the shorter
+    # EP time may move to another stage, so its forward need not be equal)
+    assert (on.model_flops, on.hardware_flops) == (off.model_flops, off.hardware_flops)
     # hidden at most behind all of the compute, and some of it hidden
     assert ep_off - compute <= ep_on < ep_off
     assert on.iteration_time_s < off.iteration_time_s

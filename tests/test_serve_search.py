@@ -97,20 +97,26 @@ def test_presolve_keeps_the_optimum():
 
 def test_a_fleet_mixing_gpu_types_is_evaluated_on_each_types_own_cluster():
     """The search tabulates each GPU type on its own catalog cluster; the evaluator must
-    cost each pool there too. Llama 3 70B at 200 requests/s over one cluster per catalog
-    GPU type picks MI300X decode with B200 prefill; evaluated with the B200 pool on the
-    MI300X cluster's network its prefill ran at 1.5x its capacity ("saturates")."""
+    cost each pool there too. Llama 3 70B at 200 requests/s with MI300X decode and B200
+    prefill (each pool as the search lays it out for its own type): evaluated with the B200
+    pool on the MI300X cluster's network, its prefill ran at 1.5x its capacity
+    ("saturates")."""
     from planner import catalog
+    from planner.costmodel.serve.evaluate import evaluate_serve
     from planner.orchestration.serve import plan_serve
     from planner.specs.loaders import load_cluster, load_model
-    from planner.specs.serve import ServeWorkload
+    from planner.specs.serve import ServeWorkload, load_engine
 
     seen = {}
     for name in catalog.names("clusters"):
         c = load_cluster(name)
         seen.setdefault(c.gpu.name, c)
+    model, clusters = load_model("llama3-70b"), list(seen.values())
     w = ServeWorkload(isl=2048, osl=256, rate_rps=200, ttft_ms=500, tpot_ms=30)
-    res = plan_serve(load_model("llama3-70b"), list(seen.values()), w, objective="cost")
-    assert res.plan.prefill is not None and res.plan.prefill.gpu != res.plan.gpu
-    assert res.estimate.feasible, res.estimate.reasons
-    assert res.estimate.usd_per_hour == pytest.approx(res.solver["objective_value"] / 1e6)
+    pools = {g: plan_serve(model, clusters, w, objective="cost",
+                           fix={"gpu": g, "mode": "disaggregated"}).plan
+             for g in ("mi300x", "b200")}
+    mixed = pools["mi300x"].model_copy(update={"prefill": pools["b200"].prefill})
+    assert mixed.prefill is not None and mixed.prefill.gpu != mixed.gpu
+    est = evaluate_serve(model, seen["mi300x"], mixed, w, load_engine(), tuple(clusters))
+    assert est.feasible, est.reasons

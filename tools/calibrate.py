@@ -254,7 +254,9 @@ def main(argv: list[str]) -> None:
             records.append(record(r, None, None, "does not fit: " + "; ".join(est.reasons),
                                   fit_group(r)))
     summaries = {}
-    dense = [r for r in everything if not r.moe]
+    # fitted: dense runs of the frameworks the product models (a profile or a family it
+    # costs); a framework it has no profile for (MaxText, Meta's own) is only held out
+    dense = [r for r in everything if not r.moe and r.family != "other"]
     for gen in gens:
         runs = [r for r in dense if fit_group(r) == gen]
         summaries[gen], recs = fit(gen, runs, dense)
@@ -262,10 +264,11 @@ def main(argv: list[str]) -> None:
     for r in everything:
         # MoE runs are never fitted: what the dense parameters miss there is a mechanism of
         # the MoE layer (dispatch, grouped GEMMs), not a speed of the GPU or framework
-        if r.moe or fit_group(r) is None:
+        if r not in dense or fit_group(r) is None:
             e = r.residual(r.estimate())
-            records.append(record(r, e, e, "MoE: no fit reads MoE runs" if r.moe else
-                                  "no fit reads this GPU", fit_group(r)))
+            why = ("MoE: no fit reads MoE runs" if r.moe else "no fit reads this GPU"
+                   if fit_group(r) is None else "a framework without a profile: not fitted")
+            records.append(record(r, e, e, why, fit_group(r)))
     if apply:  # the best points into the files, then measure again as shipped
         for gen in gens:
             print("wrote", ", ".join(write_point(gen, summaries[gen]["best"])))

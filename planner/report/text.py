@@ -65,7 +65,7 @@ def estimate_tables(est: Estimate, status: Text | None = None) -> Group:
     summary.add_row("status", status)
     summary.add_row("iteration time", _fmt_s(est.iteration_time_s))
     if est.expected_error_note is not None and est.feasible:
-        summary.add_row("expected error", est.expected_error_note)
+        summary.add_row("expected error", Text(est.expected_error_note))  # names: not markup
     if est.memory_per_gpu_bytes is not None:
         summary.add_row(
             "memory per GPU",

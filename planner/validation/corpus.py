@@ -84,6 +84,10 @@ class CorpusRun(_Strict):
 
 class CorpusFile(_Strict):
     source: CorpusSource
+    network_GBps_per_gpu: float | None = Field(
+        None, gt=0, description="the inter-node bandwidth per GPU the source states, where it "
+        "differs from the catalog cluster's outermost level (which it replaces)")
+    network_why: str | None = Field(None, description="where the source states it")
     defaults: dict[str, Any] = Field(default_factory=dict, description="plan fields every run "
                                      "of the source states")
     assumed: dict[str, Any] = Field(default_factory=dict, description="plan fields no run "
@@ -177,6 +181,10 @@ def _file_runs(fname: str, f: CorpusFile) -> list[Run]:
         cluster = load_cluster(r.cluster, r.gpus)
         if r.gpu:
             cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update=r.gpu)})
+        if f.network_GBps_per_gpu is not None:
+            *inner, outer = cluster.topology
+            cluster = cluster.model_copy(update={"topology": [*inner, outer.model_copy(
+                update={"bandwidth_GBps": f.network_GBps_per_gpu})]})
         fields = {**f.defaults, **f.assumed, **r.plan, **r.assumed}
         if "dp" not in fields:
             per = fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
