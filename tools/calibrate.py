@@ -99,6 +99,7 @@ GENERATIONS = {
     "H100": ("h100-sxm", table_grid),
     "B200": ("b200", lambda: fp8_grid(0.50, 0.40)),
     "H100 torchtitan": ("h100-sxm", table_grid),
+    "A100 megatron-core": ("a100-sxm-80gb", table_grid),
 }
 
 
@@ -202,7 +203,8 @@ def record(r: Run, shipped: float | None, held: float | None, how: str,
 #: ``fit`` on a GPU (``profile:gpu``). The A100 40 GB is the same silicon as the 80 GB.
 TARGETS = {"A100": ("gpus/a100-sxm-80gb.yaml", "gpus/a100-sxm-40gb.yaml"),
            "H100": ("gpus/h100-sxm.yaml",), "B200": ("gpus/b200.yaml",),
-           "H100 torchtitan": ("frameworks/torchtitan.yaml:h100-sxm",)}
+           "H100 torchtitan": ("frameworks/torchtitan.yaml:h100-sxm",),
+           "A100 megatron-core": ("frameworks/megatron-core.yaml:a100-sxm-80gb",)}
 
 
 def write_point(gen: str, point: dict[str, float]) -> list[str]:
@@ -232,7 +234,8 @@ def write_point(gen: str, point: dict[str, float]) -> list[str]:
 #: The framework each group's runs mostly used (the first sources fitted).
 FRAMEWORKS = {"A100": "Megatron-LM (2022, Korthikanti et al.) and others",
               "H100": "NeMo (Megatron-Core) and others", "B200": "NeMo 25.02 (Megatron-Core)",
-              "H100 torchtitan": "torchtitan (2024-08 to 2025-06, Grand Teton H100)"}
+              "H100 torchtitan": "torchtitan (2024-08 to 2025-06, Grand Teton H100)",
+              "A100 megatron-core": "Megatron-LM (NVIDIA's own runs on Selene, 2020-2022)"}
 CALIBRATION = Path(__file__).resolve().parents[1] / "hardware_catalog" / "calibration"
 SUMMARY = CALIBRATION / "fit_summary.yaml"
 HELDOUT = CALIBRATION / "heldout_residuals.yaml"

@@ -209,7 +209,7 @@ CITE_KORTHIKANTI = ("Korthikanti et al., 'Reducing Activation Recomputation in L
 
 
 def _korthikanti_runs() -> list[Run]:
-    from planner.validation.korthikanti import MODES, calibration_data, calibration_plan
+    from planner.validation.korthikanti import FRAMEWORK, MODES, calibration_data, calibration_plan
 
     data = calibration_data()
     base = load_cluster("dgx-a100-superpod")
@@ -219,7 +219,7 @@ def _korthikanti_runs() -> list[Run]:
         for mode in MODES:
             plan = calibration_plan(run, data["models"][name]["seq_len"], mode)
             out.append(Run(f"korthikanti-{name}-{mode}", "korthikanti2022", CITE_KORTHIKANTI,
-                           "Megatron-LM (2022)", "megatron", None, model,
+                           "Megatron-LM (2022)", "megatron", FRAMEWORK, model,
                            base.resized(run["gpus"]), plan, "iteration_time_s",
                            float(data["iteration_time_s"][name][mode]), "korthikanti2022.yaml"))
     return out

@@ -19,6 +19,8 @@ from planner.costmodel.constants import GiB
 from planner.costmodel.train.evaluator import evaluate, prepare
 from planner.costmodel.layer import dense_layer_params
 from planner.costmodel.train.stage import state_bytes
+from planner.costmodel.frameworks import framework_cluster
+from planner.specs.framework import load_framework
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
 
@@ -98,9 +100,13 @@ def calibration_plan(run: dict, seq_len: int, mode: str | None) -> Plan:
     )
 
 
+#: The runs are Megatron-LM's own: costed with its profile (its kernels and its fit on the A100).
+FRAMEWORK = "megatron-core"
+
+
 def run_validation(cluster_name: str = "dgx-a100-superpod") -> ValidationReport:
     data = calibration_data()
-    base = load_cluster(cluster_name)
+    base = framework_cluster(load_cluster(cluster_name), load_framework(FRAMEWORK))
     time_rows: list[TimeRow] = []
     memory_rows: list[MemoryRow] = []
     for name, run in data["runs"].items():
