@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from formulations.train.space import SpaceOptions
+from planner.costmodel.frameworks import framework_cluster
+from planner.specs.framework import load_framework
 from planner.orchestration import solve
 from planner.specs.loaders import cluster_from_dict, load_model
 from planner.specs.model import ModelSpec
@@ -37,6 +39,8 @@ GPT3_1T = ModelSpec(name="gpt3-1t", num_layers=128, hidden_size=25600, num_atten
 
 
 def best(model, cluster, batch, fixed=None, top_k=1):
+    # LBNL models Megatron-LM: its profile's kernels and A100 fit
+    cluster = framework_cluster(cluster, load_framework("megatron-core"))
     res = solve(model, cluster, fixed={**FIXED, **(fixed or {})},
                 base=dict(global_batch_size=batch, seq_len=2048), top_k=top_k,
                 time_limit_s=60, options=OPTIONS)

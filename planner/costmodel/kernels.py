@@ -127,11 +127,18 @@ def _sparse_points(table: KernelTable, dtype: str) -> tuple[tuple[float, ...], .
                  for r in table.gemm if r.dtype == dtype)
 
 
+#: Inverse-distance power of the sparse GEMM lookup: above the 3 dimensions of (m, n, k).
+SHEPARD_POWER = 4
+
+
 def sparse_gemm_tflops(table: KernelTable, dtype: str, m: float, n: float, k: float
                        ) -> float | None:
     """Throughput (TFLOP/s) of an (m x k) @ (k x n) GEMM from a table whose ``dtype``
-    GEMMs form no grid: the inverse-square-distance mean (Shepard) in log2 shape over the
-    published shapes, exact at each of them and never above the fastest; each dimension
+    GEMMs form no grid: the inverse-distance-weighted mean (Shepard) in log2 shape over the
+    published shapes, exact at each of them and never above the fastest, with the power
+    SHEPARD_POWER above the shape space's dimension so that the nearest published shapes
+    dominate (with a power at or below it, distant shapes pull every estimate toward the
+    table's mean: Shepard 1968; Franke, Math. Comp. 38, 1982); each dimension
     clamped to its published range first (no figure says how fast a thinner GEMM runs:
     the roofline's memory side in ``compute.gemm_time_s`` bounds those). None without a
     ``dtype`` row."""
@@ -145,7 +152,7 @@ def sparse_gemm_tflops(table: KernelTable, dtype: str, m: float, n: float, k: fl
         d = math.dist(at, p[:3])
         if d == 0:
             return p[3]
-        w.append((1 / d ** 2, p[3]))
+        w.append((d ** -SHEPARD_POWER, p[3]))
     return sum(a * tf for a, tf in w) / sum(a for a, _ in w)
 
 
