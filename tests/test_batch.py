@@ -47,6 +47,7 @@ def _check(m, c, plans, allow_idle=False):
     return batch
 
 
+@pytest.mark.slow(reason="evaluates four catalog search spaces plan by plan")
 @pytest.mark.parametrize("model,cluster,gpus,base", [
     ("llama3-8b", "dgx-h100-superpod", 16, {}),  # offload tier: every state option
     ("gpt3-175b", "dgx-a100-superpod", 64, {}),

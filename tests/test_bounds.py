@@ -283,6 +283,7 @@ def test_many_tables_large_lp_in_a_child(monkeypatch):
     assert finished and value is not None and value == pytest.approx(dlrm_bound.lp_bound_s(m, c))
 
 
+@pytest.mark.slow(reason="a DLRM solve in a subprocess run to its time limit")
 def test_dlrm_tiny_time_limit_is_honest():
     """A plan from the warm start is 'time_limit' (exit 0, like a transformer solve that
     found a plan), never 'optimal'; the overrun is stated in JSON and on stderr."""
@@ -308,6 +309,7 @@ def _many_tables_model(n: int, seed: int = 0):
                 for i in range(n)]), "many.yaml")
 
 
+@pytest.mark.slow(reason="builds a 162k-variable DLRM model in a subprocess")
 def test_exact_dlrm_model_is_sized_by_memory_and_time(monkeypatch):
     """400 distinct tables on zionex-128 (162k variables) under a 4 s limit: building and
     loading the exact model takes about 3.5 s, so the local search answers (the exact model
@@ -324,6 +326,7 @@ def test_exact_dlrm_model_is_sized_by_memory_and_time(monkeypatch):
     assert s.status == "heuristic" and s.estimate.feasible
 
 
+@pytest.mark.slow(reason="a CP-SAT solve of a 162k-variable DLRM model in a subprocess")
 def test_cpsat_search_workers_fit_in_memory(monkeypatch):
     """CP-SAT's memory grows ~1.5 KB per variable per worker as it searches (162k
     variables, 8 workers: 2.2 GB resident within 12 s): large models get fewer workers and
@@ -373,6 +376,7 @@ def test_solver_out_of_memory_is_a_clear_error(monkeypatch, capsys, tmp_path):
     assert code == 1 and "out of memory" in err and len(err.strip().splitlines()) <= 3
 
 
+@pytest.mark.slow(reason="a 2,000-table DLRM solve in a subprocess under a 2 GiB cap")
 def test_two_thousand_tables_under_two_gib(tmp_path):
     """The reproducer: 2,000 distinct tables (0.1 MB) crashed CP-SAT with std::bad_alloc
     under a 2 GiB address-space cap."""
@@ -387,6 +391,7 @@ def test_two_thousand_tables_under_two_gib(tmp_path):
 
 
 # ---- time limits on every command ------------------------------------------------------------
+@pytest.mark.slow(reason="solves in a subprocess run to their time limits")
 def test_solve_reports_its_overrun(monkeypatch, capsys):
     import json
 
@@ -429,6 +434,7 @@ def test_serve_modes_share_the_time_limit(monkeypatch):
     assert limits[0] <= 30.0
 
 
+@pytest.mark.slow(reason="a serving search in a subprocess run to its time limit")
 def test_serve_has_a_time_limit_and_reports_its_overrun(monkeypatch, capsys):
     import json
 
@@ -452,6 +458,7 @@ def test_serve_has_a_time_limit_and_reports_its_overrun(monkeypatch, capsys):
     assert code == 2 and "--time-limit" in err
 
 
+@pytest.mark.slow(reason="procurement solves in a subprocess run to their time limits")
 def test_procure_time_limit_is_per_solve_and_the_total_is_reported(capsys):
     import json
 
@@ -541,6 +548,7 @@ def _stated_overrun_s(err: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+@pytest.mark.slow(reason="hostile inputs through the CLI, one subprocess each, under a memory cap")
 def test_bounded_fuzz(tmp_path):
     """Hostile inputs under 1 MB: exit 0, 1 or 2, never a traceback, within the memory cap,
     and within the time limit plus 10 % or past it by no more than the command said on

@@ -10,6 +10,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("check_docs", ROOT / "tools" / "check_docs.py")
 check_docs = importlib.util.module_from_spec(spec)
@@ -17,6 +19,7 @@ sys.modules["check_docs"] = check_docs  # dataclasses look their module up by na
 spec.loader.exec_module(check_docs)
 
 
+@pytest.mark.slow(reason="runs planner validate over the whole corpus")
 def test_quoted_calibration_figures_match_planner_validate():
     assert check_docs.stale() == []
 

@@ -116,6 +116,7 @@ def test_catalog(capsys):
     assert code == 2
 
 
+@pytest.mark.slow(reason="runs planner validate over the whole corpus")
 def test_validate_json(capsys):
     code, out, _ = run(capsys, "validate", "--json")
     assert code == 0

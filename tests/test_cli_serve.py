@@ -58,6 +58,7 @@ def test_fixed_knobs_are_kept(capsys):
     assert "prefill" not in plan and data["solver"]["mode"] == "aggregated"
 
 
+@pytest.mark.slow(reason="three serving searches through the CLI")
 @pytest.mark.parametrize("gpus", [1, 2, 4])
 def test_a_gpu_budget_inside_one_node(capsys, gpus):
     code, out, err = run(capsys, "serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--isl",
@@ -158,6 +159,7 @@ def test_simulation_needs_a_rate(capsys):
     assert code == 2 and "--rate" in err
 
 
+@pytest.mark.slow(reason="a serving procurement over the catalog")
 def test_procure_serve_cheapest_fleet(capsys):
     args = ["procure", "-m", "llama3-8b", "--serve", "--rate", "50", "--isl", "1024", "--osl",
             "128", "--ttft-ms", "300", "--tpot-ms", "40", "--gpus", "h100,b200", "--json"]
@@ -202,6 +204,7 @@ def test_launch_commands_name_each_engines_arguments(capsys):
     assert "--server_role context" in launch["trtllm"][0]["command"]
 
 
+@pytest.mark.slow(reason="serving searches through the CLI for every engine")
 def test_launch_commands_load_the_weights_not_the_catalog_name(capsys, tmp_path):
     """The engines load a Hugging Face id or a path: the model file's hf_id, a config.json's
     folder or --model-path; a model that names no weights is refused before the search."""

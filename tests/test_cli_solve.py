@@ -29,6 +29,7 @@ def best_json():
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow(reason="an end-to-end solve of a catalog model")
 def test_solve_json_contract(best_json):
     data = best_json
     assert set(data) >= {"plan", "estimate", "solver", "alternatives"}
@@ -72,6 +73,7 @@ def test_solve_plan_matches_evaluator(best_json, tmp_path):
                         rel_tol=1e-12)
 
 
+@pytest.mark.slow(reason="an end-to-end solve of a catalog model")
 def test_solve_out_then_evaluate(capsys, tmp_path):
     path = tmp_path / "plan.yaml"
     code, out, _ = run(capsys, "solve", *SMALL, "--out", str(path))
@@ -123,6 +125,7 @@ def test_solve_other_objectives(capsys):
     assert data["solver"]["objective"] == "energy" and data["solver"]["evaluator_objective"] > 0
 
 
+@pytest.mark.slow(reason="an end-to-end solve of a catalog model")
 def test_solve_out_of_memory_explains(capsys):
     code, out, err = run(capsys, "solve", "-m", "llama3-405b", "-c", SUPERPOD, "--gpus", "16",
                          "--json")
@@ -171,6 +174,7 @@ def test_solve_table_output(capsys):
     assert "best plan" in out and "MFU" in out and "optimal" in out
 
 
+@pytest.mark.slow(reason="an end-to-end solve of a catalog model")
 def test_python_api_solve():
     import planner
     from planner.errors import InfeasibleError

@@ -173,6 +173,7 @@ def backends_agree(m: DLRMSpec, c, seed: int):
     return ref
 
 
+@pytest.mark.slow(reason="110 DLRM instances through three solvers")
 def test_cpsat_milp_exhaustive_agree_on_110_instances():
     infeasible, used = 0, set()
     for seed in range(110):
@@ -235,6 +236,7 @@ def test_madmax_table_i(name, measured):
     assert abs(rel) <= 0.16
 
 
+@pytest.mark.slow(reason="solves the two MAD-Max seed models")
 def test_dlrm_a_is_network_bound_and_b_lookup_bound():
     """The seeds' breakdowns: DLRM-A's pooled all-to-all is the largest phase (MAD-Max:
     communication exposed 75-82%); DLRM-B's lookups are."""
@@ -245,6 +247,7 @@ def test_dlrm_a_is_network_bound_and_b_lookup_bound():
     assert b["lookup_fwd"] + b["lookup_bwd"] > 2 * (b["dist_fwd"] + b["dist_bwd"])
 
 
+@pytest.mark.slow(reason="solves the seed models on several networks")
 def test_faster_network_speeds_up_network_bound_dlrm_a_most():
     """RAMP's trend (Ottino, Benjamin, Zervas, "RAMP: A Flat Nanosecond Optical Network and
     MPI Operations for Distributed Deep Learning Systems", arXiv 2211.15226, 2022, Sec. 8.1
@@ -275,6 +278,7 @@ def test_cli_solve_dlrm_json(capsys):
         262_144 / data["estimate"]["iteration_time_s"])
 
 
+@pytest.mark.slow(reason="DLRM solves with every backend through the CLI")
 def test_cli_solve_dlrm_text_and_backends(capsys, tmp_path):
     code, out, _ = run(capsys, "solve", "-m", "criteo-dlrm", "-c", "dgx-a100-superpod",
                        "--gpus", "4", "--backend", "milp")
@@ -453,6 +457,7 @@ def test_procure_dlrm_cheapest_within_days(capsys):
     assert code == 1 and "within the limits" in err
 
 
+@pytest.mark.slow(reason="solves every instance to compare its bounds")
 def test_work_and_lp_bounds_are_below_every_optimum():
     from formulations.dlrm.bound import lp_bound_s
     from formulations.dlrm.search import work_bound_s
@@ -481,6 +486,7 @@ def many_tables(seed: int, n: int, ranks: int, node: int):
     return m, small_cluster(ranks, node, hbm_mib=rng.choice([400, 40_000]))
 
 
+@pytest.mark.slow(reason="CP-SAT and MILP proofs on four random instances")
 @pytest.mark.parametrize("seed", range(4))
 def test_local_search_start_is_exact_where_proven(seed):
     """With 6+ table entries CP-SAT starts from the local search's plan
@@ -504,6 +510,7 @@ def test_local_search_start_is_exact_where_proven(seed):
     assert lp_bound_s(m, c) <= t * (1 + 1e-12)
 
 
+@pytest.mark.slow(reason="local searches on models above the exact model's size")
 @pytest.mark.parametrize("seed", range(3))
 def test_models_too_large_to_build_get_the_local_search_and_its_gap(seed, monkeypatch, capsys,
                                                                      tmp_path):
@@ -545,6 +552,7 @@ def test_model_size_counts_the_exact_models_variables():
         assert model_vars(m, c) == len(vm.m) + len(vm.n) + len(vm.z)
 
 
+@pytest.mark.slow(reason="a 60-table local search on 32 ranks")
 def test_local_search_beats_greedy_at_scale():
     """60 random tables on 32 ranks: the search's plan is within its reported bound gap and
     better than TorchRec's greedy partitioner (one of its warm starts) by more than the gap

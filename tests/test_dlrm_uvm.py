@@ -131,6 +131,7 @@ def uvm_instance(seed: int):
     return m, with_host(c, gib=rng.choice([0.2, 0.5, 64]), GBps=rng.choice([12.5, 25, 64]))
 
 
+@pytest.mark.slow(reason="100 DLRM instances through three solvers")
 def test_cpsat_milp_exhaustive_agree_with_uvm_on_100_instances():
     uvm = infeasible = 0
     for seed in range(100):
@@ -143,6 +144,7 @@ def test_cpsat_milp_exhaustive_agree_with_uvm_on_100_instances():
     assert uvm >= 10 and 10 <= infeasible <= 50
 
 
+@pytest.mark.slow(reason="solves every instance to compare its bounds")
 def test_bounds_hold_with_uvm():
     from formulations.dlrm.bound import lp_bound_s
     from formulations.dlrm.search import work_bound_s

@@ -441,7 +441,7 @@ def test_golden_files_are_current(plan_file, m, c, gpus, fmt, out):
     assert version in text
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="solves every golden plan's catalog model")
 @pytest.mark.parametrize("golden", golden_plans.GOLDEN, ids=lambda g: g.plan_file)
 def test_golden_plans_are_what_their_solves_return(golden):
     """Each plan file, its launch files and its docs/export.md row are what the solve in
@@ -449,7 +449,7 @@ def test_golden_plans_are_what_their_solves_return(golden):
     assert golden_plans.stale(goldens=(golden,)) == []
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="solves a golden plan's catalog model (cached by the golden-plan test)")
 def test_a_stale_golden_plan_is_reported_and_rewritten(tmp_path):
     """A plan file that is not its solve's answer, and a docs row with an old figure, are
     each named; --write restores the plan file and the launch files made from it."""

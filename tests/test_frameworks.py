@@ -268,6 +268,7 @@ def test_backends_agree_on_framework_spaces(case, name):
             assert not violations(space.options.framework, c.plan, space.model, space.cluster)
 
 
+@pytest.mark.slow(reason="solves a catalog model through the CLI per framework")
 def test_cli_framework_options(capsys, tmp_path):
     """solve --framework names it in the JSON and --export framework writes its format;
     without --framework, --export FORMAT picks that format's framework; evaluate
@@ -346,7 +347,7 @@ ACCEPTANCE = [("llama3-70b", 512, "megatron-core", "megatron"),
               ("llama3-8b", 64, "deepspeed", "deepspeed")]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="solves Llama 3 70B on 512 GPUs per framework")
 @pytest.mark.parametrize("model, gpus, name, fmt", ACCEPTANCE)
 def test_solve_with_a_framework_exports_its_format(capsys, tmp_path, model, gpus, name, fmt):
     """`planner solve -m M -c dgx-h100-superpod --gpus N --framework F --export FORMAT`

@@ -331,6 +331,7 @@ def use_model(model, cluster, solve: bool) -> None:
 
 
 # ---- the targets ------------------------------------------------------------------------
+@pytest.mark.slow(reason="hypothesis examples through the API and the CLI")
 @fuzz_settings("model")
 @given(data=mutated(MODEL_SEEDS), solve=st.integers(0, 7))
 def test_model_files(files, small_cluster, data, solve):
@@ -340,6 +341,7 @@ def test_model_files(files, small_cluster, data, solve):
         use_model(model, small_cluster, solve == 0)
 
 
+@pytest.mark.slow(reason="hypothesis examples through the API and the CLI")
 @fuzz_settings("hf")
 @given(data=mutated(HF_SEEDS), solve=st.integers(0, 7))
 def test_hugging_face_configs(files, small_cluster, data, solve):
@@ -349,6 +351,7 @@ def test_hugging_face_configs(files, small_cluster, data, solve):
         use_model(model, small_cluster, solve == 0)
 
 
+@pytest.mark.slow(reason="hypothesis examples through the API and the CLI")
 @fuzz_settings("cluster")
 @given(data=mutated(CLUSTER_SEEDS), gpus=st.sampled_from([None, None, 8, 16, 0, -8, 12, 7]),
        solve=st.integers(0, 3))
@@ -366,6 +369,7 @@ def test_cluster_files(files, tiny, data, gpus, solve):
             check_answer(res)
 
 
+@pytest.mark.slow(reason="hypothesis examples through the API and the CLI")
 @fuzz_settings("gpu")
 @given(gpu=mutated(GPU_SEEDS), solve=st.integers(0, 3))
 def test_gpu_specs(files, tiny, gpu, solve):
@@ -386,6 +390,7 @@ def test_gpu_specs(files, tiny, gpu, solve):
             check_answer(res)
 
 
+@pytest.mark.slow(reason="hypothesis examples through the API and the CLI")
 @fuzz_settings("plan")
 @given(plan=mutated(PLAN_SEEDS), as_file=st.booleans())
 def test_plans(files, tiny, small_cluster, plan, as_file):
@@ -689,6 +694,7 @@ def command_lines(draw) -> list[str]:
     return args
 
 
+@pytest.mark.slow(reason="hypothesis examples through the API and the CLI")
 @fuzz_settings("cli")
 @given(args=command_lines())
 def test_command_lines(workdir, args):
@@ -736,6 +742,7 @@ def spec_command_lines(draw, files: Files) -> list[str]:
     return args + draw(st.sampled_from([[], ["--json"]]))
 
 
+@pytest.mark.slow(reason="hypothesis examples through the API and the CLI")
 @fuzz_settings("cli_files")
 @given(data=st.data())
 def test_command_lines_on_spec_files(workdir, files, data):

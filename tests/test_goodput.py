@@ -148,6 +148,7 @@ def test_effective_totals_divide_by_the_fraction_and_off_is_ideal():
     assert effective_totals(ideal, None) == {**ideal, "goodput": None}
 
 
+@pytest.mark.slow(reason="an end-to-end solve of a catalog model, twice")
 def test_solve_cli_goodput_on_and_off(capsys):
     fixed = ["--fix", "tp=8", "--fix", "pp=1", "--fix", "cp=1", "--fix", "microbatch_size=1",
              "--fix", "recompute=full", "--fix", "zero_stage=1", "--fix", "virtual_stages=1",

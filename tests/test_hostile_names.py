@@ -292,6 +292,7 @@ def _check_torchrec(name: str, validated: bool) -> None:
     assert json.loads(json.dumps(data, indent=1)) == data
 
 
+@pytest.mark.slow(reason="hypothesis examples through every exporter")
 @SETTINGS
 @given(name=valid_names)
 @example(name="x$(touch /tmp/PWNED)`id`;'\"")
@@ -301,6 +302,7 @@ def test_valid_hostile_names_change_nothing_outside_comments(name):
     _check_torchrec(name, validated=True)
 
 
+@pytest.mark.slow(reason="hypothesis examples through every exporter")
 @SETTINGS
 @given(name=any_names)
 @example(name="x\ntouch /tmp/PWNED\n")
@@ -384,6 +386,7 @@ def test_hugging_face_name_or_path_with_a_newline_is_refused(capsys, tmp_path):
     assert "_name_or_path" in err and "U+000A" in err
 
 
+@pytest.mark.slow(reason="a solve and every exporter on a hostile name")
 def test_hugging_face_name_with_shell_characters_is_exported_in_the_comment(capsys, tmp_path):
     cfg = json.loads((DATA / "llama3-8b-config.json").read_text())
     cfg["_name_or_path"] = "org/m$(touch PWNED)`id`;'"

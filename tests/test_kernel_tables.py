@@ -255,6 +255,7 @@ def test_the_ceiling_catches_a_curve_faster_than_the_kernels():
     assert max(rates) > ceiling
 
 
+@pytest.mark.slow(reason="an end-to-end solve of a catalog model")
 def test_the_a100_solve_stays_under_the_table_ceiling():
     """``planner solve -m llama3-8b -c dgx-a100-superpod --gpus 64 --global-batch 512``:
     the best plan executes at most the table's ceiling (cuBLASLt's best GEMM, 256.5

@@ -71,6 +71,7 @@ def test_cp_buffers_by_hand():
     assert c.workspace_bytes == a * 2 * 8192 * KV_LOC
 
 
+@pytest.mark.slow(reason="solves at 8K and 128K tokens with and without CP")
 def test_planner_picks_cp_at_long_sequences():
     """Context parallelism matters at long sequences: at 128K tokens the best plan without
     it is far slower (18 % here); at 8K it is a close call either way (1 %: CP2 against
@@ -89,6 +90,7 @@ def test_planner_picks_cp_at_long_sequences():
     assert gain[8192] < 1.05 and gain[131072] > 1.10
 
 
+@pytest.mark.slow(reason="solves a 64,800-token ViT on up to 2,048 GPUs")
 @pytest.mark.parametrize("gpus", [512, 2048])
 def test_lbnl_vit_needs_2d_tensor_parallelism(gpus):
     """LBNL (Subramanian et al. 2024) Sec. V / Fig. 4b: for the 64,800-token ViT, 1D TP has

@@ -84,6 +84,7 @@ def test_procurement_offers_mi300x_on_its_mesh():
     assert tpl.topology[0].kind == "fully_connected" and tpl.topology[0].link_GBps == 64
 
 
+@pytest.mark.slow(reason="an end-to-end solve of a catalog model")
 def test_solve_llama3_70b_on_the_mi300x_cluster(capsys):
     code, out, _ = run(capsys, "solve", "-m", "llama3-70b", "-c", "mi300x-cluster",
                        "--gpus", "64", "--json", "--time-limit", "60")

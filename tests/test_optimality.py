@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +47,7 @@ def _check(space, objective, top_k, presolve: bool) -> None:
         assert len({repr(c.plan) for c in res.candidates}) == len(res.candidates)
 
 
+@pytest.mark.slow(reason="200 instances through CP-SAT, MILP and brute force")
 @settings(max_examples=200, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=instances())
@@ -54,6 +56,7 @@ def test_backends_agree_with_exhaustive(case):
     _check(space, objective, top_k, presolve=True)
 
 
+@pytest.mark.slow(reason="40 instances without the presolve through CP-SAT, MILP and brute force")
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=instances(max_gpus=8))
@@ -63,6 +66,7 @@ def test_raw_formulation_agrees_with_exhaustive(case):
     _check(space, objective, top_k, presolve=False)
 
 
+@pytest.mark.slow(reason="16 offload instances through CP-SAT, MILP and brute force")
 @settings(max_examples=16, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=offload_instances(), presolve=st.sampled_from([True, True, True, False]))

@@ -8,12 +8,14 @@ the three context-parallel exchanges.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from instances import moe_instances
 from test_optimality import _check
 
 
+@pytest.mark.slow(reason="60 MoE instances through CP-SAT, MILP and brute force")
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=moe_instances())

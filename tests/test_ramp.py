@@ -207,6 +207,7 @@ def fat_tree_needs_16k_days() -> tuple[float, float, float]:
     return (d8 + d16) / 2, d8, d16
 
 
+@pytest.mark.slow(reason="procurements at 8K-16K GPUs")
 def test_procure_picks_ramp_over_fat_tree_when_cheaper():
     """Within a deadline the fat tree meets only with 16,384 GPUs (fat_tree_needs_16k_days),
     RAMP meets it with 8,192 at ~70 % MFU. RAMP's network costs 5x the fat tree's per GPU,
@@ -226,6 +227,7 @@ def test_procure_picks_ramp_over_fat_tree_when_cheaper():
     assert fat8.days > days and not fat8.meets_limits
 
 
+@pytest.mark.slow(reason="a procurement at 8K-16K GPUs")
 def test_procure_picks_fat_tree_when_ramp_transceivers_cost_more():
     """The same query with RAMP at the high end of Table 3 ($6.12 per Gb/s, a pricing
     override): RAMP's network then costs $78k per GPU, and the fat tree wins."""
@@ -234,6 +236,7 @@ def test_procure_picks_fat_tree_when_ramp_transceivers_cost_more():
     assert (res.choice.cluster, res.choice.num_gpus) == ("ramp-baseline-fat-tree", 16384)
 
 
+@pytest.mark.slow(reason="a procurement at 8K-16K GPUs")
 def test_procure_picks_fat_tree_with_a_longer_deadline():
     """Within 90 days, 8,192 GPUs suffice on either network; the fat tree's MFU is lower
     but its GPUs cost $21k each with the network against RAMP's $38k (the search may prune

@@ -153,6 +153,7 @@ def test_sweep_heatmap_value_defaults_to_cost_for_procure(monkeypatch, command, 
     assert seen == [value]
 
 
+@pytest.mark.slow(reason="a serving search through the CLI")
 def test_serve_says_its_price_counts_output_tokens(capsys):
     code, out, _ = run(capsys, "serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--gpus",
                        "1", "--isl", "128", "--osl", "128", "--rate", "1")
@@ -366,6 +367,7 @@ def test_serve_pareto_labels_clear_unique_and_inside(monkeypatch, tmp_path):
     assert len(set(every)) == len(front)  # each point has a label of its own
 
 
+@pytest.mark.slow(reason="catalog procurements through the CLI")
 @pytest.mark.parametrize("flags, shown", [((), True), (("--quiet",), False),
                                           (("--json",), False)])
 def test_procure_progress_on_stderr_only(capsys, monkeypatch, flags, shown):

@@ -73,6 +73,7 @@ def test_solve_two_outputs_on_one_path(capsys, tmp_path):
     assert not Path(out).exists()
 
 
+@pytest.mark.slow(reason="solves through the CLI for every output option")
 def test_existing_output_needs_force_and_is_replaced_atomically(capsys, tmp_path):
     out = tmp_path / "p.yaml"
     out.write_text("keep me\n")
@@ -296,6 +297,7 @@ def _cases(folder: Path) -> list[list[str]]:
     return cases
 
 
+@pytest.mark.slow(reason="every command with every path option")
 @linux
 def test_special_files_for_every_path_option(tmp_path):
     """A FIFO, /dev/zero, a folder, a link to itself and /dev/full as every file option

@@ -95,6 +95,7 @@ def test_presolve_keeps_the_optimum():
         assert a.status == b.status and a.objective == b.objective
 
 
+@pytest.mark.slow(reason="a serving search over one cluster per GPU type")
 def test_a_fleet_mixing_gpu_types_is_evaluated_on_each_types_own_cluster():
     """The search tabulates each GPU type on its own catalog cluster; the evaluator must
     cost each pool there too. Llama 3 70B at 200 requests/s with MI300X decode and B200

@@ -304,6 +304,7 @@ def _train_solve(backend: str, presolve: bool = True):
                  time_limit_s=120, presolve=presolve)
 
 
+@pytest.mark.slow(reason="solves run to their time limits")
 @pytest.mark.parametrize("presolve", [True, False])
 @pytest.mark.parametrize("backend", ["cpsat", "milp"])
 def test_train_time_limited_is_time_limit_with_gap(monkeypatch, backend, presolve):

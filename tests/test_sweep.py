@@ -85,6 +85,7 @@ def test_network_factors_multiply(all_bw, level_bw):
     assert c.topology[1].bandwidth_GBps == pytest.approx(50 * all_bw)
 
 
+@pytest.mark.slow(reason="a sweep of catalog solves")
 def test_bottleneck_terms_add_up_and_memory_is_hbm():
     row = run_point({**BASE, "gpus": 8})
     terms = sum(row[f"t_{t}_s"] for t in TERMS)
@@ -96,6 +97,7 @@ def test_bottleneck_terms_add_up_and_memory_is_hbm():
     assert row["t_memory_s"] > 0 and fast["t_memory_s"] < row["t_memory_s"] / 100
 
 
+@pytest.mark.slow(reason="starts a process pool and a Ray instance")
 def test_local_pool_and_ray_give_the_same_table(tmp_path):
     import ray  # a test extra (pyproject.toml): CI runs this test
 
@@ -117,6 +119,7 @@ def test_local_pool_and_ray_give_the_same_table(tmp_path):
     assert local[2]["nvs_domain"] == 4 and local[2]["num_gpus"] == 16
 
 
+@pytest.mark.slow(reason="sweeps of catalog solves")
 def test_resume_runs_only_the_missing_points(tmp_path):
     pts = small_points()
     out = str(tmp_path / "half.csv")
@@ -232,6 +235,7 @@ def test_ray_backend_without_ray_says_how_to_install(monkeypatch):
         run_sweep(small_points()[2:3], backend="ray")
 
 
+@pytest.mark.slow(reason="a sweep of catalog solves and its plots")
 def test_heatmap_and_bottleneck_plots(tmp_path):
     from planner.report.sweep import best_by, plot_bottlenecks, plot_heatmap
 
@@ -246,6 +250,7 @@ def test_heatmap_and_bottleneck_plots(tmp_path):
         plot_heatmap(table, "hbm_capacity", "nope", tmp_path / "x.png")
 
 
+@pytest.mark.slow(reason="sweeps of catalog solves through the CLI")
 def test_cli_sweep_csv_resume_and_plot(capsys, tmp_path):
     import yaml
 

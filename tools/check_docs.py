@@ -18,6 +18,7 @@ figures share the result.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -64,7 +65,11 @@ SUMMARY = re.compile(r"^(?P<label>[^:\n]+): MAPE (?P<mape>[-+\d.]+)%, mean (?P<m
 def bench(name: str) -> dict[str, dict[str, float]]:
     """The per-set summary lines (``LABEL: MAPE x%, mean y%, max z%, n runs``) that
     ``python benchmarks/NAME.py`` prints, as fractions."""
+    # the script's folder, not the checkout, heads its sys.path: put the checkout first, so
+    # the figures are this tree's even where another copy of planner is installed
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py")], cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": path},
                          capture_output=True, text=True, check=True).stdout
     return {m["label"]: {k: float(m[k]) / 100 for k in ("mape", "mean", "max")}
             for m in SUMMARY.finditer(out)}
