@@ -57,7 +57,7 @@ def test_last_bucket_edge_cases():
 
 
 def _llama(dp: int):
-    plan = Plan(tp=2, pp=1, dp=dp, mbs=1, global_batch_size=4 * dp, seq_len=8192,
+    plan = Plan(tp=2, pp=1, dp=dp, microbatch_size=1, global_batch_size=4 * dp, seq_len=8192,
                 zero_stage=1, sequence_parallel=True)
     cluster = load_cluster("dgx-h100-superpod").resized(2 * dp)
     return load_model("llama3-8b"), cluster, plan
