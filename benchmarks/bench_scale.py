@@ -47,7 +47,7 @@ def megascale_rows(baseline: bool = True) -> list[tuple[int, float, float]]:
         knobs = (dict(zero_stage=0, overlap_dp_grad_reduce=False, overlap_param_gather=False,
                       overlap_p2p_comm=False, overlap_tp_comm=False)
                  if baseline else dict(zero_stage=1))
-        plan = Plan(tp=8, pp=8, dp=gpus // 64, mbs=1, global_batch_size=768, seq_len=2048,
+        plan = Plan(tp=8, pp=8, dp=gpus // 64, microbatch_size=1, global_batch_size=768, seq_len=2048,
                     virtual_stages=6, sequence_parallel=True, dtype="bf16", **knobs)
         est = evaluate(model, cluster.resized(gpus), plan)
         assert est.feasible, est.reasons
@@ -59,7 +59,7 @@ def nemotron_rows() -> list[tuple[int, float, float]]:
     model, cluster = load_model("nemotron-4-15b"), load_cluster("dgx-h100-superpod")
     out = []
     for dp, measured in NEMOTRON_15B.items():
-        plan = Plan(tp=8, pp=1, dp=dp, mbs=1, global_batch_size=4 * dp, seq_len=4096,
+        plan = Plan(tp=8, pp=1, dp=dp, microbatch_size=1, global_batch_size=4 * dp, seq_len=4096,
                     zero_stage=1, sequence_parallel=True)
         est = evaluate(model, cluster.resized(8 * dp), plan)
         assert est.feasible, est.reasons
@@ -71,7 +71,7 @@ def llama_weak_scaling() -> list[tuple[int, float]]:
     model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100-superpod")
     out = []
     for dp in (64, 256, 1024, 2048):
-        plan = Plan(tp=2, pp=1, dp=dp, mbs=1, global_batch_size=4 * dp, seq_len=8192,
+        plan = Plan(tp=2, pp=1, dp=dp, microbatch_size=1, global_batch_size=4 * dp, seq_len=8192,
                     zero_stage=1, sequence_parallel=True)
         est = evaluate(model, cluster.resized(2 * dp), plan)
         assert est.feasible, est.reasons

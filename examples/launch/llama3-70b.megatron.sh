@@ -2,7 +2,7 @@
 # planner export --format megatron: llama3-70b on dgx-h100-superpod (1024 of 1024x h100-sxm)
 # framework: Megatron-LM core_v0.15.3 (commit 309ffca6a40553362d44fd17efc56b772fa1aa44)
 # argument names checked in: megatron/training/arguments.py (NVIDIA/Megatron-LM, tag core_v0.15.3)
-# plan: tp8 cp1 pp2 dp64 v8 mbs1 gbs512 seq8192 zero1 recompute=none sp=true bf16
+# plan: tp4 cp1 pp4 dp64 v8 mbs1 gbs512 seq8192 zero1 recompute=none sp=true bf16
 # Add data, tokenizer, optimizer and checkpoint arguments (or pass them to this
 # script: "$@"). Run once per node with NODE_RANK and MASTER_ADDR set.
 # validate_args asserts this for tp > 1 or cp > 1 before Blackwell (arguments.py);
@@ -27,12 +27,12 @@ torchrun --nnodes 128 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" --master-
   --max-position-embeddings 8192 \
   --micro-batch-size 1 \
   --global-batch-size 512 \
-  --tensor-model-parallel-size 8 \
-  --pipeline-model-parallel-size 2 \
+  --tensor-model-parallel-size 4 \
+  --pipeline-model-parallel-size 4 \
   --context-parallel-size 1 \
   --sequence-parallel \
   --use-distributed-optimizer \
-  --num-layers-per-virtual-pipeline-stage 5 \
+  --pipeline-model-parallel-layout 'Et*2|(t*2|)*7(t*3|)*16(t*2|)*7t*2L' \
   --bf16 \
   --attention-backend flash \
   --overlap-grad-reduce \
