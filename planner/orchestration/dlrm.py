@@ -17,7 +17,8 @@ from planner.specs.validate import _short
 
 #: What each solver status means, for ``--json`` and the text output.
 STATUS_TEXT = {"optimal": "proven optimal", "time_limit": "best found (time limit)",
-               "heuristic": "best found by local search (too large for the exact model)"}
+               "heuristic": "best found by local search (too large for the exact model)",
+               "greedy": "greedy baseline (time limit)"}
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,9 @@ class DLRMSolveResult:
         return overrun_s(self.solution.solve_time_s, self.time_limit_s)
 
     def overrun_fields(self) -> dict[str, Any]:
-        why = ("listing every table's options, the local search's set-up and evaluating its "
-               "plan take a minimum whatever the limit" if self.solution.status == "heuristic"
+        # no integer model's value: no model was built (or its solver found nothing)
+        why = ("listing every table's options, the searches' set-up and evaluating the plan "
+               "take a minimum whatever the limit" if self.solution.model_objective_s is None
                else "building the model and the warm start take a minimum whatever the limit")
         return overrun_fields(self.solution.solve_time_s, self.time_limit_s, why)
 
