@@ -5,6 +5,7 @@ docs/serving.md states the model."""
 from __future__ import annotations
 
 import math
+import time
 from enum import Enum
 from typing import Any, Optional
 
@@ -15,7 +16,7 @@ from rich.table import Table
 
 from planner.validation.band import SERVING
 from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_json, check_files,
-                                 err, out, say_overrun)
+                                 err, out, say_failed_overrun, say_overrun)
 from planner.errors import InfeasibleError, InputError
 from planner.report.serve import serve_notes, time_limit_line
 
@@ -140,15 +141,19 @@ def serve(
     eng, only = _engine(engine, launch)
     m = load_model(model)
     weights = _weights(model, m, model_path, launch)
+    start = time.monotonic()
     try:
         res = plan_serve(m, _clusters(cluster, gpus), w,
                          objective=objective.value if objective else None, gpus=gpus,
                          fix=fixes, backend=backend.value, pareto=pareto or bool(plot),
                          time_limit_s=time_limit, space=space, engine=eng)
     except InfeasibleError as e:
+        over = say_failed_overrun(start, time_limit, "no plan found; tabulating goes on past "
+                                  "the limit until a first plan is possible, and a request "
+                                  "no layout serves is checked against every layout")
         if json_:  # scripts still get one object, then the reasons on stderr and exit 1
             _emit_json({"plan": None, "estimate": None, "engine": _engine_json(eng),
-                        "solver": {"backend": backend.value, "status": e.status},
+                        "solver": {"backend": backend.value, "status": e.status, **over},
                         "message": str(e), "reasons": e.reasons, "hints": e.hints,
                         "reachable": getattr(e, "reachable", {})})
         raise
