@@ -294,12 +294,14 @@ REPRO = ["serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--isl", "1024",
 
 
 def _stopped_before_a_plan(monkeypatch):
-    """Every solve as if its time ran out before its first plan (no incumbent, no bound)."""
-    import planner.orchestration.serve as orch
+    """Every solver as if its time ran out before its first plan (no incumbent, no
+    bound)."""
+    import formulations.serve.search as search
     from formulations.serve.search import ServeSolution
 
-    monkeypatch.setattr(orch, "solve", lambda problem, backend, limit:
-                        ServeSolution("time_limit", backend))
+    for backend in ("cpsat", "milp"):
+        monkeypatch.setattr(search, f"_{backend}", lambda problem, limit, _b=backend:
+                            ServeSolution("time_limit", _b))
 
 
 def test_a_solve_stopped_before_its_first_plan_answers_the_tables_fleet(monkeypatch, capsys):

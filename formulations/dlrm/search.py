@@ -76,13 +76,14 @@ class DLRMSolution:
     plan: DLRMPlan
     estimate: DLRMEstimate
     backend: str
-    #: "optimal", "time_limit", "heuristic" (no exact model: MAX_MODEL_VARS) or "greedy"
-    #: (TorchRec's greedy partitioner's plan: nothing faster was found within the limit)
-    status: str
+    status: str  # "optimal", "time_limit" or "heuristic" (no exact model: MAX_MODEL_VARS)
     solve_time_s: float
     model_objective_s: float | None  # the integer model's value of the plan
     bound_s: float | None = None  # a lower bound on every plan's time (CP-SAT's best bound)
     bound_cut: bool = False  # the LP bound stopped at the time limit (a weaker bound, or none)
+    #: "solver" (the exact model's solver or its warm start), "local_search" (status
+    #: heuristic) or "greedy": TorchRec's greedy partitioner's plan, nothing faster found
+    found_by: str = "solver"
 
     @property
     def optimality_gap(self) -> float | None:
@@ -165,14 +166,15 @@ def _exact(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s: fl
                                   reasons=["time limit", "TorchRec's greedy partitioner "
                                            "places no plan that fits either"],
                                   hints=["raise --time-limit"], status="time_limit")
-        return DLRMSolution(*base, backend, "greedy", time.perf_counter() - t0, None, bound,
-                            bound_cut=not finished)
+        return DLRMSolution(*base, backend, "time_limit", time.perf_counter() - t0, None,
+                            bound, bound_cut=not finished, found_by="greedy")
     value = (sum(values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
-    if from_greedy and values is not out.values:  # the greedy start, nothing faster found
-        status = "greedy"
+    # the greedy start, nothing faster found
+    greedy = from_greedy and values is not out.values
     return DLRMSolution(plan, est, backend, status, time.perf_counter() - t0,
                         value / vm.ticks.per_s, bound,
-                        bound_cut=not finished and status != "optimal")
+                        bound_cut=not finished and status != "optimal",
+                        found_by="greedy" if greedy else "solver")
 
 
 def model_vars(model: DLRMSpec, cluster: ClusterSpec,
@@ -197,13 +199,13 @@ def _heuristic(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s
     st = local_state(model, cluster, options, t0 + HEURISTIC_SEARCH_SHARE * time_limit_s)
     plan = state_plan(model, options, st) if st is not None else None
     est = evaluate_dlrm(model, cluster, plan) if plan is not None else None
-    status = "heuristic"
+    found_by = "local_search"
     base = greedy_baseline(model, cluster, options)
     if base is not None and (est is None or not est.feasible
                              or base[1].iteration_time_s < est.iteration_time_s):
         # the search missed what TorchRec's greedy finds (tight memory), or did worse
         plan, est = base
-        status = "greedy"
+        found_by = "greedy"
     if est is None or not est.feasible:
         err = _infeasible(model, cluster)
         err.reasons.append(f"the exact model would have {size:,} variables (more than "
@@ -216,8 +218,8 @@ def _heuristic(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s
         raise err
     lp_s, finished = lp_bound(model, cluster, kinds, t0 + time_limit_s - time.perf_counter())
     bound = max(work_bound_s(model, cluster), lp_s or 0.0)
-    return DLRMSolution(plan, est, backend, status, time.perf_counter() - t0, None, bound,
-                        bound_cut=not finished)
+    return DLRMSolution(plan, est, backend, "heuristic", time.perf_counter() - t0, None, bound,
+                        bound_cut=not finished, found_by=found_by)
 
 
 def greedy_baseline(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]]

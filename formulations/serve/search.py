@@ -122,6 +122,10 @@ def solve(problem: ServeProblem, backend: str = "cpsat", time_limit_s: float = 6
     if run is None:
         raise InputError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     out = run(problem, time_limit_s)
+    if out.status == "time_limit" and not out.counts:  # stopped before its first plan
+        counts = table_incumbent(problem)
+        if counts is not None:
+            out.counts, out.found_by = counts, "tables"
     out.wall_s = time.perf_counter() - t0
     out.maximize = problem.objective == "throughput"
     if out.status == "optimal" or out.counts:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from planner.cli.console import _emit_json, err, out, say_failed_overrun, say_overrun
 from planner.errors import InfeasibleError, InputError
-from planner.orchestration.dlrm import STATUS_TEXT
+from planner.orchestration.dlrm import status_text
 from planner.specs.base import Spec
 from planner.specs.dlrm import DLRMPlan, TablePlacement
 
@@ -88,8 +88,7 @@ def _print(res: Any) -> None:
     _print_plan(s.plan, c)
     _print_ranks(est)
     _print_phases(est)
-    status = STATUS_TEXT[s.status] + ("" if s.status in ("heuristic", "greedy")
-                                      else f" by {s.backend}")
+    status = status_text(s) + ("" if s.found_by != "solver" else f" by {s.backend}")
     gap = s.optimality_gap
     out.print(_totals(est) + f"; {status} in {s.solve_time_s:.2f} s"
               + (f", gap to bound {gap:.1e}" if gap is not None else ""))

@@ -17,8 +17,14 @@ from planner.specs.validate import _short
 
 #: What each solver status means, for ``--json`` and the text output.
 STATUS_TEXT = {"optimal": "proven optimal", "time_limit": "best found (time limit)",
-               "heuristic": "best found by local search (too large for the exact model)",
-               "greedy": "greedy baseline (time limit)"}
+               "heuristic": "best found by local search (too large for the exact model)"}
+#: ... and when the plan is TorchRec's greedy partitioner's (nothing faster found in time).
+GREEDY_TEXT = "greedy baseline (time limit)"
+
+
+def status_text(s: DLRMSolution) -> str:
+    """What the answer is worth, in words (:data:`STATUS_TEXT`, :data:`GREEDY_TEXT`)."""
+    return GREEDY_TEXT if s.found_by == "greedy" else STATUS_TEXT[s.status]
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class DLRMSolveResult:
             "estimate": {**est.to_json(), "global_batch_size": self.model.global_batch_size},
             "feasible": est.feasible,
             "solver": {"backend": s.backend, "status": s.status,
-                       "status_text": STATUS_TEXT[s.status],
+                       "status_text": status_text(s), "found_by": s.found_by,
                        "solve_time_s": s.solve_time_s,
                        "model_objective_s": s.model_objective_s,
                        "evaluator_objective_s": est.iteration_time_s,

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from formulations.serve.search import (ServeProblem, ServeSolution, presolve, solve,
-                                       table_incumbent, value_of)
+from formulations.serve.search import ServeProblem, ServeSolution, presolve, solve
 from formulations.serve.space import SCALE, Row, ServeSpace, fixed_space, timed_tables
 from planner.costmodel.serve.evaluate import (
     ServeEstimate,
@@ -233,8 +232,6 @@ def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, back
         problem = presolve(ServeProblem(pools, objective, rate, gpus, max_layouts))
         left_s = time_limit_s if deadline is None else deadline - time.perf_counter()
         sol = solve(problem, backend, max(left_s, MIN_SOLVE_S))
-        if sol.status == "time_limit" and sol.objective is None:
-            _from_tables(problem, sol)
         sols.append(sol)
         if sol.status == "time_limit":
             timed_out.append(mode)
@@ -249,16 +246,6 @@ def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, back
         best[2].status = "time_limit"
         best[2].bound = _overall_bound(objective == "throughput", sols)
     return best
-
-
-def _from_tables(problem: ServeProblem, sol: ServeSolution) -> None:
-    """A solve stopped before its first plan takes the tables' one-pass fleet
-    (:func:`formulations.serve.search.table_incumbent`), when there is one, as its
-    incumbent; its bound, if any, stays."""
-    counts = table_incumbent(problem)
-    if counts is not None:
-        sol.counts, sol.objective = counts, value_of(problem, counts)
-        sol.found_by = "tables"
 
 
 def _time_hints(backend: str) -> list[str]:
