@@ -442,13 +442,13 @@ def test_serve_has_a_time_limit_and_reports_its_overrun(monkeypatch, capsys):
 
     from test_cli import run
 
-    real = serve.tables
+    real = serve.timed_tables
 
     def slow(*a, **k):
-        time.sleep(0.8)  # tabulating is not interruptible
+        time.sleep(0.8)  # a tabulation that ran past the limit
         return real(*a, **k)
 
-    monkeypatch.setattr(serve, "tables", slow)
+    monkeypatch.setattr(serve, "timed_tables", slow)
     code, out, err = run(capsys, *SERVE, "--rate", "20", "--tpot-ms", "30", "--time-limit",
                          "0.5", "--json")
     s = json.loads(out)["solver"]

@@ -288,3 +288,85 @@ def test_serve_help(capsys):
     code, out, _ = run(capsys, "serve", "--help")
     assert code == 0 and "--ttft-ms" in out and "FIELD=VALUE" in out and "NAME|PATH" in out
     assert "<bool>" not in out and "<list[" not in out
+
+
+# ---- time limits (issue "One request, one road", item 5) ---------------------------------
+REPRO = ["serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--isl", "1024", "--osl",
+         "128", "--ttft-ms", "500", "--tpot-ms", "50", "--rate", "5",
+         "--weight-dtypes", "fp8,int4,fp4,bf16"]
+
+
+def _stopped_before_a_plan(monkeypatch):
+    """Every solver as if its time ran out before its first plan (no incumbent, no
+    bound)."""
+    import formulations.serve.search as search
+    from formulations.serve.search import ServeSolution
+
+    for backend in ("cpsat", "milp"):
+        monkeypatch.setattr(search, f"_{backend}", lambda problem, limit, _b=backend:
+                            ServeSolution("time_limit", _b))
+
+
+def test_a_solve_stopped_before_its_first_plan_answers_the_tables_fleet(monkeypatch, capsys):
+    """The reproducer's request when the solver finds nothing by the limit: the answer is
+    the fleet read off the tables (status time_limit, gap unknown, never 'optimal'),
+    here the proven optimum of the aggregated mode (one layout, no budget). It used to
+    exit 1, hinting --backend cpsat, the backend in use."""
+    args = [*REPRO, "--fix", "mode=aggregated", "--fix", "kv_dtype=fp8", "--time-limit", "20"]
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    proven = json.loads(out)["solver"]
+    assert proven["status"] == "optimal" and proven["found_by"] == "solver"
+    _stopped_before_a_plan(monkeypatch)
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    s = data["solver"]
+    assert s["status"] == "time_limit" and s["found_by"] == "tables" and s["gap"] is None
+    assert s["objective_value"] == proven["objective_value"] and data["estimate"]["feasible"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "fleet of one layout per pool read off the tables" in " ".join(
+        out.split())
+    assert "time_limit" in out.split("\n")[1] and "optimal" not in out.split("\n")[1]
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "milp"])
+def test_time_limit_hints_never_name_the_backend_in_use(monkeypatch, capsys, backend):
+    """No plan by the limit (the solver found none, and one GPU holds no fleet of the
+    tables for this rate): exit 1 with status time_limit, the hints never the backend
+    that just ran out; and past the limit the overrun line, as for a plan."""
+    _stopped_before_a_plan(monkeypatch)
+    code, out, err = run(capsys, *REPRO[:-2], "--rate", "1000", "--gpus", "1", "--fix",
+                         "mode=aggregated", "--backend", backend, "--json")
+    assert code == 1
+    d = json.loads(out)
+    assert d["solver"]["status"] == "time_limit" and "raise --time-limit" in d["hints"]
+    assert f"--backend {backend}" not in d["hints"]
+    assert ("--backend cpsat" in d["hints"]) == (backend != "cpsat")
+    code, out, err = run(capsys, *REPRO[:-2], "--rate", "1000", "--gpus", "1",
+                         "--backend", backend, "--time-limit", "0.01", "--json")
+    assert code == 1 and "past --time-limit 0.01" in err
+    s = json.loads(out)["solver"]
+    assert s["status"] == "time_limit" and s["time_limit_overrun_s"] > 0
+
+
+def test_tabulating_stops_at_the_limit_once_a_plan_is_possible():
+    """The reproducer's space (2,203 layouts) under a limit far shorter than tabulating it:
+    the tables stop at the limit once a mode has a row in each pool, and the answer is
+    the best of those tabulated (status time_limit, gap unknown: the layouts left out may
+    be better). It used to tabulate every layout whatever the limit, then say 'optimal'."""
+    from formulations.serve.space import weight_dtypes
+
+    from planner.orchestration.serve import workload
+
+    w = workload(1024, 128, 5.0, 500, 50)
+    space = ServeSpace(weight_dtype=weight_dtypes("fp8,int4,fp4,bf16"))
+    res = plan_serve(load_model("llama3-8b"), [load_cluster("dgx-h100-superpod")], w,
+                     space=space, time_limit_s=1e-6)
+    s = res.solver
+    assert s["tables_complete"] is False and s["status"] == "time_limit" and s["gap"] is None
+    assert 0 < s["rows"] < 2203 and res.estimate.feasible
+    assert s["time_limit_overrun_s"] > 0 and "tabulating" in s["overrun_note"]
+    from planner.report.serve import time_limit_line
+
+    assert "left out" in time_limit_line(s)

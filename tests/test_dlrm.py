@@ -596,3 +596,111 @@ def test_more_memory_never_slows_the_optimum(seed, factor):
         return
     est = large.estimate
     assert est.iteration_time_s == pytest.approx(sum(est.phases_s.values()), rel=1e-12)
+
+
+# ---- time limits (issue "One request, one road", item 5) ---------------------------------
+def tight_tables(n: int, spare: float = 1.045):
+    """``n`` distinct tables (1e3-1e8 rows) on 8 A100s whose HBM holds every table-wise
+    shard with ``spare`` of room: TorchRec's greedy partitioner (largest first onto the
+    least-loaded rank with room) places them; the local search, which picks finer or
+    replicated options, runs out of memory on such tight GPUs."""
+    rng = random.Random(0)
+    tables = [dict(name=f"t{i}", rows=int(10 ** rng.uniform(3, 8)),
+                   dim=rng.choice([16, 32, 64, 128]), pooling=rng.choice([1, 5, 30]))
+              for i in range(n)]
+    m = DLRMSpec(name=f"tight{n}", tables=tables, bottom_mlp=[64, 32], top_mlp=[32, 1],
+                 interaction=dict(kind="none"), global_batch_size=8192)
+    roomy = small_cluster(8, 8, 10**9)
+    tw = sum(next(o for o in table_options(m, roomy, i) if o.kind == "table_wise"
+                  ).cost.memory_bytes for i in range(n))
+    need = tw / 8 + dense_cost(m, roomy).memory_bytes
+    return m, small_cluster(8, 8, round(need * spare / 2**20))
+
+
+def _files(tmp_path, m, c):
+    p, q = tmp_path / "m.yaml", tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(m.to_dict()))
+    q.write_text(yaml.safe_dump(c.to_dict()))
+    return str(p), str(q)
+
+
+def test_time_limit_returns_at_least_the_greedy_baseline(capsys, tmp_path):
+    """400 tables on 8 tight GPUs under a limit too short to build the exact model (12,400
+    variables): the local search finds no plan that fits, TorchRec's greedy does. The
+    answer is the greedy's plan, said to be that ("greedy baseline (time limit)"), with
+    its gap to the bound, never a claimed optimum; the limit is passed (the options alone
+    take longer than 10 ms), and the stderr line says by how much. It used to exit 1
+    with no plan."""
+    import formulations.dlrm.search as ds
+    from formulations.dlrm.local import local_state
+
+    m, c = tight_tables(400)
+    options = [table_options(m, c, i) for i in range(len(m.tables))]
+    assert local_state(m, c, options, time.perf_counter() + 1) is None  # the premise
+    greedy = evaluate_dlrm(m, c, torchrec_greedy(m, c))
+    assert greedy.feasible
+    assert ds.model_vars(m, c) > ds.max_exact_vars(0.01)
+    code, out, err = run(capsys, "solve", *_args(*_files(tmp_path, m, c)), "--json")
+    assert code == 0
+    d = json.loads(out)
+    s = d["solver"]
+    assert s["status"] == "heuristic" and s["found_by"] == "greedy"  # no exact model built
+    assert s["status_text"] == "greedy baseline (time limit)"
+    assert d["feasible"] and s["evaluator_objective_s"] == pytest.approx(
+        greedy.iteration_time_s, rel=1e-12)
+    assert s["model_objective_s"] is None and 0 < s["optimality_gap"] < 1
+    assert s["time_limit_overrun_s"] == pytest.approx(s["solve_time_s"] - 0.01)
+    assert "past --time-limit 0.01" in err
+    code, out, _ = run(capsys, "solve", *_args(*_files(tmp_path, m, c)))
+    assert code == 0 and "greedy baseline (time limit) in" in out and " by cpsat" not in out
+
+
+def _args(model: str, cluster: str) -> tuple[str, ...]:
+    return ("-m", model, "-c", cluster, "--time-limit", "0.01")
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "milp"])
+def test_exact_model_with_no_plan_in_time_answers_the_greedy(monkeypatch, backend):
+    """A solver that returns nothing by the limit (the MILP has no warm start; CP-SAT's
+    start is the best of TorchRec's greedy, two best fits and the local search): the
+    answer is never worse than TorchRec's greedy plan, and says so when it is that plan."""
+    import formulations.dlrm.search as ds
+    from formulations.linear import SolverOutcome
+
+    m, c = tight_tables(40, spare=2)  # room for TorchRec's greedy plan
+    nothing = SolverOutcome("unknown", None, None, 0.0)
+    monkeypatch.setattr(ds, "_milp", lambda *a, **k: nothing)
+    monkeypatch.setattr(ds, "_cpsat", lambda *a, **k: nothing)
+    s = solve_sharding(m, c, backend, 5, workers=1)
+    greedy = evaluate_dlrm(m, c, torchrec_greedy(m, c))
+    assert s.status == "time_limit" and s.estimate.feasible
+    assert s.estimate.iteration_time_s <= greedy.iteration_time_s * (1 + 1e-12)
+    if s.found_by == "greedy":
+        assert s.estimate.iteration_time_s == pytest.approx(greedy.iteration_time_s, rel=1e-12)
+    else:
+        assert s.estimate.iteration_time_s < greedy.iteration_time_s
+    if backend == "milp":  # no start: the greedy's own plan
+        assert s.found_by == "greedy" and s.model_objective_s is None
+
+
+def test_no_time_left_for_cpsat_answers_the_best_start(monkeypatch):
+    """When building the model and its starts took the whole limit, CP-SAT (whose loading
+    alone takes seconds on large models) is not started: the best start answers."""
+    import formulations.dlrm.search as ds
+
+    m, c = tight_tables(40, spare=2)
+    assert ds.model_vars(m, c) <= ds.MIN_EXACT_VARS  # the exact model is built
+    monkeypatch.setattr(ds, "_cpsat", lambda *a, **k: pytest.fail("CP-SAT was started"))
+    s = solve_sharding(m, c, "cpsat", 1e-4, workers=1)
+    assert s.status == "time_limit" and s.estimate.feasible
+
+
+def test_no_plan_in_time_still_says_the_overrun(capsys, tmp_path):
+    """A search that ends without a plan after running past the limit says so as a plan
+    would (the stderr line, the JSON fields)."""
+    m, c = tight_tables(40, spare=0.5)  # fits nowhere
+    code, out, err = run(capsys, "solve", *_args(*_files(tmp_path, m, c)), "--json")
+    assert code == 1
+    s = json.loads(out)["solver"]
+    assert s["status"] in ("infeasible", "time_limit") and s["time_limit_overrun_s"] > 0
+    assert "past --time-limit 0.01" in err and "no plan found" in err

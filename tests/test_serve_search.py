@@ -121,3 +121,31 @@ def test_a_fleet_mixing_gpu_types_is_evaluated_on_each_types_own_cluster():
     assert mixed.prefill is not None and mixed.prefill.gpu != mixed.gpu
     est = evaluate_serve(model, seen["mi300x"], mixed, w, load_engine(), tuple(clusters))
     assert est.feasible, est.reasons
+
+
+# ---- time limits (issue "One request, one road", item 5) ---------------------------------
+def test_table_incumbent_is_a_fleet_and_the_one_layout_optimum_with_a_rate():
+    """The tables' one-pass fleet (a solve stopped before its first plan answers it) keeps
+    every constraint; with a rate, one layout per pool and no budget it is the brute
+    force's optimum (each pool's cheapest row covering the rate); never better than it."""
+    from formulations.serve.search import feasible, table_incumbent, value_of
+
+    rng = random.Random(5)
+    checked = exact = 0
+    for _ in range(150):
+        problem = _random_problem(rng)
+        counts = table_incumbent(problem)
+        best = solve(problem, "exhaustive")
+        if counts is None:
+            continue
+        checked += 1
+        assert feasible(problem, counts) and best.status == "optimal", (problem, counts)
+        value = value_of(problem, counts)
+        if problem.objective == "throughput":
+            assert 0 < value <= best.objective
+        else:
+            assert value >= best.objective
+            if problem.max_layouts == 1 and problem.budget is None:
+                exact += 1
+                assert value == best.objective, (problem, counts)
+    assert checked >= 80 and exact >= 10

@@ -81,6 +81,9 @@ class DLRMSolution:
     model_objective_s: float | None  # the integer model's value of the plan
     bound_s: float | None = None  # a lower bound on every plan's time (CP-SAT's best bound)
     bound_cut: bool = False  # the LP bound stopped at the time limit (a weaker bound, or none)
+    #: "solver" (the exact model's solver or its warm start), "local_search" (status
+    #: heuristic) or "greedy": TorchRec's greedy partitioner's plan, nothing faster found
+    found_by: str = "solver"
 
     @property
     def optimality_gap(self) -> float | None:
@@ -133,30 +136,45 @@ def _exact(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s: fl
     lp_limit_s = min(max(LP_SHARE * time_limit_s, 0.5), 0.5 * time_limit_s)
     lp_s, finished = lp_bound(model, cluster, kinds, lp_limit_s)
     bound = max(work_bound_s(model, cluster), lp_s or 0.0)
-    hint = None
+    hint, from_greedy = None, False
     if backend == "cpsat":
-        start = greedy_plan(model, cluster, vm, t0 + LOCAL_SHARE * time_limit_s)
+        start, from_greedy = greedy_plan(model, cluster, vm, t0 + LOCAL_SHARE * time_limit_s)
         hint = complete_hint(lm, start) if start else None
         reserve = min(0.15 * time_limit_s, 8e-6 * len(lm.vars))  # decoding, checking
-        out = _cpsat(lm, hint, t0 + time_limit_s - reserve, workers)
+        if hint is not None and time.perf_counter() >= t0 + time_limit_s - reserve:
+            # the set-up took the limit: loading the model into CP-SAT (seconds on large
+            # models, not interruptible) would only run past it; the best start answers
+            out = SolverOutcome("unknown", None, None, 0.0)
+        else:
+            out = _cpsat(lm, hint, t0 + time_limit_s - reserve, workers)
     else:
         out = _milp(lm, t0 + time_limit_s)
     if out.status == "infeasible":
         raise _infeasible(model, cluster)
     values = _better(model, cluster, vm, out, hint)
-    if values is None:
-        raise InfeasibleError(f"no sharding plan found within {time_limit_s:g} s",
-                              reasons=["time limit"], hints=["raise --time-limit"],
-                              status="time_limit")
-    plan = decode(model, vm, values)
-    est = evaluate_dlrm(model, cluster, plan)
-    value = (sum(values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
     status = "optimal" if out.status == "optimal" and values is out.values else "time_limit"
     if out.bound is not None:  # CP-SAT's best bound
         bound = max(bound, (out.bound + vm.constant_ticks) / vm.ticks.per_s)
+    plan = None if values is None else decode(model, vm, values)
+    est = None if plan is None else evaluate_dlrm(model, cluster, plan)
+    base = None if status == "optimal" else greedy_baseline(model, cluster, vm.options)
+    if est is None or (base is not None and base[1].iteration_time_s < est.iteration_time_s):
+        # nothing (or nothing faster than TorchRec's greedy) within the limit: the greedy
+        # plan, whose integer-model value is not computed (it is not the solver's)
+        if base is None:
+            raise InfeasibleError(f"no sharding plan found within {time_limit_s:g} s",
+                                  reasons=["time limit", "TorchRec's greedy partitioner "
+                                           "places no plan that fits either"],
+                                  hints=["raise --time-limit"], status="time_limit")
+        return DLRMSolution(*base, backend, "time_limit", time.perf_counter() - t0, None,
+                            bound, bound_cut=not finished, found_by="greedy")
+    value = (sum(values[i] * c for i, c in lm.objective.items()) + vm.constant_ticks)
+    # the greedy start, nothing faster found
+    greedy = from_greedy and values is not out.values
     return DLRMSolution(plan, est, backend, status, time.perf_counter() - t0,
                         value / vm.ticks.per_s, bound,
-                        bound_cut=not finished and status != "optimal")
+                        bound_cut=not finished and status != "optimal",
+                        found_by="greedy" if greedy else "solver")
 
 
 def model_vars(model: DLRMSpec, cluster: ClusterSpec,
@@ -181,6 +199,13 @@ def _heuristic(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s
     st = local_state(model, cluster, options, t0 + HEURISTIC_SEARCH_SHARE * time_limit_s)
     plan = state_plan(model, options, st) if st is not None else None
     est = evaluate_dlrm(model, cluster, plan) if plan is not None else None
+    found_by = "local_search"
+    base = greedy_baseline(model, cluster, options)
+    if base is not None and (est is None or not est.feasible
+                             or base[1].iteration_time_s < est.iteration_time_s):
+        # the search missed what TorchRec's greedy finds (tight memory), or did worse
+        plan, est = base
+        found_by = "greedy"
     if est is None or not est.feasible:
         err = _infeasible(model, cluster)
         err.reasons.append(f"the exact model would have {size:,} variables (more than "
@@ -194,7 +219,21 @@ def _heuristic(model: DLRMSpec, cluster: ClusterSpec, backend: str, time_limit_s
     lp_s, finished = lp_bound(model, cluster, kinds, t0 + time_limit_s - time.perf_counter())
     bound = max(work_bound_s(model, cluster), lp_s or 0.0)
     return DLRMSolution(plan, est, backend, "heuristic", time.perf_counter() - t0, None, bound,
-                        bound_cut=not finished)
+                        bound_cut=not finished, found_by=found_by)
+
+
+def greedy_baseline(model: DLRMSpec, cluster: ClusterSpec, options: list[list[Option]]
+                    ) -> tuple[DLRMPlan, DLRMEstimate] | None:
+    """TorchRec's greedy partitioner's plan and its estimate, when it places every table
+    and the evaluator finds it fits; else None. Cheap (one pass over the tables: 0.1 s at
+    1,040 tables), so every time-limited answer is at least this good."""
+    found = greedy_assignment(model, cluster, options)
+    if found is None:
+        return None
+    plan = DLRMPlan(tables=[placement(model, t, options[t][o], model.tables[t].count, ranks,
+                                      None) for t, (o, ranks) in sorted(found.items())])
+    est = evaluate_dlrm(model, cluster, plan)
+    return (plan, est) if est.feasible else None
 
 
 def _better(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars, out: SolverOutcome,
@@ -260,24 +299,25 @@ def complete_hint(lm, hint: dict[int, int]) -> dict[int, int]:
 
 
 def greedy_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars,
-                deadline: float | None = None) -> dict[int, int] | None:
+                deadline: float | None = None) -> tuple[dict[int, int] | None, bool]:
     """A warm start for CP-SAT: the best (by the evaluator) of TorchRec's table-wise
     greedy partitioner, two best fits (:func:`best_fit_plan`: over every option, and over
     the options that place shards on chosen ranks or nodes only) and, given a
-    ``deadline``, the local search of :mod:`formulations.dlrm.local`."""
+    ``deadline``, the local search of :mod:`formulations.dlrm.local`; and whether it is
+    TorchRec's greedy plan (no other start is faster)."""
     best = None
     starts = [table_wise_greedy(model, cluster, vm), best_fit_plan(model, cluster, vm),
               best_fit_plan(model, cluster, vm, ("ranks", "node"))]
     if deadline is not None and len(model.tables) >= LOCAL_MIN_ENTRIES:
         found = local_plan(model, cluster, vm, deadline)
         starts.append(_relabel(vm, links(model, cluster), found) if found else None)
-    for hint in starts:
+    for k, hint in enumerate(starts):
         if hint is None:
             continue
         est = evaluate_dlrm(model, cluster, decode(model, vm, _values(vm, hint)))
         if est.feasible and (best is None or est.iteration_time_s < best[0]):
-            best = (est.iteration_time_s, hint)
-    return best[1] if best else None
+            best = (est.iteration_time_s, hint, k == 0)
+    return (best[1], best[2]) if best else (None, False)
 
 
 def _values(vm: DLRMVars, hint: dict[int, int]) -> list[int]:
@@ -478,7 +518,9 @@ def _infeasible(model: DLRMSpec, cluster: ClusterSpec) -> InfeasibleError:
     more = math.ceil(cluster.num_gpus * need / cap) if cap > 0 else None
     reasons = [f"the tables and the dense replica need at least {need:.1f} GiB per GPU "
                f"even spread perfectly; {cap:.1f} GiB usable per GPU"]
-    hints = [f"about {more} GPUs or more" if more else "a GPU with more memory",
+    # perfectly spread the tables may fit the GPUs given: then no count is hinted
+    hints = [f"about {more} GPUs or more" if more and more > cluster.num_gpus
+             else "more GPUs" if more else "a GPU with more memory",
              "a smaller global batch (pooled-embedding buffers grow with it)"]
     uvm = [(o.cost.host_bytes, t.name) for t, opts in zip(model.tables, options)
            for o in opts if o.cost.host_bytes]

@@ -75,6 +75,9 @@ class ServeSolution:
     wall_s: float = 0.0
     bound: float | None = None  # in the objective's units; the optimum lies on its far side
     maximize: bool = False
+    #: "solver", or "tables" when the solve stopped before its first plan and the counts
+    #: are :func:`table_incumbent`'s
+    found_by: str = "solver"
 
     @property
     def gap(self) -> float | None:
@@ -119,6 +122,10 @@ def solve(problem: ServeProblem, backend: str = "cpsat", time_limit_s: float = 6
     if run is None:
         raise InputError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     out = run(problem, time_limit_s)
+    if out.status == "time_limit" and not out.counts:  # stopped before its first plan
+        counts = table_incumbent(problem)
+        if counts is not None:
+            out.counts, out.found_by = counts, "tables"
     out.wall_s = time.perf_counter() - t0
     out.maximize = problem.objective == "throughput"
     if out.status == "optimal" or out.counts:
@@ -251,6 +258,48 @@ def _exhaustive(problem: ServeProblem, time_limit_s: float) -> ServeSolution:
         return ServeSolution("infeasible", "exhaustive")
     counts = {k: v for o in best for k, v in o[0].items()}
     return ServeSolution("optimal", "exhaustive", counts=counts)
+
+
+def table_incumbent(problem: ServeProblem) -> dict | None:
+    """A fleet read off the tables in one pass, for a solve the time limit stopped before
+    its first plan: one layout per pool. With a rate, each pool's cheapest fleet of one
+    layout that covers it (the fewest replicas of each row that do); with a GPU budget and
+    the throughput objective, each pool's layout of most capacity per GPU, the budget
+    split between the pools to the best of their least served rate. Replica counts
+    (:func:`feasible`), or None when such a fleet breaks the budget. Proves nothing."""
+    pools = list(problem.pools)
+    if any(not problem.pools[p] for p in pools):
+        return None
+    if problem.objective != "throughput":
+        counts = {}
+        for p in pools:
+            rows = problem.pools[p]
+            need = [(problem.coef(r) * -(-problem.rate // r.cap), i) for i, r in enumerate(rows)
+                    if -(-problem.rate // r.cap) <= problem.bound(r)]
+            if not need:
+                return None
+            _, i = min(need)
+            counts[(p, i)] = -(-problem.rate // rows[i].cap)
+        return counts if feasible(problem, counts) else None
+    best = {p: max(range(len(problem.pools[p])), key=lambda i: (
+        problem.pools[p][i].cap / problem.pools[p][i].gpus, -i)) for p in pools}
+    rows = {p: problem.pools[p][best[p]] for p in pools}
+    if len(pools) == 1:
+        (p,) = pools
+        n = problem.bound(rows[p])
+        return {(p, best[p]): n} if n > 0 else None
+    a, b = pools  # two pools (prefill, decode): the budget split near where both serve alike
+    ra, rb = rows[a], rows[b]
+    even = problem.budget * rb.cap // (ra.gpus * rb.cap + rb.gpus * ra.cap)
+    top = None
+    for na in range(max(1, even - 2), min(even + 3, problem.bound(ra)) + 1):
+        nb = min((problem.budget - na * ra.gpus) // rb.gpus, problem.bound(rb))
+        if nb < 1:
+            break
+        served = min(na * ra.cap, nb * rb.cap)
+        if top is None or served > top[0]:
+            top = (served, {(a, best[a]): na, (b, best[b]): nb})
+    return None if top is None else top[1]
 
 
 def presolve(problem: ServeProblem) -> ServeProblem:

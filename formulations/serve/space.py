@@ -11,6 +11,7 @@ milliwatts), so CP-SAT, the MILP and the brute force solve the same integer prob
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from planner.costmodel.energy import energy_coefficients, price_per_gpu_hour
@@ -149,12 +150,24 @@ def pool_rows(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, p
               space: ServeSpace, engine: ServeEngine = ServeEngine()) -> list[Row]:
     """Every layout of ``pool`` whose replica meets the SLOs at some load, as a row.
     A concurrency above what fits in HBM is skipped before any timing."""
+    return _pool_rows(model, clusters, w, pool, space, engine)[0]
+
+
+def _pool_rows(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, pool: str,
+               space: ServeSpace, engine: ServeEngine, deadline: float | None = None,
+               until_first: bool = False) -> tuple[list[Row], bool]:
+    """:func:`pool_rows`, and whether every layout was tabulated: past ``deadline``
+    (:func:`time.perf_counter`) the rest is left out, unless ``until_first`` and no row has
+    been found yet."""
     rows = []
     for cluster, base in _layouts(model, clusters, space):
         cluster = cluster_for(cluster, base)
         batches = space.concurrency if pool != "prefill" else (min(space.concurrency),)
         chunks = space.prefill_chunk if pool != "decode" else (min(space.prefill_chunk),)
         for chunk in chunks:
+            if deadline is not None and time.perf_counter() > deadline and (
+                    rows or not until_first):
+                return rows, False
             probe = base.model_copy(update={"prefill_chunk": chunk})
             try:
                 most = max_concurrency(model, cluster, probe, w.isl, w.osl)
@@ -168,12 +181,33 @@ def pool_rows(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, p
                 if cap > 0:
                     rows.append(Row(pool, plan, cluster, plan.gpus_per_replica, cap,
                                     _coefficients(cluster, plan.gpus_per_replica)))
-    return rows
+    return rows, True
 
 
 def tables(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload,
            space: ServeSpace = ServeSpace(), engine: ServeEngine = ServeEngine()
            ) -> dict[str, dict[str, list[Row]]]:
     """mode -> pool -> rows, for each mode in the space."""
-    return {mode: {pool: pool_rows(model, clusters, w, pool, space, engine)
-                   for pool in POOLS[mode]} for mode in space.mode}
+    return timed_tables(model, clusters, w, space, engine)[0]
+
+
+def timed_tables(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload,
+                 space: ServeSpace = ServeSpace(), engine: ServeEngine = ServeEngine(),
+                 deadline: float | None = None
+                 ) -> tuple[dict[str, dict[str, list[Row]]], bool]:
+    """:func:`tables` within ``deadline`` (:func:`time.perf_counter`), and whether they are
+    complete. Tabulating is most of a search's time (seconds per thousand layouts); past
+    the deadline it goes on only while no mode has a row in each of its pools (no plan
+    yet), each pool to its first row."""
+    out: dict[str, dict[str, list[Row]]] = {}
+    complete = True
+    for mode in space.mode:
+        out[mode] = {}
+        for pool in POOLS[mode]:
+            servable = any(all(pools.values()) for done_mode, pools in out.items()
+                           if done_mode != mode)
+            rows, done = _pool_rows(model, clusters, w, pool, space, engine, deadline,
+                                    until_first=not servable)
+            out[mode][pool] = rows
+            complete = complete and done
+    return out, complete

@@ -182,6 +182,17 @@ def say_overrun(fields: dict[str, Any], time_limit_s: float) -> None:
         err.print(escape(line), highlight=False, soft_wrap=True)
 
 
+def say_failed_overrun(search_start_s: float, time_limit_s: float, why: str
+                       ) -> dict[str, Any]:
+    """:func:`say_overrun` for a search that ended without a plan (``search_start_s``: its
+    :func:`time.monotonic` start): the overrun fields for the JSON answer, or nothing."""
+    from planner.orchestration.overrun import overrun_fields
+
+    fields = overrun_fields(time.monotonic() - search_start_s, time_limit_s, why)
+    say_overrun(fields, time_limit_s)
+    return fields
+
+
 def print_error(e: PlannerError) -> None:
     """An error as ``main`` shows it on stderr: infeasible with its reasons and hints, or
     one line for bad input."""

@@ -4,15 +4,16 @@ costs a sharding a user already runs, printed the same way."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pydantic import Field
 from rich.markup import escape
 from rich.table import Table
 
-from planner.cli.console import _emit_json, err, out, say_overrun
+from planner.cli.console import _emit_json, err, out, say_failed_overrun, say_overrun
 from planner.errors import InfeasibleError, InputError
-from planner.orchestration.dlrm import STATUS_TEXT
+from planner.orchestration.dlrm import status_text
 from planner.specs.base import Spec
 from planner.specs.dlrm import DLRMPlan
 
@@ -22,13 +23,17 @@ def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
                    out_path: str | None = None, force: bool = False) -> None:
     from planner.api import solve as run_solve
 
+    start = time.monotonic()
     try:
         res = run_solve(m, c, backend=backend, time_limit_s=time_limit,
                         global_batch_size=global_batch, **transformer_only)
     except InfeasibleError as e:
+        over = say_failed_overrun(start, time_limit, "no plan found; listing the tables' "
+                                  "options and building the model take a minimum whatever "
+                                  "the limit")
         if json_:
             _emit_json({"plan": None, "estimate": None, "feasible": False,
-                        "solver": {"backend": backend, "status": e.status},
+                        "solver": {"backend": backend, "status": e.status, **over},
                         "message": str(e), "reasons": e.reasons, "hints": e.hints})
         raise
     say_overrun(res.overrun_fields(), time_limit)
@@ -83,7 +88,7 @@ def _print(res: Any) -> None:
     _print_plan(s.plan, c)
     _print_ranks(est)
     _print_phases(est)
-    status = STATUS_TEXT[s.status] + ("" if s.status == "heuristic" else f" by {s.backend}")
+    status = status_text(s) + ("" if s.found_by != "solver" else f" by {s.backend}")
     gap = s.optimality_gap
     out.print(_totals(est) + f"; {status} in {s.solve_time_s:.2f} s"
               + (f", gap to bound {gap:.1e}" if gap is not None else ""))

@@ -5,6 +5,7 @@ docs/serving.md states the model."""
 from __future__ import annotations
 
 import math
+import time
 from enum import Enum
 from typing import Any, Optional
 
@@ -15,7 +16,7 @@ from rich.table import Table
 
 from planner.validation.band import SERVING
 from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_json, check_files,
-                                 err, out, say_overrun)
+                                 err, out, say_failed_overrun, say_overrun)
 from planner.errors import InfeasibleError, InputError
 from planner.report.serve import serve_notes, time_limit_line
 
@@ -140,17 +141,14 @@ def serve(
     eng, only = _engine(engine, launch)
     m = load_model(model)
     weights = _weights(model, m, model_path, launch)
+    start = time.monotonic()
     try:
         res = plan_serve(m, _clusters(cluster, gpus), w,
                          objective=objective.value if objective else None, gpus=gpus,
                          fix=fixes, backend=backend.value, pareto=pareto or bool(plot),
                          time_limit_s=time_limit, space=space, engine=eng)
     except InfeasibleError as e:
-        if json_:  # scripts still get one object, then the reasons on stderr and exit 1
-            _emit_json({"plan": None, "estimate": None, "engine": _engine_json(eng),
-                        "solver": {"backend": backend.value, "status": e.status},
-                        "message": str(e), "reasons": e.reasons, "hints": e.hints,
-                        "reachable": getattr(e, "reachable", {})})
+        _no_plan(e, start, time_limit, json_, backend.value, eng)
         raise
     calib, quant = serve_notes(res.plan, m.moe is not None, m.mla is not None)
     for n in calib:
@@ -170,6 +168,20 @@ def serve(
         _print_text(res, pareto, sim, cmds, eng)
     if not res.estimate.feasible:
         raise typer.Exit(1)
+
+
+def _no_plan(e: InfeasibleError, start: float, time_limit: float, json_: bool, backend: str,
+             eng: Any) -> None:
+    """The overrun line of a search that found no plan, and with --json the one object
+    scripts get (then the reasons on stderr and exit 1)."""
+    over = say_failed_overrun(start, time_limit, "no plan found; tabulating goes on past the "
+                              "limit until a first plan is possible, and a request no layout "
+                              "serves is checked against every layout")
+    if json_:
+        _emit_json({"plan": None, "estimate": None, "engine": _engine_json(eng),
+                    "solver": {"backend": backend, "status": e.status, **over},
+                    "message": str(e), "reasons": e.reasons, "hints": e.hints,
+                    "reachable": getattr(e, "reachable", {})})
 
 
 def _result_json(res: Any, eng: Any, calib: list[str], quant: list[str], pareto: bool,

@@ -18,6 +18,13 @@ from planner.specs.validate import _short
 #: What each solver status means, for ``--json`` and the text output.
 STATUS_TEXT = {"optimal": "proven optimal", "time_limit": "best found (time limit)",
                "heuristic": "best found by local search (too large for the exact model)"}
+#: ... and when the plan is TorchRec's greedy partitioner's (nothing faster found in time).
+GREEDY_TEXT = "greedy baseline (time limit)"
+
+
+def status_text(s: DLRMSolution) -> str:
+    """What the answer is worth, in words (:data:`STATUS_TEXT`, :data:`GREEDY_TEXT`)."""
+    return GREEDY_TEXT if s.found_by == "greedy" else STATUS_TEXT[s.status]
 
 
 @dataclass(frozen=True)
@@ -34,8 +41,9 @@ class DLRMSolveResult:
         return overrun_s(self.solution.solve_time_s, self.time_limit_s)
 
     def overrun_fields(self) -> dict[str, Any]:
-        why = ("listing every table's options, the local search's set-up and evaluating its "
-               "plan take a minimum whatever the limit" if self.solution.status == "heuristic"
+        # no integer model's value: no model was built (or its solver found nothing)
+        why = ("listing every table's options, the searches' set-up and evaluating the plan "
+               "take a minimum whatever the limit" if self.solution.model_objective_s is None
                else "building the model and the warm start take a minimum whatever the limit")
         return overrun_fields(self.solution.solve_time_s, self.time_limit_s, why)
 
@@ -57,7 +65,7 @@ class DLRMSolveResult:
             "estimate": {**est.to_json(), "global_batch_size": self.model.global_batch_size},
             "feasible": est.feasible,
             "solver": {"backend": s.backend, "status": s.status,
-                       "status_text": STATUS_TEXT[s.status],
+                       "status_text": status_text(s), "found_by": s.found_by,
                        "solve_time_s": s.solve_time_s,
                        "model_objective_s": s.model_objective_s,
                        "evaluator_objective_s": est.iteration_time_s,

@@ -15,7 +15,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from formulations.serve.search import ServeProblem, ServeSolution, presolve, solve
-from formulations.serve.space import SCALE, Row, ServeSpace, fixed_space, tables
+from formulations.serve.space import SCALE, Row, ServeSpace, fixed_space, timed_tables
 from planner.costmodel.serve.evaluate import (
     ServeEstimate,
     aggregated_latency,
@@ -242,10 +242,16 @@ def _search(tabs: dict, objective: str, w: ServeWorkload, gpus: int | None, back
             raise InfeasibleError(
                 f"the {backend} solver found no plan within {time_limit_s:g} s "
                 f"({', '.join(timed_out)} pools)", reasons=["time limit"],
-                hints=["raise the time limit", "--backend cpsat"], status="time_limit")
+                hints=_time_hints(backend), status="time_limit")
         best[2].status = "time_limit"
         best[2].bound = _overall_bound(objective == "throughput", sols)
     return best
+
+
+def _time_hints(backend: str) -> list[str]:
+    """What may find a plan when the time ran out: more time, or a backend not in use
+    (never the one that just ran out)."""
+    return ["raise --time-limit", *(f"--backend {b}" for b in ("cpsat",) if b != backend)]
 
 
 def _overall_bound(maximize: bool, sols: list[ServeSolution]) -> float | None:
@@ -294,17 +300,25 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
                          f"{', '.join(c.gpu.name for c in clusters)}); add its cluster with -c")
     space = fixed_space(space, fix)
     t0 = time.perf_counter()
-    tabs = tables(model, clusters, w, space, engine)
+    tabs, complete = timed_tables(model, clusters, w, space, engine, t0 + time_limit_s)
     t_tables = time.perf_counter() - t0
+    rows = sum(len(r) for pools in tabs.values() for r in pools.values())
     found = _search(tabs, objective, w, gpus, backend, time_limit_s, 1, t0 + time_limit_s)
+    if found is None and not complete:  # the layouts left out may serve it: no proof
+        raise InfeasibleError(
+            f"no plan among the {rows:,} layouts tabulated within {time_limit_s:g} s "
+            "(the rest of the search space was left out)",
+            reasons=["time limit: the tables were cut short"], hints=_time_hints(backend),
+            status="time_limit")
     if found is None:
         raise _infeasible(w, gpus, _why_no_layout(model, clusters, space, tabs),
                           reachable(model, clusters, w, space, engine), fix, space, tabs)
     mode, problem, sol = found
+    if not complete:  # the best over the layouts tabulated; the others are unknown
+        sol.status, sol.bound = "time_limit", None
     plan = _plan_of(problem, sol)
     main = next(c for c in clusters if plan.gpu in (c.gpu.name, *c.gpu.aliases))
     est = evaluate_serve(model, main, plan, w, engine, tuple(clusters))
-    rows = sum(len(r) for pools in tabs.values() for r in pools.values())
     value = sol.objective if objective != "throughput" else sol.objective / SCALE
     bound = sol.objective if sol.status == "optimal" else sol.bound
     solver = {"backend": sol.backend, "status": sol.status, "objective": objective,
@@ -312,11 +326,12 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
               "bound": bound if bound is None or objective != "throughput" else bound / SCALE,
               "mode": mode, "rows": rows,
               "tables_s": t_tables, "solve_s": sol.wall_s,
-              "wall_s": time.perf_counter() - t0, "time_limit_s": time_limit_s}
+              "wall_s": time.perf_counter() - t0, "time_limit_s": time_limit_s,
+              "tables_complete": complete, "found_by": sol.found_by}
     solver.update(overrun_fields(
         solver["wall_s"], time_limit_s,
-        f"tabulating {rows:,} layouts took {t_tables:.2f} s (not interruptible), solving and "
-        "evaluating the rest"))
+        f"tabulating {rows:,} layouts took {t_tables:.2f} s (past the limit only until a "
+        "first plan was possible), solving and evaluating the rest"))
     front = pareto_front(model, tabs.get("aggregated", {}).get("aggregated", []), w, engine) \
         if pareto else []
     return ServeResult(plan, est, solver, front)

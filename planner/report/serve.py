@@ -50,10 +50,15 @@ def time_limit_line(solver: dict) -> str | None:
     if solver.get("status") != "time_limit":
         return None
     gap = solver.get("gap")
+    how = (" (the solver had found none: a fleet of one layout per pool read off the tables)"
+           if solver.get("found_by") == "tables" else "")
+    if solver.get("tables_complete") is False:
+        return (f"time limit reached while tabulating: best of the {solver['rows']:,} layouts "
+                f"tabulated{how}, gap unknown (the rest of the search space was left out)")
     if gap is None:
-        return "time limit reached: best found, gap unknown (no bound from the solver)"
+        return f"time limit reached: best found{how}, gap unknown (no bound from the solver)"
     pct = math.ceil(gap * 1e4) / 100  # rounded up: "within" must hold
-    return f"time limit reached: best found, within {pct:,.2f} % of optimal"
+    return f"time limit reached: best found{how}, within {pct:,.2f} % of optimal"
 
 
 #: where a label may sit, in points from its marker (first that fits wins)
