@@ -126,7 +126,7 @@ def test_validate_json(capsys):
     # each fit group's record: its runs, its sources, and the held-out figure where a
     # source can be held out (planner/validation/heldout.py; tools/calibrate.py --write)
     fits = data["fit"]
-    assert set(fits) == {"A100", "H100", "B200", "H100 torchtitan"}
+    assert set(fits) == {"A100", "H100", "B200", "H100 torchtitan", "A100 megatron-core"}
     assert all(f["calibration_mape"] <= 0.08 for f in fits.values())
     assert len(data["torchtitan_runs"]["rows"]) == 29
     held = data["heldout_by_source"]

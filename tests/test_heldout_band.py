@@ -91,7 +91,8 @@ def test_the_recorded_residuals_are_this_cost_model():
 
 def test_fit_groups_follow_what_a_prediction_reads():
     by = {r.name: fit_group(r) for r in corpus_runs()}
-    assert by["korthikanti-megatron-22b-full"] == "A100"
+    assert by["korthikanti-megatron-22b-full"] == "A100 megatron-core"
+    assert by["mosaicml-a100-mpt-7b-8"] == "A100"
     assert by["tt-8b-8gpu-fsdp"] == "H100 torchtitan"
     assert by["nemo2407-h100-llama2-7b-8"] == "H100"
     assert by["nemo2504-gb200-llama3-8b"] is None  # no fit reads the GB200
