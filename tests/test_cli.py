@@ -127,7 +127,9 @@ def test_validate_json(capsys):
     # source can be held out (planner/validation/heldout.py; tools/calibrate.py --write)
     fits = data["fit"]
     assert set(fits) == {"A100", "H100", "B200", "H100 torchtitan", "A100 megatron-core"}
-    assert all(f["calibration_mape"] <= 0.08 for f in fits.values())
+    # a group fitted on several sources records its held-out figure; one source cannot
+    assert all((f["leave_one_source_out_mape"] is None) == (f["sources"] < 2)
+               for f in fits.values())
     assert len(data["torchtitan_runs"]["rows"]) == 29
     held = data["heldout_by_source"]
     assert held["runs"] >= 80 and held["sources"] >= 10
