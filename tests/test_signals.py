@@ -169,3 +169,17 @@ def test_a_pool_left_by_an_exception_kills_its_workers(monkeypatch):
     assert time.monotonic() - t0 < 30
     assert not any(p.is_alive() for p in procs)
     assert all(j.done() for j in jobs) and thread_errors == []
+
+
+def test_the_procurement_forkserver_ignores_ctrl_c_before_it_imports_the_solver():
+    """A Ctrl-C landing while the forkserver imports its preload, or while a worker it forked
+    has not yet run its initializer, printed a KeyboardInterrupt traceback (seen once in
+    test_ctrl_c_in_another_command_is_one_line). The forkserver's first preload makes it
+    ignore SIGINT, and its workers inherit that handler."""
+    from planner.procurement.train import FORKSERVER_PRELOAD
+
+    assert FORKSERVER_PRELOAD[0] == "planner.procurement.deaf"
+    out = subprocess.run([sys.executable, "-c", "import signal, planner.procurement.deaf; "
+                          "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"

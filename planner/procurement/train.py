@@ -239,6 +239,11 @@ class _BranchAndBound:
                   inner, self.metric, self.limits, top_only=True)
 
 
+#: What the forkserver imports before serving: first the module that makes it (and the
+#: workers it forks) ignore Ctrl-C, then the solver, so that no solver thread is forked.
+FORKSERVER_PRELOAD = ["planner.procurement.deaf", "planner.procurement.train"]
+
+
 def _pool(workers: int | None, jobs: int) -> Any:
     """Worker processes for the inner solves (``forkserver`` with the planner preloaded, so
     that no solver thread is ever forked), or the calling process when one is enough."""
@@ -250,7 +255,7 @@ def _pool(workers: int | None, jobs: int) -> Any:
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["planner.procurement.train"])
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     pool = WorkerPool(max_workers=n, mp_context=ctx)
     pool.width = n  # type: ignore[attr-defined]
     return pool
