@@ -232,7 +232,8 @@ def write_point(gen: str, point: dict[str, float]) -> list[str]:
 
 
 #: The framework each group's runs mostly used (the first sources fitted).
-FRAMEWORKS = {"A100": "Megatron-LM (2022, Korthikanti et al.) and others",
+FRAMEWORKS = {"A100": ("other teams than NVIDIA's Megatron-LM (Megatron-DeepSpeed, NeMo 2022, "
+                       "FSDP, torchtitan)"),
               "H100": "NeMo (Megatron-Core) and others", "B200": "NeMo 25.02 (Megatron-Core)",
               "H100 torchtitan": "torchtitan (2024-08 to 2025-06, Grand Teton H100)",
               "A100 megatron-core": "Megatron-LM (NVIDIA's own runs on Selene, 2020-2022)"}
