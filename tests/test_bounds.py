@@ -220,12 +220,13 @@ def test_serve_milp_time_limited_incumbent_is_not_optimal(monkeypatch):
 
     from formulations.serve.search import ServeProblem, solve
     from formulations.serve.space import ServeSpace, tables
+    from planner.specs.serve import ServeEngine
     from planner.orchestration.serve import workload
     from planner.specs.loaders import load_cluster, load_model
 
     w = workload(2048, 256, 20.0, 500, 30)
     tabs = tables(load_model("llama3-70b"), [load_cluster("dgx-h100-superpod")], w,
-                  ServeSpace(pp=(1,), kv_dtype=("fp8",), weight_dtype=("fp8",)))
+                  ServeSpace(pp=(1,), kv_dtype=("fp8",), weight_dtype=("fp8",)), ServeEngine())
     problem = ServeProblem(tabs["aggregated"], "gpus", 20_000_000)
     assert solve(problem, "milp").status == "optimal"
     real = pulp.LpProblem.solve

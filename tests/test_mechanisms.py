@@ -347,7 +347,7 @@ def test_decode_reads_the_kv_cache_at_hbm_speed():
     """64 sequences x 4096 cached tokens x K and V of 8 heads of 128 at 2 B = 1 GiB per
     layer; at 10 GB/s that outlasts the attention math (4 x 64 x 8 x 4096 x 128 FLOPs)."""
     from planner.costmodel.serve.step import decode_attention_s
-    from planner.specs.serve import ServePlan
+    from planner.specs.serve import ServeEngine, ServePlan
     kv = 64 * 4096 * 2 * 8 * 128 * 2
     got = decode_attention_s(M, gpu(hbm_TBps=0.01), ServePlan(), 64, 4096)
     assert got == pytest.approx(kv / 1e10, rel=1e-9)
@@ -358,11 +358,11 @@ def test_decode_step_reads_the_lm_head_once_per_token():
     rows are 32000 x 1024 x 2 B more to read (the embedding lookup is one row)."""
     from planner.costmodel.serve.step import decode_step_s
     from planner.specs.cluster import ClusterSpec
-    from planner.specs.serve import ServePlan
+    from planner.specs.serve import ServeEngine, ServePlan
     cl = ClusterSpec(name="one", gpu=gpu(), num_gpus=1, topology=[ring(size=1)])
     plan = ServePlan(concurrency=1)
-    small = decode_step_s(M, cl, plan, 128)
-    big = decode_step_s(M.model_copy(update={"vocab_size": 64000}), cl, plan, 128)
+    small = decode_step_s(M, cl, plan, 128, ServeEngine())
+    big = decode_step_s(M.model_copy(update={"vocab_size": 64000}), cl, plan, 128, ServeEngine())
     assert big - small == pytest.approx(32000 * 1024 * 2 / TB, rel=1e-3)
 
 
@@ -372,14 +372,14 @@ def test_serving_layer_elementwise_and_tp_all_reduces():
     t x h activation (one ring buffer each, 2 (k-1)/k = 1) and their launch overheads."""
     from planner.costmodel.serve.step import _comm_s, _elementwise_s, replica_net
     from planner.specs.cluster import ClusterSpec
-    from planner.specs.serve import ServePlan
+    from planner.specs.serve import ServeEngine, ServePlan
     rope = M.model_copy(update={"position_embedding": "rope"})
     m = 256
     bytes_ = m * (1024 * 20 + (1024 + 1024) * 4 + 4096 * 4)
     assert _elementwise_s(rope, gpu(), ServePlan(), m) == pytest.approx(bytes_ / TB)
     cl = ClusterSpec(name="two", gpu=gpu(), num_gpus=2, topology=[ring(size=2)])
     plan = ServePlan(tp=2)
-    rn = replica_net(cl, plan)
+    rn = replica_net(cl, plan, ServeEngine())
     got = _comm_s(rope, plan, rn, "dense", m)
     assert got - 2 * rn.overhead_s == pytest.approx(2 * m * 1024 * 2 / 100e9, rel=1e-9)
 

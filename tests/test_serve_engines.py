@@ -124,3 +124,24 @@ def test_the_orchestration_defaults_to_planner_serves_engine():
     old = plan_serve(m, [c], w, space=space, engine=ServeEngine()).estimate
     assert plain.tpot_ms == named.tpot_ms and plain.ttft_ms == named.ttft_ms
     assert old.tpot_ms != named.tpot_ms
+
+
+def test_the_serving_cost_model_requires_its_engine():
+    """One default engine per workload, applied at the API edge (planner serve's trtllm):
+    below it, every function that costs a serving step takes the engine explicitly, so a
+    call without one cannot silently cost with the v0.6.1 fit (ServeEngine's class
+    defaults) and disagree with planner.evaluate_serve."""
+    import inspect
+
+    from formulations.serve import space
+    from planner.costmodel.serve import evaluate, step
+    from planner.orchestration import serve as orchestration
+    from planner.validation import serve_sim
+
+    functions = [step.replica_net, step.decode_step_s, step.prefill, evaluate.replica_perf,
+                 evaluate.evaluate_serve, orchestration.reachable, orchestration.pareto_front,
+                 serve_sim.simulate, space.pool_rows, space.tables, space.timed_tables]
+    for f in functions:
+        f = inspect.unwrap(f)
+        param = inspect.signature(f).parameters["engine"]
+        assert param.default is inspect.Parameter.empty, f.__qualname__

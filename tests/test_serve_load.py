@@ -16,8 +16,12 @@ from planner.costmodel.serve.evaluate import (
 )
 from planner.costmodel.serve.step import Prefill, ServeMemory
 from planner.specs.loaders import load_cluster, load_model
-from planner.specs.serve import ServePlan, ServeWorkload, load_engine
+from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload, load_engine
 from planner.validation.serve_sim import simulate
+
+#: The engine every figure here was measured with, named: the v0.6.1 fit (ServeEngine's
+#: class defaults), as planner validate's serving rows use it.
+ENGINE = ServeEngine()
 
 H100 = load_cluster("dgx-h100-superpod")
 L8 = load_model("llama3-8b")
@@ -58,7 +62,7 @@ def test_no_fixed_point_below_the_cap_is_saturation_at_the_cap():
 
 
 def test_tpot_rises_with_the_offered_rate():
-    perf = replica_perf(L8, H100, PLAN, ISL, OSL)
+    perf = replica_perf(L8, H100, PLAN, ISL, OSL, ENGINE)
     top = aggregated_rps(perf, PLAN, OSL)
     w = ServeWorkload(isl=ISL, osl=OSL)
     lats = [aggregated_latency(perf, PLAN, w, f * top) for f in (0.01, 0.1, 0.3, 0.5, 0.7, 0.9)]
@@ -76,9 +80,9 @@ def test_tpot_rises_with_the_offered_rate():
 
 
 def test_estimate_reports_the_in_flight_batch():
-    est = evaluate_serve(L8, H100, PLAN, ServeWorkload(isl=ISL, osl=OSL, rate_rps=4))
+    est = evaluate_serve(L8, H100, PLAN, ServeWorkload(isl=ISL, osl=OSL, rate_rps=4), ENGINE)
     assert est.feasible and 1 < est.decode_batch < PLAN.concurrency
-    offline = evaluate_serve(L8, H100, PLAN, ServeWorkload(isl=ISL, osl=OSL))
+    offline = evaluate_serve(L8, H100, PLAN, ServeWorkload(isl=ISL, osl=OSL), ENGINE)
     assert offline.decode_batch == PLAN.concurrency
 
 
@@ -88,8 +92,8 @@ def test_simulation_agrees_with_the_analytic_mean(rate):
     lands within its own 95 % confidence interval of the analytic mean, at a light and a
     heavy load (and the light load's mean TTFT too)."""
     w = ServeWorkload(isl=ISL, osl=OSL, rate_rps=rate)
-    est = evaluate_serve(L8, H100, PLAN, w)
-    sim = simulate(L8, H100, PLAN, w, 4000)
+    est = evaluate_serve(L8, H100, PLAN, w, ENGINE)
+    sim = simulate(L8, H100, PLAN, w, 4000, engine=ENGINE)
     assert est.feasible and 0 < sim.tpot_mean_ci_ms < 0.05 * sim.tpot_mean_ms
     assert abs(est.tpot_ms - sim.tpot_mean_ms) <= sim.tpot_mean_ci_ms, (est.tpot_ms, sim)
     if rate < 5:
@@ -124,8 +128,8 @@ def test_simulation_of_disaggregated_decode_steps_its_batch():
         tp=1, kv_dtype="fp8", replicas=2)))
     for rate in (2.0, 15.0):
         w = ServeWorkload(isl=ISL, osl=OSL, rate_rps=rate)
-        est = evaluate_serve(L8, H100, plan, w)
-        sim = simulate(L8, H100, plan, w, 4000)
+        est = evaluate_serve(L8, H100, plan, w, ENGINE)
+        sim = simulate(L8, H100, plan, w, 4000, engine=ENGINE)
         assert est.feasible and est.decode_batch > 1
         # within 0.5 %: the interval is under 0.1 % wide here, narrower than the mean
         # field's variance approximations

@@ -22,7 +22,11 @@ from planner.costmodel.serve.step import (
     weight_bytes_per_gpu,
 )
 from planner.specs.loaders import load_cluster, load_model
-from planner.specs.serve import ServePlan, ServeWorkload
+from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
+
+#: The engine every figure here was measured with, named: the v0.6.1 fit (ServeEngine's
+#: class defaults), as planner validate's serving rows use it.
+ENGINE = ServeEngine()
 
 H100 = load_cluster("dgx-h100-superpod")
 B200 = load_cluster("dgx-b200-superpod")
@@ -58,7 +62,7 @@ def test_decode_batch_one_reads_the_weights_at_the_measured_gemv_speed():
     the speed the H100's kernel table measured for M = 1 GEMMs (2.1-2.9 TB/s by shape,
     below the 3.35 TB/s datasheet), plus launches and small kernels."""
     plan = ServePlan(tp=1, concurrency=1, weight_dtype="bf16")
-    t = decode_step_s(L7, H100, plan, 128)
+    t = decode_step_s(L7, H100, plan, 128, ENGINE)
     weights = weight_bytes_per_gpu(L7, plan)
     assert weights / 2.9e12 < t < 1.25 * weights / 2.1e12
 
@@ -67,8 +71,8 @@ def test_fp8_weights_shorten_the_batch_one_decode_as_measured():
     """fp8 weights halve the bytes, but the measured small-M fp8 GEMMs (torch._scaled_mm)
     run at about the bf16 time on the smaller shapes (H100 table: 4096 x 4096 at M = 16,
     15.1 us either way): the step shortens by a third, not a half."""
-    bf16 = decode_step_s(L7, H100, ServePlan(concurrency=1), 128)
-    fp8 = decode_step_s(L7, H100, ServePlan(concurrency=1, weight_dtype="fp8"), 128)
+    bf16 = decode_step_s(L7, H100, ServePlan(concurrency=1), 128, ENGINE)
+    fp8 = decode_step_s(L7, H100, ServePlan(concurrency=1, weight_dtype="fp8"), 128, ENGINE)
     assert 0.5 < fp8 / bf16 < 0.8
 
 
@@ -116,14 +120,14 @@ def test_busy_arrivals_quantile_against_takacs(a, rho):
 
 def test_unsupported_layouts_say_why():
     w = ServeWorkload(isl=128, osl=128)
-    fp4 = evaluate_serve(L7, H100, ServePlan(weight_dtype="fp4"), w)
+    fp4 = evaluate_serve(L7, H100, ServePlan(weight_dtype="fp4"), w, ENGINE)
     assert not fp4.feasible and "FP4" in fp4.reasons[0]
-    assert evaluate_serve(L7, B200, ServePlan(weight_dtype="fp4"), w).feasible
-    ep = evaluate_serve(L7, H100, ServePlan(tp=2, ep=2), w)
+    assert evaluate_serve(L7, B200, ServePlan(weight_dtype="fp4"), w, ENGINE).feasible
+    ep = evaluate_serve(L7, H100, ServePlan(tp=2, ep=2), w, ENGINE)
     assert not ep.feasible and "ep=2" in ep.reasons[0]
-    heads = evaluate_serve(load_model("falcon-180b"), H100, ServePlan(tp=3), w)
+    heads = evaluate_serve(load_model("falcon-180b"), H100, ServePlan(tp=3), w, ENGINE)
     assert "does not divide" in heads.reasons[0]
-    big = evaluate_serve(L70, H100, ServePlan(tp=1), w)
+    big = evaluate_serve(L70, H100, ServePlan(tp=1), w, ENGINE)
     assert not big.feasible and "exceeds" in big.reasons[0] and "HBM" in big.reasons[0]
 
 
@@ -138,15 +142,15 @@ def test_memory_limit_is_exactly_max_concurrency():
 
 def test_slos_and_load():
     plan = ServePlan(tp=2, concurrency=64, weight_dtype="fp8", kv_dtype="fp8", replicas=4)
-    light = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=1))
-    heavy = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=12))
+    light = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=1), ENGINE)
+    heavy = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=12), ENGINE)
     assert light.feasible and light.ttft_p99_ms >= light.ttft_ms
     assert heavy.ttft_ms > light.ttft_ms and heavy.tpot_ms > light.tpot_ms
     assert light.output_tokens_per_s == pytest.approx(128.0)
-    over = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=1e4))
+    over = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=1e4), ENGINE)
     assert not over.feasible and "saturates" in over.reasons[0] and over.ttft_ms is None
     tight = evaluate_serve(L70, H100, plan, ServeWorkload(isl=1024, osl=128, rate_rps=1,
-                                                          tpot_ms=1.0))
+                                                          tpot_ms=1.0), ENGINE)
     assert not tight.feasible and "TPOT" in tight.reasons[0]
 
 
@@ -155,8 +159,8 @@ def test_disaggregated_decode_is_not_stalled_by_prefill():
     agg = ServePlan(tp=2, concurrency=64, weight_dtype="fp8", replicas=2)
     dis = ServePlan.model_validate(dict(agg.to_dict(), replicas=1, prefill=dict(
         tp=2, weight_dtype="fp8", concurrency=8, prefill_chunk=8192)))
-    a, d = evaluate_serve(L70, H100, agg, w), evaluate_serve(L70, H100, dis, w)
-    perf = replica_perf(L70, H100, dis, 4096, 256)
+    a, d = evaluate_serve(L70, H100, agg, w, ENGINE), evaluate_serve(L70, H100, dis, w, ENGINE)
+    perf = replica_perf(L70, H100, dis, 4096, 256, ENGINE)
     assert kv_transfer_s(L70, H100, dis.prefill, 4096) > 0 and d.num_gpus == 4
     # the step of the batch in flight (plus half a step's wait to join, over osl - 1 tokens)
     assert d.feasible and d.tpot_ms == pytest.approx(perf.step_s(d.decode_batch) * 1e3, rel=0.005) \
@@ -178,9 +182,9 @@ def test_calibration_within_15_percent():
 def test_decode_step_grows_with_context(c1, c2, batch, tp, kv):
     plan = ServePlan(tp=tp, concurrency=batch, kv_dtype=kv, weight_dtype="fp8")
     lo, hi = sorted((c1, c2))
-    assert decode_step_s(L70, H100, plan, lo) <= decode_step_s(L70, H100, plan, hi)
+    assert decode_step_s(L70, H100, plan, lo, ENGINE) <= decode_step_s(L70, H100, plan, hi, ENGINE)
     if hi > lo:
-        assert decode_step_s(L70, H100, plan, lo) < decode_step_s(L70, H100, plan, hi)
+        assert decode_step_s(L70, H100, plan, lo, ENGINE) < decode_step_s(L70, H100, plan, hi, ENGINE)
 
 
 @settings(max_examples=25, deadline=None)
@@ -227,7 +231,7 @@ def test_every_answer_is_finite_or_says_why(tp, pp, batch, wd, kv, chunk, isl, o
                      prefill_chunk=chunk, replicas=2,
                      prefill=dict(tp=tp, kv_dtype=kv, replicas=3) if disagg else None)
     w = ServeWorkload(isl=isl, osl=osl, rate_rps=rate, ttft_ms=ttft, tpot_ms=tpot)
-    est = evaluate_serve(load_model(model), B200, plan, w)
+    est = evaluate_serve(load_model(model), B200, plan, w, ENGINE)
     assert _finite(est.to_json())
     assert est.feasible == (not est.reasons)
     if est.feasible and rate is not None:

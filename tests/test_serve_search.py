@@ -15,7 +15,7 @@ from formulations.serve.search import BACKENDS, ServeProblem, presolve, solve
 from formulations.serve.space import SCALE, Row, ServeSpace, tables
 from planner.errors import InputError
 from planner.specs.loaders import load_cluster, load_model
-from planner.specs.serve import ServePlan, ServeWorkload
+from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
 
 H100 = load_cluster("dgx-h100-superpod")
 B200 = load_cluster("dgx-b200-superpod")
@@ -61,7 +61,7 @@ def test_backends_agree_on_120_random_instances():
 @pytest.fixture(scope="module")
 def small_tables():
     w = ServeWorkload(isl=1024, osl=128, ttft_ms=300, tpot_ms=40, rate_rps=50)
-    return tables(L8, [H100, B200], w, SMALL)
+    return tables(L8, [H100, B200], w, SMALL, ServeEngine())
 
 
 @pytest.mark.parametrize("mode", ["aggregated", "disaggregated"])

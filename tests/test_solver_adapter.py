@@ -134,7 +134,7 @@ def _milp_has_bound() -> bool:
 def test_serve_time_limited_is_time_limit(monkeypatch, backend, objective):
     """Cut short, the answer keeps its incumbent (here the optimum the solver had found
     but not proven) and the gap to the solver's bound."""
-    from formulations.serve.search import solve
+    from formulations.serve.search import feasible, solve, value_of
 
     problem = _serve_problem(objective)
     proven = solve(problem, backend)
@@ -142,7 +142,10 @@ def test_serve_time_limited_is_time_limit(monkeypatch, backend, objective):
     CUT_SHORT[backend](monkeypatch)
     out = solve(problem, backend)
     assert out.status == "time_limit"
-    assert out.counts == proven.counts and out.objective == proven.objective
+    # an optimum: the proven one's value (the fleet itself may be another of the tied
+    # optima: CP-SAT's parallel workers find them in no fixed order)
+    assert out.objective == proven.objective
+    assert feasible(problem, out.counts) and value_of(problem, out.counts) == proven.objective
     if backend == "cpsat" or _milp_has_bound():
         assert out.gap is not None and 0.0 <= out.gap < 1e-6
         assert (out.bound >= out.objective * (1 - 1e-9) if objective == "throughput"

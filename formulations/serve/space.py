@@ -147,7 +147,7 @@ def _cap(pool: str, model, cluster, plan, w, engine) -> float:
 
 
 def pool_rows(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, pool: str,
-              space: ServeSpace, engine: ServeEngine = ServeEngine()) -> list[Row]:
+              space: ServeSpace, engine: ServeEngine) -> list[Row]:
     """Every layout of ``pool`` whose replica meets the SLOs at some load, as a row.
     A concurrency above what fits in HBM is skipped before any timing."""
     return _pool_rows(model, clusters, w, pool, space, engine)[0]
@@ -185,14 +185,14 @@ def _pool_rows(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
 
 
 def tables(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload,
-           space: ServeSpace = ServeSpace(), engine: ServeEngine = ServeEngine()
+           space: ServeSpace, engine: ServeEngine
            ) -> dict[str, dict[str, list[Row]]]:
     """mode -> pool -> rows, for each mode in the space."""
     return timed_tables(model, clusters, w, space, engine)[0]
 
 
 def timed_tables(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload,
-                 space: ServeSpace = ServeSpace(), engine: ServeEngine = ServeEngine(),
+                 space: ServeSpace, engine: ServeEngine,
                  deadline: float | None = None
                  ) -> tuple[dict[str, dict[str, list[Row]]], bool]:
     """:func:`tables` within ``deadline`` (:func:`time.perf_counter`), and whether they are

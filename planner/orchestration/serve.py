@@ -117,7 +117,7 @@ def _layout_words(gpu: str, plan: ServePlan) -> str:
 
 
 def reachable(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload,
-              space: ServeSpace, engine: ServeEngine = ServeEngine()) -> dict:
+              space: ServeSpace, engine: ServeEngine) -> dict:
     """The fastest first token and the fastest token interval any layout of ``space``
     reaches on the GPUs given, each under no other load (one sequence: its prefill alone,
     a decode batch of one), with the layouts; empty when no layout fits."""
@@ -180,7 +180,7 @@ def _infeasible(w: ServeWorkload, gpus: int | None, why_not: list[str], reach: d
 
 
 def pareto_front(model: ModelSpec, rows: list[Row], w: ServeWorkload,
-                 engine: ServeEngine = ServeEngine()) -> list[dict]:
+                 engine: ServeEngine) -> list[dict]:
     """Output tokens/s per GPU against tokens/s per user (1/TPOT) of each aggregated layout
     at its SLO capacity: the layouts no other beats on both."""
     points = []

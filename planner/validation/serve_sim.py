@@ -182,7 +182,7 @@ def _disaggregated(arrivals: list[float], f, w: ServeWorkload, rng: random.Rando
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, w: ServeWorkload,
              requests: int = 20000, seed: int = 0,
-             engine: ServeEngine = ServeEngine(),
+             *, engine: ServeEngine,
              others: tuple[ClusterSpec, ...] = ()) -> SimResult:
     """P50/P99 of TTFT and TPOT over ``requests`` Poisson arrivals at ``w.rate_rps``
     (``others``: the clusters of a fleet's other GPU types, as for ``evaluate_serve``)."""

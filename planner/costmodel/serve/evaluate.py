@@ -150,7 +150,7 @@ def cluster_for(cluster: ClusterSpec, plan: ServePlan,
 
 @lru_cache(maxsize=65536)
 def replica_perf(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, isl: int,
-                 osl: int, engine: ServeEngine = ServeEngine()) -> ReplicaPerf | None:
+                 osl: int, engine: ServeEngine) -> ReplicaPerf | None:
     """Load-independent performance of one replica of ``plan`` on ``cluster``'s GPU
     (replica counts and the prefill pool ignored); None when the layout cannot exist
     (:func:`layout_reasons`)."""
@@ -472,7 +472,7 @@ def _money(cluster: ClusterSpec, plan: ServePlan, others: tuple[ClusterSpec, ...
 
 
 def evaluate_serve(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
-                   w: ServeWorkload, engine: ServeEngine = ServeEngine(),
+                   w: ServeWorkload, engine: ServeEngine,
                    others: tuple[ClusterSpec, ...] = ()) -> ServeEstimate:
     """Latencies, throughput, memory and cost of ``plan`` serving ``w`` on ``cluster``
     (each pool on its ``gpu``, on the cluster of ``others`` that has it where the plan

@@ -209,7 +209,7 @@ def engine_gpu(cluster: ClusterSpec, engine: ServeEngine):
 
 
 def replica_net(cluster: ClusterSpec, plan: ServePlan,
-                engine: ServeEngine = ServeEngine()) -> ReplicaNet:
+                engine: ServeEngine) -> ReplicaNet:
     from planner.costmodel.network import subgroup
 
     tp, pp = replica_spans(cluster, plan.tp, plan.pp)
@@ -317,7 +317,7 @@ def _stage_s(model: ModelSpec, gpu: GPUSpec, plan: ServePlan, net: ReplicaNet, m
 
 
 def decode_step_s(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
-                  context: float, engine: ServeEngine = ServeEngine(),
+                  context: float, engine: ServeEngine,
                   batch: float | None = None) -> float:
     """Time between two tokens of a sequence in a decode batch of ``batch`` sequences
     (None: the concurrency cap), every sequence holding ``context`` tokens. With ``pp``
@@ -344,7 +344,7 @@ class Prefill:
 
 
 def prefill(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, isl: int,
-            engine: ServeEngine = ServeEngine()) -> Prefill:
+            engine: ServeEngine) -> Prefill:
     gpu, net = engine_gpu(cluster, engine), replica_net(cluster, plan, engine)
     budget = plan.prefill_chunk
     chunks = math.ceil(isl / budget)
