@@ -1,7 +1,11 @@
-"""planner: a constraint-optimization planner for distributed transformer training.
+"""planner: a constraint-optimization planner for large-model training, LLM serving and
+recommendation models (DLRM), and for buying the cluster they run on.
 
-Architecture: specs -> cost model (the exact evaluator) -> formulations (CP-SAT, MILP)
--> solve/procure -> report.
+Architecture: specs -> cost model (the exact evaluator; train/, serve/, dlrm/) ->
+formulations (CP-SAT and MILP through one adapter; train/, serve/, dlrm/) ->
+orchestration and procurement -> report and export -> CLI. ``planner.validation`` holds
+the published runs every prediction is checked against, held out by source, and the
+error band each answer carries.
 """
 
 __version__ = "0.1.0"

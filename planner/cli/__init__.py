@@ -1,7 +1,8 @@
 """The ``planner`` command line: the typer app and ``main``.
 
-Each command lives in its own module (``evaluate``, ``catalog``, ``validate``, ``solve``,
-``collective``, ``procure``); what they share is in ``console``. The modules import from
+Each command lives in its own module (``solve``, ``evaluate``, ``procure``, ``serve``,
+``sweep``, ``export``, ``validate``, ``catalog``, ``collective``; DLRM's solve and evaluate
+in ``dlrm``); what they share is in ``console``. The modules import from
 ``console`` and the layers below, never from this package's ``__init__``.
 
 Exit codes: 0 ok, 1 infeasible (reasons printed), 2 bad input, 130 Ctrl-C (143 SIGTERM
