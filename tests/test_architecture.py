@@ -122,7 +122,34 @@ LAYERS = {  # a module of the key's layer imports none of these
     "planner.orchestration": ("planner.procurement", "planner.cli", "planner.report"),
     # sweeps run solves and procurements; plots (report) and the CLI sit above them
     "planner.sweep": ("planner.cli", "planner.report"),
+    # exporters turn a plan into a framework's own files: they read specs and the cost
+    # model's rules, never a search, a report or the CLI
+    "planner.export": ("formulations", "planner.orchestration", "planner.procurement",
+                       "planner.cli", "planner.report", "planner.api", "planner.sweep"),
 }
+
+
+def test_formulations_sit_between_the_cost_model_and_orchestration():
+    """formulations/ is a top-level package (the product's layout) but one layer of
+    planner's: it imports specs and the cost model, and orchestration imports it."""
+    graph = import_graph()
+    deps = {d.split(".")[0] + "." + d.split(".")[1] if d.startswith("planner.") else
+            d.split(".")[0] for m, ds in graph.items() if m.startswith("formulations")
+            for d in ds}
+    assert deps <= {"formulations", "planner.specs", "planner.costmodel", "planner.errors",
+                    "planner.catalog", "planner.workers"}, deps
+    assert any(d.startswith("formulations") for m, ds in graph.items()
+               if m.startswith("planner.orchestration") for d in ds)
+
+
+def test_every_exporter_lives_in_export():
+    """The files a framework or engine reads (Megatron-LM, Megatron-Bridge, torchtitan,
+    DeepSpeed, the serving engines' launch commands, TorchRec's sharding plan) are written
+    by planner.export, one room; report/ only prints and plots."""
+    mods = set(modules())
+    for name in ("megatron", "bridge", "torchtitan", "deepspeed", "serve_launch", "torchrec"):
+        assert f"planner.export.{name}" in mods, name
+        assert f"planner.report.{name}" not in mods, name
 
 
 def test_layers_import_downward_only():

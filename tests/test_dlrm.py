@@ -372,7 +372,7 @@ def _tbe_sized(m: DLRMSpec, c):
 def test_torchrec_export_refuses_shards_fbgemm_cannot_hold():
     """FBGEMM's kernels take dims that are multiples of 4 (dlrm-a's 94 is not); a
     data-parallel table is written with TorchRec's sharding_spec None."""
-    from planner.report.torchrec import torchrec_plan
+    from planner.export.torchrec import torchrec_plan
 
     m = DLRMSpec(name="d", tables=[dict(name="a", rows=1000, dim=94, pooling=2),
                                    dict(name="b", rows=1000, dim=40, pooling=2)],
@@ -395,7 +395,7 @@ def test_torchrec_export_refuses_shards_fbgemm_cannot_hold():
 
 
 def test_torchrec_export_covers_every_shard():
-    from planner.report.torchrec import torchrec_plan
+    from planner.export.torchrec import torchrec_plan
 
     covered = 0
     for seed in range(40):

@@ -163,7 +163,7 @@ def test_bounds_hold_with_uvm():
 
 
 def test_torchrec_export_and_cli(capsys, tmp_path):
-    from planner.report.torchrec import torchrec_plan
+    from planner.export.torchrec import torchrec_plan
 
     m, c = big_table_model(), with_host(small_cluster(2, 2, hbm_mib=60), gib=0.5)
     s = solve_sharding(m, c)

@@ -27,8 +27,8 @@ import planner.catalog as catalog
 from planner.errors import InputError
 from planner.export import export_plan
 from planner.export.torchtitan import toml_string
-from planner.report.serve_launch import launch_commands
-from planner.report.torchrec import torchrec_plan
+from planner.export.serve_launch import launch_commands
+from planner.export.torchrec import torchrec_plan
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMPlan, DLRMSpec, TablePlacement
 from planner.specs.loaders import load_cluster, load_model

@@ -143,7 +143,7 @@ def space_items(n: int) -> Iterator[Item]:
 
 
 def serving_items() -> Iterator[Item]:
-    from planner.report.serve_launch import launch_commands
+    from planner.export.serve_launch import launch_commands
     from planner.specs.serve import ServePlan
 
     for tp in (1, 2, 8):
@@ -159,7 +159,7 @@ def serving_items() -> Iterator[Item]:
 
 def torchrec_items() -> Iterator[Item]:
     from formulations.dlrm.search import solve_sharding
-    from planner.report.torchrec import torchrec_plan
+    from planner.export.torchrec import torchrec_plan
     from planner.specs.loaders import load_cluster, load_model
 
     model, cluster = load_model("criteo-dlrm"), load_cluster("zionex-128").resized(8)

@@ -48,13 +48,13 @@ def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
 
 
 def _write(res: Any, path: str, force: bool) -> None:
-    """``--out``: the plan and its TorchRec form (planner/report/torchrec.py); JSON when
+    """``--out``: the plan and its TorchRec form (planner/export/torchrec.py); JSON when
     the path ends in .json, else YAML."""
     import json
 
     import yaml
 
-    from planner.report.torchrec import torchrec_plan
+    from planner.export.torchrec import torchrec_plan
 
     data = {"model": res.model.name, "cluster": res.cluster.name,
             "plan": res.solution.plan.to_dict(),
@@ -172,7 +172,7 @@ class SolveOutFile(Spec):
     cluster: str | None = Field(None, description="name of the cluster it was solved on")
     plan: DLRMPlan = Field(..., description="the sharding: plan.tables")
     torchrec: Any = Field(None, description="the sharding in TorchRec's terms, written "
-                          "for the reader (planner/report/torchrec.py); not read back")
+                          "for the reader (planner/export/torchrec.py); not read back")
 
 
 def read_dlrm_plan(path: str, model: Any, cluster: Any) -> tuple[DLRMPlan, list[str]]:

@@ -270,7 +270,7 @@ def _weights(model: str, m: Any, model_path: str | None, launch: bool) -> str | 
 
 
 def _launch(weights: str, plan, only: str | None = None) -> dict:
-    from planner.report.serve_launch import launch_commands
+    from planner.export.serve_launch import launch_commands
 
     cmds = launch_commands(weights, plan)
     return cmds if only is None else {only: cmds[only]}

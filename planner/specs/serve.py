@@ -13,7 +13,7 @@ from planner.specs.names import Name
 WeightDtype = Literal["bf16", "fp8", "int4", "fp4"]
 KVDtype = Literal["bf16", "fp8"]
 ServeMode = Literal["aggregated", "disaggregated"]
-#: the engines planner/report/serve_launch.py writes launch commands for
+#: the engines planner/export/serve_launch.py writes launch commands for
 Launcher = Literal["trtllm", "vllm", "sglang"]
 #: Longest prompt/output accepted: 16,777,216 tokens, far above any served context
 #: (Llama 4 Scout: 10M tokens); bounds the cost-model arithmetic.
