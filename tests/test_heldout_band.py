@@ -223,3 +223,24 @@ def test_an_optimum_far_beyond_the_best_published_run_says_why(monkeypatch):
     monkeypatch.setattr(trust, "corpus_runs", lambda: (near,))
     quiet = trust.published_comparison(fake.model, h100, best.plan, best.estimate, 10.0)
     assert not quiet["beyond_band"] and quiet["note"] is None
+
+
+def test_a_corpus_run_with_an_unknown_key_is_refused_naming_the_closest(tmp_path, monkeypatch):
+    """A typo in a source file (here ``microbatch`` for ``microbatch_size`` in a run's plan,
+    and ``hbm_gb`` in its GPU fields) is refused with the file, the run and the closest key."""
+    from planner.errors import InputError
+    from planner.validation import corpus
+
+    base = dict(source=dict(id="s", citation="a citation long enough to count",
+                            framework="Megatron-LM", framework_family="megatron",
+                            metric="tokens_per_s_per_gpu"),
+                runs=[dict(name="r", model="llama3-8b", cluster="dgx-h100-superpod", gpus=8,
+                           plan=dict(microbatch=1, global_batch_size=64, seq_len=8192),
+                           measured=1000.0)])
+    f = corpus.CorpusFile.model_validate(base)
+    with pytest.raises(InputError, match=r"(?s)run r: plan.*did you mean microbatch_size"):
+        corpus._file_runs("s.yaml", f)
+    base["runs"][0]["plan"] = dict(global_batch_size=64, seq_len=8192)
+    base["runs"][0]["gpu"] = {"hbm_gb": 40}
+    with pytest.raises(InputError, match=r"(?s)run r: gpu.*hbm_gib"):
+        corpus._file_runs("s.yaml", corpus.CorpusFile.model_validate(base))

@@ -27,7 +27,7 @@ from importlib import resources
 from typing import Any, Callable, Literal
 
 import yaml
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from planner.costmodel.frameworks import framework_cluster, unstated_defaults
 from planner.costmodel.train.evaluator import Estimate, evaluate
@@ -37,17 +37,14 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.framework import load_framework
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.model import ModelSpec
+from planner.specs.gpu import GPUSpec
 from planner.specs.plan import Plan
+from planner.specs.validate import validate
 from planner.validation.band import generation
 
 Metric = Literal["tokens_per_s_per_gpu", "iteration_time_s"]
 
-class _Strict(Spec):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True,
-                              allow_inf_nan=False)
-
-
-class CorpusSource(_Strict):
+class CorpusSource(Spec):
     """Who measured the runs of one file, and how they ran."""
 
     id: str = Field(min_length=1, description="short stable key of the source")
@@ -65,7 +62,7 @@ class CorpusSource(_Strict):
     notes: str | None = Field(None, description="what the source says about all its runs")
 
 
-class CorpusRun(_Strict):
+class CorpusRun(Spec):
     """One published run: the plan as far as the source states it, and what it measured."""
 
     name: str = Field(min_length=1, description="unique run name")
@@ -82,7 +79,7 @@ class CorpusRun(_Strict):
     note: str | None = Field(None, description="the table row, conversions, caveats")
 
 
-class CorpusFile(_Strict):
+class CorpusFile(Spec):
     source: CorpusSource
     network_GBps_per_gpu: float | None = Field(
         None, gt=0, description="the inter-node bandwidth per GPU the source states, where it "
@@ -166,21 +163,20 @@ def _corpus_files() -> list[tuple[str, CorpusFile]]:
         if not entry.name.endswith(".yaml"):
             continue
         data = yaml.safe_load(entry.read_text())
-        try:
-            out.append((entry.name, CorpusFile.model_validate(data)))
-        except Exception as exc:  # pydantic's message names the field
-            raise InputError(f"calibration corpus file {entry.name}: {exc}") from None
+        out.append((entry.name, validate(CorpusFile, data, f"calibration corpus file {entry.name}")))
     return out
 
 
 def _file_runs(fname: str, f: CorpusFile) -> list[Run]:
     runs = []
     for r in f.runs:
-        model = (ModelSpec.model_validate(dict(f.models[r.model], name=r.model))
+        where = f"calibration corpus file {fname}, run {r.name}"
+        model = (validate(ModelSpec, dict(f.models[r.model], name=r.model), f"{where}: model")
                  if r.model in f.models else load_model(r.model))
         cluster = load_cluster(r.cluster, r.gpus)
-        if r.gpu:
-            cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update=r.gpu)})
+        if r.gpu:  # validated: an unknown GPU field is refused, not set
+            gpu = validate(GPUSpec, {**cluster.gpu.model_dump(), **r.gpu}, f"{where}: gpu")
+            cluster = cluster.model_copy(update={"gpu": gpu})
         if f.network_GBps_per_gpu is not None:
             *inner, outer = cluster.topology
             cluster = cluster.model_copy(update={"topology": [*inner, outer.model_copy(
@@ -194,10 +190,7 @@ def _file_runs(fname: str, f: CorpusFile) -> list[Run]:
             fields["dp"] = r.gpus // per
         if f.source.profile is not None:  # what the source leaves unstated: its framework's
             fields = unstated_defaults(load_framework(f.source.profile), fields)
-        try:
-            plan = Plan.model_validate(fields)
-        except Exception as exc:
-            raise InputError(f"{fname} run {r.name}: plan: {exc}") from None
+        plan = validate(Plan, fields, f"{where}: plan")
         runs.append(Run(r.name, f.source.id, f.source.citation, f.source.framework,
                         f.source.framework_family, f.source.profile, model, cluster, plan,
                         f.source.metric, r.measured, f"corpus/{fname}"))

@@ -8,10 +8,10 @@ re-run.
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any, Callable, Iterable
 
+from planner.validation import scaling
 from planner.validation.band import heldout_records
 from planner.validation.corpus import corpus_runs, gpu_bucket, seq_bucket
 
@@ -44,15 +44,12 @@ def summarize(records: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]],
 
 
 def residual_slope(records: Iterable[dict[str, Any]]) -> float | None:
-    """Least-squares slope of the held-out residual against log10(GPUs): how the error
-    changes per tenfold GPUs (0 when error does not depend on scale)."""
-    pts = [(math.log10(r["gpus"]), r["heldout_residual"]) for r in records]
-    if len({x for x, _ in pts}) < 2:
+    """The held-out residual's slope per tenfold GPUs (planner.validation.scaling), None
+    with fewer than two distinct GPU counts."""
+    pairs = [(r["gpus"], r["heldout_residual"]) for r in records]
+    if len({g for g, _ in pairs}) < 2:
         return None
-    mx = statistics.mean(x for x, _ in pts)
-    my = statistics.mean(y for _, y in pts)
-    return (sum((x - mx) * (y - my) for x, y in pts)
-            / sum((x - mx) ** 2 for x, _ in pts))
+    return scaling.residual_slope(pairs).slope_per_decade
 
 
 def heldout_report() -> dict[str, Any]:
