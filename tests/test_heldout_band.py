@@ -209,7 +209,7 @@ def test_an_optimum_far_beyond_the_best_published_run_says_why(monkeypatch):
     fake = dataclasses.replace(template, name="fake-8b-tp8", source="fake",
                                model=load_model("llama3-8b"), cluster=h100, plan=ref_plan,
                                metric="tokens_per_s_per_gpu", measured=0.6 * tps)
-    monkeypatch.setattr(trust, "corpus_runs", lambda: (fake,))
+    monkeypatch.setattr(trust, "similar_runs", lambda *a: [fake])
     out = trust.published_comparison(fake.model, h100, best.plan, best.estimate, 10.0)
     assert out is not None and out["beyond_band"]
     assert out["gain_pct"] == pytest.approx(100 * (1 / 0.6 - 1), rel=1e-6)
@@ -220,7 +220,7 @@ def test_an_optimum_far_beyond_the_best_published_run_says_why(monkeypatch):
     assert "parallel degrees" in out["note"]
     # within the band: reported, not flagged
     near = dataclasses.replace(fake, measured=0.97 * tps)
-    monkeypatch.setattr(trust, "corpus_runs", lambda: (near,))
+    monkeypatch.setattr(trust, "similar_runs", lambda *a: [near])
     quiet = trust.published_comparison(fake.model, h100, best.plan, best.estimate, 10.0)
     assert not quiet["beyond_band"] and quiet["note"] is None
 
@@ -244,3 +244,21 @@ def test_a_corpus_run_with_an_unknown_key_is_refused_naming_the_closest(tmp_path
     base["runs"][0]["gpu"] = {"hbm_gb": 40}
     with pytest.raises(InputError, match=r"(?s)run r: gpu.*hbm_gib"):
         corpus._file_runs("s.yaml", corpus.CorpusFile.model_validate(base))
+
+
+def test_similar_published_runs_are_found_through_the_index():
+    """Same model, generation, precision and sequence within 2x GPUs: NeMo 24.12's Llama 3
+    8B FP8 run on 8 H100 is similar to an FP8 plan on 8 or 16 of them, not to a bf16 one, a
+    4K-token one or one on 64 GPUs."""
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.plan import Plan
+    from planner.validation.trust import similar_runs
+
+    m = load_model("llama3-8b")
+    def names(gpus, **kw):
+        p = Plan(**{**dict(dp=gpus, global_batch_size=128, seq_len=8192, dtype="fp8"), **kw})
+        return {r.name for r in similar_runs(m, load_cluster("dgx-h100-superpod", gpus), p)}
+    assert "nemo2412-h100-llama3-8b" in names(8) and "nemo2412-h100-llama3-8b" in names(16)
+    assert "nemo2412-h100-llama3-8b" not in names(8, dtype="bf16")
+    assert "nemo2412-h100-llama3-8b" not in names(8, seq_len=4096)
+    assert "nemo2412-h100-llama3-8b" not in names(64)

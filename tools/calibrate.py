@@ -191,7 +191,8 @@ def record(r: Run, shipped: float | None, held: float | None, how: str,
            group: str | None) -> dict:
     """One run's line in the held-out file (planner.validation.band reads it); a run whose
     published plan does not fit has no residual, and ``held_out`` gives the reason."""
-    return {"run": r.name, "source": r.source, "framework": r.framework, "family": r.family,
+    return {"run": r.name, "origin": r.origin, "model": r.model.name, "source": r.source,
+            "framework": r.framework, "family": r.family,
             "profile": r.profile, "generation": r.generation, "dtype": r.dtype,
             "gpus": r.gpus, "seq_len": r.seq_len, "moe": r.moe, "group": group,
             "feasible": shipped is not None,

@@ -99,7 +99,9 @@ def distance(a: Regime, r: dict[str, Any]) -> float:
 def heldout_file() -> tuple[dict[str, Any], ...]:
     """Every corpus run as ``tools/calibrate.py --write`` recorded it."""
     path = resources.files("hardware_catalog") / "calibration" / "heldout_residuals.yaml"
-    return tuple(yaml.safe_load(path.read_text())["runs"])
+    # read on every answer: libyaml's loader where PyYAML has it (6x the pure-Python one)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(yaml.load(path.read_text(), Loader=loader)["runs"])
 
 
 def heldout_records() -> tuple[dict[str, Any], ...]:

@@ -156,15 +156,17 @@ class Run:
         return tps / self.measured - 1
 
 
-def _corpus_files() -> list[tuple[str, CorpusFile]]:
-    folder = resources.files("hardware_catalog") / "calibration" / "corpus"
-    out = []
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if not entry.name.endswith(".yaml"):
-            continue
-        data = yaml.safe_load(entry.read_text())
-        out.append((entry.name, validate(CorpusFile, data, f"calibration corpus file {entry.name}")))
-    return out
+def _corpus_folder():
+    return resources.files("hardware_catalog") / "calibration" / "corpus"
+
+
+def _corpus_names() -> list[str]:
+    return sorted(e.name for e in _corpus_folder().iterdir() if e.name.endswith(".yaml"))
+
+
+def _corpus_file(name: str) -> CorpusFile:
+    data = yaml.safe_load((_corpus_folder() / name).read_text())
+    return validate(CorpusFile, data, f"calibration corpus file {name}")
 
 
 def _file_runs(fname: str, f: CorpusFile) -> list[Run]:
@@ -249,18 +251,26 @@ def _torchtitan_runs() -> list[Run]:
     return out
 
 
-#: The original calibration sets, each read by its own module.
-LEGACY: tuple[Callable[[], list[Run]], ...] = (_korthikanti_runs, _nemo_runs, _torchtitan_runs)
+#: The original calibration sets, each read by its own module, by file.
+LEGACY: dict[str, Callable[[], list[Run]]] = {
+    "korthikanti2022.yaml": _korthikanti_runs, "nvidia_nemo_2407_2502.yaml": _nemo_runs,
+    "torchtitan_h100.yaml": _torchtitan_runs}
+
+
+@lru_cache(maxsize=None)
+def runs_from(origin: str) -> tuple[Run, ...]:
+    """The runs of one file (``Run.origin``: a legacy set's file name or ``corpus/NAME``)."""
+    if origin in LEGACY:
+        return tuple(LEGACY[origin]())
+    name = origin.removeprefix("corpus/")
+    return tuple(_file_runs(name, _corpus_file(name)))
 
 
 @lru_cache(maxsize=1)
 def corpus_runs() -> tuple[Run, ...]:
     """Every run of every source, in a stable order."""
-    runs: list[Run] = []
-    for make in LEGACY:
-        runs.extend(make())
-    for fname, f in _corpus_files():
-        runs.extend(_file_runs(fname, f))
+    runs = [r for origin in (*LEGACY, *(f"corpus/{n}" for n in _corpus_names()))
+            for r in runs_from(origin)]
     names = [r.name for r in runs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
