@@ -126,7 +126,8 @@ def test_validate_json(capsys):
     # each fit group's record: its runs, its sources, and the held-out figure where a
     # source can be held out (planner/validation/heldout.py; tools/calibrate.py --write)
     fits = data["fit"]
-    assert set(fits) == {"A100", "H100", "B200", "H100 torchtitan", "A100 megatron-core"}
+    assert set(fits) == {"A100", "H100", "B200", "H100 torchtitan", "A100 megatron-core",
+                         "MoE megatron"}
     # a group fitted on several sources records its held-out figure; one source cannot
     assert all((f["leave_one_source_out_mape"] is None) == (f["sources"] < 2)
                for f in fits.values())

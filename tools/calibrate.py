@@ -10,7 +10,10 @@ is fitted on every corpus run whose prediction reads it (``planner.validation.co
   ``overlap_slowdown``;
 - B200 (FP8): ``fp8_gemm_peak_fraction``, ``gemm_half_dim`` (the saturating GEMM curve), a common
   scale of the two attention-kernel fractions, and ``overlap_slowdown``;
-- H100 torchtitan: the torchtitan profile's ``kernel_fraction`` and ``overlap_slowdown``.
+- H100 torchtitan: the torchtitan profile's ``kernel_fraction`` and ``overlap_slowdown``;
+- MoE megatron: Megatron-Core's host time per local expert of an MoE layer's forward
+  (``moe_expert_host_us`` in the megatron-core and nemo profiles' kernels), fitted on the MoE
+  runs of those frameworks (every GPU) over the dense groups' parameters.
 
 Every other parameter keeps its literature value (the GPU file's ``sources``). Grid points
 whose GEMM curve beats a measured cuBLASLt throughput (``planner.validation.microbench``,
@@ -83,6 +86,13 @@ def fp8_grid(attn_fwd: float, attn_bwd: float) -> Iterable[dict[str, float]]:
                    attention_bwd_fraction=round(attn_bwd * a, 3))
 
 
+def host_grid() -> Iterable[dict[str, float]]:
+    """Host time per local expert of an MoE layer's forward, 0 to 1 ms (a CPU launches a
+    kernel in a few microseconds to tens of microseconds: TaxBreak, arXiv:2603.12465)."""
+    for us in range(0, 1001, 25):
+        yield dict(moe_expert_host_us=float(us))
+
+
 def table_grid() -> Iterable[dict[str, float]]:
     """The framework-level parameters of a GPU with a measured kernel table: the share of
     the microbenchmarked kernel speed a training step sustains, and the overlap slowdown."""
@@ -100,10 +110,26 @@ GENERATIONS = {
     "B200": ("b200", lambda: fp8_grid(0.50, 0.40)),
     "H100 torchtitan": ("h100-sxm", table_grid),
     "A100 megatron-core": ("a100-sxm-80gb", table_grid),
+    "MoE megatron": (None, host_grid),
 }
+#: groups that replace a framework profile's own fit on a GPU (the rest set GPU or kernel
+#: parameters over the profile's fit)
+PROFILE_FIT_GROUPS = {"H100 torchtitan", "A100 megatron-core"}
+#: the frameworks whose MoE runs the MoE group fits (Megatron-Core underneath)
+MOE_PROFILES = ("megatron-core", "nemo")
 
 
-def beats_microbenchmark(gpu: GPUSpec, point: dict[str, float]) -> bool:
+def in_group(r: Run, gen: str) -> bool:
+    """Whether group ``gen`` is fitted on run ``r``: dense runs of the frameworks the product
+    models by their GPU or profile group; MoE runs of Megatron-Core by the MoE group."""
+    if gen == "MoE megatron":
+        return r.moe and r.profile in MOE_PROFILES
+    return not r.moe and r.family != "other" and fit_group(r) == gen
+
+
+def beats_microbenchmark(gpu: GPUSpec | None, point: dict[str, float]) -> bool:
+    if gpu is None:  # a group of host parameters: no kernel speed to check
+        return False
     gpu = gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(update=point)})
     return bool(cap_violations(gpu))
 
@@ -124,8 +150,8 @@ def grid_results(gen: str, runs: Sequence[Run]
     """Every grid point of group ``gen`` that does not beat the cuBLASLt microbenchmark, with
     the errors of ``runs`` there, and how many points were dropped."""
     gpu_name, grid = GENERATIONS[gen]
-    errors = group_errors(runs, drop_profile_fit=" " in gen)
-    gpu = load_gpu(gpu_name)
+    errors = group_errors(runs, drop_profile_fit=gen in PROFILE_FIT_GROUPS)
+    gpu = load_gpu(gpu_name) if gpu_name else None
     results, dropped = [], 0
     for point in grid():
         if beats_microbenchmark(gpu, point):
@@ -159,7 +185,7 @@ def fit(gen: str, runs: Sequence[Run], everything: Sequence[Run]) -> tuple[dict,
             for i, m in enumerate(mine):
                 if m:
                     held[i], how[i] = errs[i], "group refitted without its source"
-        elif " " in gen:
+        elif gen in PROFILE_FIT_GROUPS:
             parent = gen.split(" ")[0]
             own = [r for r, m in zip(runs, mine) if m]
             prior = [r for r in everything if fit_group(r) == parent and r.source != src]
@@ -205,7 +231,9 @@ def record(r: Run, shipped: float | None, held: float | None, how: str,
 TARGETS = {"A100": ("gpus/a100-sxm-80gb.yaml", "gpus/a100-sxm-40gb.yaml"),
            "H100": ("gpus/h100-sxm.yaml",), "B200": ("gpus/b200.yaml",),
            "H100 torchtitan": ("frameworks/torchtitan.yaml:h100-sxm",),
-           "A100 megatron-core": ("frameworks/megatron-core.yaml:a100-sxm-80gb",)}
+           "A100 megatron-core": ("frameworks/megatron-core.yaml:a100-sxm-80gb",),
+           "MoE megatron": ("frameworks/megatron-core.yaml#kernels",
+                            "frameworks/nemo.yaml#kernels")}
 
 
 def write_point(gen: str, point: dict[str, float]) -> list[str]:
@@ -215,9 +243,10 @@ def write_point(gen: str, point: dict[str, float]) -> list[str]:
     out = []
     for target in TARGETS[gen]:
         fname, _, gpu = target.partition(":")
+        fname, _, top = fname.partition("#")
         path = CALIBRATION.parent / fname
         lines = path.read_text().splitlines()
-        block = f"  {gpu}:" if gpu else "efficiency:"
+        block = f"  {gpu}:" if gpu else f"{top or 'efficiency'}:"
         start = next(i for i, line in enumerate(lines) if line.rstrip() == block)
         indent = "    " if gpu else "  "
         for key, value in point.items():
@@ -237,7 +266,8 @@ FRAMEWORKS = {"A100": ("other teams than NVIDIA's Megatron-LM (Megatron-DeepSpee
                        "FSDP, torchtitan)"),
               "H100": "NeMo (Megatron-Core) and others", "B200": "NeMo 25.02 (Megatron-Core)",
               "H100 torchtitan": "torchtitan (2024-08 to 2025-06, Grand Teton H100)",
-              "A100 megatron-core": "Megatron-LM (NVIDIA's own runs on Selene, 2020-2022)"}
+              "A100 megatron-core": "Megatron-LM (NVIDIA's own runs on Selene, 2020-2022)",
+              "MoE megatron": "Megatron-Core MoE (NeMo, Megatron-Bridge; H100, B200, GB200)"}
 CALIBRATION = Path(__file__).resolve().parents[1] / "hardware_catalog" / "calibration"
 SUMMARY = CALIBRATION / "fit_summary.yaml"
 HELDOUT = CALIBRATION / "heldout_residuals.yaml"
@@ -262,16 +292,18 @@ def main(argv: list[str]) -> None:
     # fitted: dense runs of the frameworks the product models (a profile or a family it
     # costs); a framework it has no profile for (MaxText, Meta's own) is only held out
     dense = [r for r in everything if not r.moe and r.family != "other"]
+    fitted = set()
     for gen in gens:
-        runs = [r for r in dense if fit_group(r) == gen]
+        runs = [r for r in everything if in_group(r, gen)]
         summaries[gen], recs = fit(gen, runs, dense)
         records.extend(recs)
+        fitted.update(r.name for r in runs)
     for r in everything:
-        # MoE runs are never fitted: what the dense parameters miss there is a mechanism of
-        # the MoE layer (dispatch, grouped GEMMs), not a speed of the GPU or framework
-        if r not in dense or fit_group(r) is None:
+        # the dense parameters are never fitted on MoE runs: what they miss there is a
+        # mechanism of the MoE layer, fitted only by the MoE group
+        if r.name not in fitted and (r not in dense or fit_group(r) is None):
             e = r.residual(r.estimate())
-            why = ("MoE: no fit reads MoE runs" if r.moe else "no fit reads this GPU"
+            why = ("MoE: no MoE fit for this framework" if r.moe else "no fit reads this GPU"
                    if fit_group(r) is None else "a framework without a profile: not fitted")
             records.append(record(r, e, e, why, fit_group(r)))
     if apply:  # the best points into the files, then measure again as shipped

@@ -67,6 +67,7 @@ def framework_cluster(cluster: ClusterSpec, profile: FrameworkProfile | None) ->
         update["attention_backend"] = backend
     update["sharded_overlap"] = profile.kernels.fsdp_prefetch
     update["loss_bytes_per_logit"] = LOSS_PEAK_BYTES_PER_LOGIT[profile.kernels.cross_entropy]
+    update["moe_expert_host_us"] = profile.kernels.moe_expert_host_us
     fit = profile.fit.get(cluster.gpu.name)
     if fit is not None:
         update["kernel_fraction"] = fit.kernel_fraction

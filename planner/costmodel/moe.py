@@ -254,6 +254,26 @@ def paired_exposed_ep_s(f_attn: float, f_expert: float, b_attn: float, b_expert:
     return max(d3, e3) - (f_attn + f_expert + b_attn + b_expert)
 
 
+def host_stall_s(gpu: GPUSpec, model: ModelSpec, shape: LayerShape, gpu_fwd_s: float) -> float:
+    """GPU idle time of one MoE layer's forward while the host launches its experts.
+
+    Megatron-Core's dropless all-to-all dispatcher copies the per-expert token counts to
+    the host and synchronizes before the EP all-to-all (the split sizes are host values:
+    megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher.preprocess,
+    ``cuda_sync_point = "before_ep_alltoall"``), and Transformer Engine's GroupedLinear takes
+    the per-expert splits as a host list and issues each expert's quantization and GEMMs
+    from the host. After the sync the launch queue is empty, so the GPU waits for the host
+    whenever launching the layer's ``E/ep`` local experts takes longer than running the
+    layer (the "host-overhead wall" of Megatron-Core's MoE report, NVIDIA 2026,
+    arXiv:2603.07685, Sec. 1; CUDA graphs of the router and preprocessing remove the sync).
+    ``gpu.efficiency.moe_expert_host_us`` is the host time per local expert (the
+    framework's; 0: no stall). Backward reuses the host split sizes: no sync, no stall."""
+    host_us = gpu.efficiency.moe_expert_host_us
+    if host_us <= 0:
+        return 0.0
+    return max(0.0, host_us * 1e-6 * routing(model, shape).local_experts - gpu_fwd_s)
+
+
 def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
                    strat: LayerStrategy) -> LayerCost:
     """Cost of one MoE layer for one microbatch on one GPU (cached through
@@ -311,7 +331,10 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
         ep_s = sticks_out + gpu.efficiency.overlap_slowdown * (2 * ep_one - sticks_out)
     comm = dict(tp_comm_s=tp_f + tp_b + rec_tp, cp_comm_s=cp_f + cp_b + rec_cp,
                 ep_comm_s=ep_s)
-    return LayerCost(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, act_bytes=act,
+    # the host-bound forward stalls again where the backward recomputes it
+    stall = host_stall_s(gpu, model, shape, fwd + tp_f + cp_f + ep_one)
+    rec += stall * {"full": 1.0, "half": 0.5}.get(strat.recompute, 0.0)
+    return LayerCost(fwd_s=fwd + stall, bwd_s=bwd, recompute_s=rec, act_bytes=act,
                      workspace_bytes=workspace, recompute_flops=rec_flops,
                      padding_flops=pad_flops, **comm)
 

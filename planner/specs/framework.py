@@ -67,6 +67,12 @@ class FrameworkKernels(Spec):
         "cross-entropy kernel on one fp32 logits buffer (Megatron); eager_fp32 = "
         "F.cross_entropy on an fp32 copy of the logits in eager PyTorch, unchunked (the "
         "log-softmax output and gradients in fp32)")
+    moe_expert_host_us: float = Field(
+        0.0, ge=0, description="host time per local expert of one MoE layer's forward "
+        "that the GPU waits for: eager per-expert kernel launches behind the token "
+        "dispatcher's device-to-host sync (planner/costmodel/moe.py host_stall_s); 0: "
+        "grouped expert kernels or CUDA graphs. A framework-level parameter fitted on the "
+        "framework's MoE runs (tools/calibrate.py)")
     sources: dict[str, str] = Field(default_factory=dict, description="a citation per field")
 
 

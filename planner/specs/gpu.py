@@ -48,6 +48,11 @@ class GPUEfficiency(Spec):
         "reduce-scatters overlap compute under the plan's overlap switches (the framework's: "
         "its profile's kernels.fsdp_prefetch); False: charged in full "
         "(planner/costmodel/compose.py SHARDED_MICROBATCH_OVERLAP)")
+    moe_expert_host_us: float = Field(
+        0.0, ge=0, description="host (CPU) time per local expert of one MoE layer's "
+        "forward that the GPU waits for: the framework's (its profile's "
+        "kernels.moe_expert_host_us); 0: the experts run as one grouped kernel launched "
+        "ahead of the GPU (planner/costmodel/moe.py host_stall_s)")
     loss_bytes_per_logit: float = Field(
         4.0, gt=0, description="HBM bytes per local logit live at the peak of the loss "
         "(the framework's: its profile's kernels.cross_entropy, "
