@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from planner.costmodel import constants as C
 from planner.costmodel.compute import elementwise_time_s, fp8_cast_bytes, gemm_time_s, op_bytes
@@ -274,14 +275,29 @@ def host_stall_s(gpu: GPUSpec, model: ModelSpec, shape: LayerShape, gpu_fwd_s: f
     return max(0.0, host_us * 1e-6 * routing(model, shape).local_experts - gpu_fwd_s)
 
 
-def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
-                   strat: LayerStrategy) -> LayerCost:
-    """Cost of one MoE layer for one microbatch on one GPU (cached through
-    :func:`planner.costmodel.layer.layer_cost`)."""
-    moe = model.moe
-    assert moe is not None
+@dataclass(frozen=True)
+class _Kernels:
+    """The kernels of one MoE layer on one GPU: what does not depend on the network."""
+
+    gemms: tuple[tuple[str, float, float, float, float], ...]
+    fwd_g: dict[str, float]
+    dgrad: dict[str, float]
+    wgrad: dict[str, float]
+    attn_f: float
+    attn_b: float
+    attn_flops: float
+    fwd: float
+    bwd: float
+    act_bytes: float
+    workspace_bytes: float
+
+
+@lru_cache(maxsize=1 << 15)
+def _kernels(model: ModelSpec, gpu: GPUSpec, shape: LayerShape, strat: LayerStrategy
+             ) -> _Kernels:
+    """Cached apart from the network: a search costs the same shape on many placements."""
     dt = strat.dtype
-    gemms = _gemms(model, shape)
+    gemms = tuple(_gemms(model, shape))
     fwd_g = {n: gemm_time_s(gpu, dt, m, nn, k, b) for n, m, nn, k, b in gemms}
     dgrad = {n: gemm_time_s(gpu, dt, m, k, nn, b) for n, m, nn, k, b in gemms}
     wgrad = {n: gemm_time_s(gpu, dt, k, nn, m, b) for n, m, nn, k, b in gemms}
@@ -292,6 +308,23 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     ew_b = C.ELEMENTWISE_BWD_RATIO * ew_f
     fwd = sum(fwd_g.values()) + attn_f + ew_f
     bwd = sum(dgrad.values()) + sum(wgrad.values()) + attn_b + ew_b
+    act = moe_activation_bytes(model, shape, strat)
+    workspace = (moe_activation_bytes(model, shape, strat, "none")
+                 if strat.recompute in ("full", "half") else 0.0)
+    workspace += cp_buffer_bytes(model, shape, strat)
+    return _Kernels(gemms, fwd_g, dgrad, wgrad, attn_f, attn_b, attn_flops, fwd, bwd, act,
+                    workspace)
+
+
+def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
+                   strat: LayerStrategy) -> LayerCost:
+    """Cost of one MoE layer for one microbatch on one GPU (cached through
+    :func:`planner.costmodel.layer.layer_cost`)."""
+    moe = model.moe
+    assert moe is not None
+    k = _kernels(model, gpu, shape, strat)
+    gemms, fwd_g, dgrad, wgrad = k.gemms, k.fwd_g, k.dgrad, k.wgrad
+    attn_f, attn_b, attn_flops, fwd, bwd = k.attn_f, k.attn_b, k.attn_flops, k.fwd, k.bwd
 
     # TP: the attention block; the shared experts like a dense MLP; without shared experts
     # and without SP the combined tokens are all-gathered back to every TP rank.
@@ -314,10 +347,7 @@ def moe_layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     pad = max(cf - 1.0, 0.0) / cf * r.received * 2 * model.ffn_matrices * model.hidden_size \
         * moe.expert_ffn_hidden_size
     pad_flops = 3 * pad  # forward and backward; a recomputed forward is in rec_flops
-    act = moe_activation_bytes(model, shape, strat)
-    workspace = (moe_activation_bytes(model, shape, strat, "none")
-                 if strat.recompute in ("full", "half") else 0.0)
-    workspace += cp_buffer_bytes(model, shape, strat)
+    act, workspace = k.act_bytes, k.workspace_bytes
     ep_s = 2 * ep_one + rec_ep  # dispatch and combine, each way
     if strat.overlap_ep_comm and strat.recompute in ("none", "selective") and ep_one > 0:
         ex = ("ex_fc1", "ex_fc2")
