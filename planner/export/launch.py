@@ -126,7 +126,9 @@ def slurm_script(fmt: str, plan: Plan, target: Target, config_file: str, header:
               f"# world size {plan.world_size} = {nodes} nodes x {per_node} GPUs",
               "set -euo pipefail",
               f'CONFIG="${{SLURM_SUBMIT_DIR:-.}}"/{shlex.quote(config_file)}',
-              'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+              # the first host; sed reads the whole list (head would close the pipe early,
+              # and pipefail turns scontrol's SIGPIPE into a failed script)
+              'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
               "export MASTER_ADDR",
               f"export MASTER_PORT={RDZV_PORT}"]
     inner = node_command(fmt, nodes, per_node, "$MASTER_ADDR:$MASTER_PORT", "$SLURM_JOB_ID",
