@@ -213,3 +213,64 @@ def test_vllm_refusals_and_ignored():
                                          "--trust-remote-code", m, c)
     assert (back.concurrency, back.prefill_chunk) == (8, 64)
     assert ignored == ["--port", "8000", "--trust-remote-code"]
+
+
+# ---- the CLI ----------------------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+from test_cli import run  # noqa: E402
+
+LAUNCH = ROOT / "examples" / "launch"
+SUPERPOD = str(ROOT / "examples" / "superpod.yaml")
+
+
+def _time(capsys, *args):
+    code, out, err = run(capsys, "evaluate", "-m", "llama3-70b", "-c", SUPERPOD, "--json",
+                         *args)
+    assert code == 0, err
+    return json.loads(out)["iteration_time_s"], err
+
+
+def test_cli_evaluate_from_torchtitan_and_deepspeed(capsys, tmp_path):
+    """The golden files read back cost what their plans cost; the DeepSpeed launch line
+    comes from --launch-line, a sibling file, or the export header, in that order."""
+    t_plan, _ = _time(capsys, "-p", str(LAUNCH / "llama3-70b.torchtitan.plan.yaml"))
+    t_back, _ = _time(capsys, "--from", "torchtitan", str(LAUNCH / "llama3-70b.torchtitan.toml"))
+    assert t_back == t_plan
+    t_plan, _ = _time(capsys, "--gpus", "512", "-p",
+                      str(LAUNCH / "llama3-70b.deepspeed.plan.yaml"))
+    ds = LAUNCH / "llama3-70b.ds_config.json"
+    t_back, _ = _time(capsys, "--gpus", "512", "--from", "deepspeed", str(ds))
+    assert t_back == t_plan
+    # a sibling launch line with the wrong world is read (and refused by the batch check)
+    copy = tmp_path / "run.json"
+    copy.write_text(ds.read_text())
+    (tmp_path / "run.launch.sh").write_text("deepspeed --num_nodes 3 --num_gpus 8 train.py\n")
+    code, _, err = run(capsys, "evaluate", "-m", "llama3-70b", "-c", SUPERPOD, "--gpus", "512",
+                       "--from", "deepspeed", str(copy))
+    assert code == 2 and "world 24" in err
+    # --launch-line wins over the sibling
+    t_opt, err = _time(capsys, "--gpus", "512", "--from", "deepspeed", str(copy),
+                       "--launch-line", "deepspeed --num_nodes 64 --num_gpus 8 train.py")
+    assert t_opt == t_plan
+    cfg = json.loads(ds.read_text())
+    del cfg["planner_export"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(cfg))
+    code, _, err = run(capsys, "evaluate", "-m", "llama3-70b", "-c", SUPERPOD, "--from",
+                       "deepspeed", str(bare))
+    assert code == 2 and "--launch-line" in err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--from", "torchtitan"], "needs the file"),
+    (["--from", "torchtitan", "nowhere.toml"], "no such file"),
+    (["--from", "megatron", "--tp 1", "--launch-line", "x"], "--launch-line is for"),
+    (["--launch-line", "x"], "needs --from deepspeed"),
+    (["--from", "tensorflow", "x"], "expected megatron, torchtitan, deepspeed"),
+])
+def test_cli_from_errors(capsys, args, needle):
+    code, _, err = run(capsys, "evaluate", "-m", "llama3-70b", "-c", SUPERPOD, *args)
+    assert code == 2 and needle in err, err
