@@ -258,30 +258,7 @@ def plan_from_deepspeed(ds_config_json: str, launch_line: str, model: Any, clust
         k = script_args.index("--deepspeed_config")
         script_args = script_args[:k] + script_args[k + 2:]
     ignored = [k for k in cfg if k not in _DS_PLAN_KEYS] + script_args
-    micro = cfg.get("train_micro_batch_size_per_gpu")
-    gas = cfg.get("gradient_accumulation_steps")
-    tbs = cfg.get("train_batch_size")
-    # runtime/config.py _set_batch_related_parameters: any two give the third
-    if tbs is not None and micro is not None and gas is not None:
-        if tbs != micro * gas * dp:
-            raise InputError(f"--from deepspeed: train_batch_size={tbs} is not "
-                             f"train_micro_batch_size_per_gpu={micro} x "
-                             f"gradient_accumulation_steps={gas} x world {dp} (DeepSpeed "
-                             "refuses it too)")
-    elif tbs is not None and micro is not None:
-        gas = tbs // (micro * dp)
-    elif tbs is not None:
-        gas = gas or 1
-        micro = tbs // (gas * dp)
-    elif micro is not None:
-        gas = gas or 1
-        tbs = micro * gas * dp
-    else:
-        raise InputError("--from deepspeed: neither train_batch_size nor "
-                         "train_micro_batch_size_per_gpu is set (DeepSpeed needs one)")
-    if not micro or micro * gas * dp != (tbs or micro * gas * dp):
-        raise InputError(f"--from deepspeed: train_batch_size={tbs} does not divide into "
-                         f"micro-batches over world {dp}")
+    micro, gas = _ds_batch(cfg, dp)
     bf16 = _enabled(cfg, "bf16") or _enabled(cfg, "bfloat16")
     fp16 = _enabled(cfg, "fp16")
     if bf16 == fp16:
@@ -319,6 +296,38 @@ def plan_from_deepspeed(ds_config_json: str, launch_line: str, model: Any, clust
         "overlap_param_gather": overlap if dp > 1 and stage > 0 else True, "recompute": recompute_field(recompute, model),
         **offload}
     return _plan("deepspeed", data, t), ignored
+
+
+def _ds_batch(cfg: dict, dp: int) -> tuple[int, int]:
+    """(micro-batch per GPU, accumulation steps) over world ``dp``: DeepSpeed's
+    runtime/config.py _set_batch_related_parameters derives the third of train_batch_size,
+    train_micro_batch_size_per_gpu and gradient_accumulation_steps from any two, and
+    refuses three that disagree."""
+    micro = cfg.get("train_micro_batch_size_per_gpu")
+    gas = cfg.get("gradient_accumulation_steps")
+    tbs = cfg.get("train_batch_size")
+    # runtime/config.py _set_batch_related_parameters: any two give the third
+    if tbs is not None and micro is not None and gas is not None:
+        if tbs != micro * gas * dp:
+            raise InputError(f"--from deepspeed: train_batch_size={tbs} is not "
+                             f"train_micro_batch_size_per_gpu={micro} x "
+                             f"gradient_accumulation_steps={gas} x world {dp} (DeepSpeed "
+                             "refuses it too)")
+    elif tbs is not None and micro is not None:
+        gas = tbs // (micro * dp)
+    elif tbs is not None:
+        gas = gas or 1
+        micro = tbs // (gas * dp)
+    elif micro is not None:
+        gas = gas or 1
+        tbs = micro * gas * dp
+    else:
+        raise InputError("--from deepspeed: neither train_batch_size nor "
+                         "train_micro_batch_size_per_gpu is set (DeepSpeed needs one)")
+    if not micro or micro * gas * dp != (tbs or micro * gas * dp):
+        raise InputError(f"--from deepspeed: train_batch_size={tbs} does not divide into "
+                         f"micro-batches over world {dp}")
+    return micro, gas
 
 
 def _ds_header(cfg: dict, model: Any) -> tuple[int, str]:
