@@ -337,3 +337,43 @@ def test_serving_refusals_and_hostile_model_ids(tmp_path):
                     if "vllm" in cmd and "ray start --address" not in cmd:
                         assert ref in words.stdout.splitlines()
     assert not marker.exists()
+
+
+# ---- golden launcher files (examples/launch/, tools/golden_plans.py) -----------------------
+
+def _golden_tool():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("golden_plans",
+                                                  ROOT / "tools" / "golden_plans.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("golden_plans", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_golden_launcher_files_are_current():
+    """The README 70B plan's sbatch scripts and PyTorchJobs, from the checked-in plan file,
+    are what is checked in (tools/golden_plans.py writes them with the plan)."""
+    gp = _golden_tool()
+    from planner.specs.plan import Plan
+
+    seen = 0
+    for g in gp.GOLDEN:
+        if not g.launchers:
+            continue
+        plan = Plan.model_validate(yaml.safe_load((ROOT / gp.LAUNCH / g.plan_file).read_text()))
+        for name, text in g.launcher_files(plan).items():
+            assert (ROOT / gp.LAUNCH / name).read_text() == text, f"regenerate {name}"
+            seen += 1
+    assert seen == 4  # megatron and megatron-bridge, slurm and kubernetes
+
+
+def test_golden_serving_manifests_are_current():
+    gp = _golden_tool()
+    for sg in gp.SERVE_GOLDEN:
+        text = (ROOT / gp.LAUNCH / sg.manifest_file).read_text()
+        assert text == sg.text(), f"regenerate {sg.manifest_file}"
+        pools = {d["metadata"]["labels"]["planner/pool"] for d in yaml.safe_load_all(text)}
+        assert pools == {"prefill", "decode"}  # the README example is disaggregated

@@ -236,13 +236,14 @@ def serve_manifests(engine: str, model_ref: str, plan: Any, node_size: int | dic
     one replica each when a replica fits on a node, else a LeaderWorkerSet of
     ``gpus_per_replica / node_size`` pods per replica. ``node_size``: GPUs per node (or per
     GPU name, for a plan over several GPU types). ``model_ref``: the engine's model path or
-    Hugging Face id, passed as one quoted word."""
+    Hugging Face id, passed as one quoted word; ``name`` (default: ``model_ref``) names the
+    objects."""
     from planner.export.serve_launch import launch_commands
 
     if engine not in ("vllm", "sglang", "trtllm"):
         raise InputError(f"engine {engine!r}: expected vllm, sglang or trtllm")
     pools = launch_commands(model_ref, plan)[engine]
-    base = k8s_name(name or model_ref, engine, max_chars=40)
+    base = k8s_name(name or model_ref, max_chars=40)
     docs: list[dict[str, Any]] = []
     header = [f"planner serve --launch --launcher kubernetes: {engine}, model {model_ref}",
               f"follows apps/v1 Deployment and {LWS_VERSION}; GPUs: nvidia.com/gpu"]
@@ -250,10 +251,10 @@ def serve_manifests(engine: str, model_ref: str, plan: Any, node_size: int | dic
         per_node = (node_size.get(pool["gpu"], min(node_size.values()))
                     if isinstance(node_size, dict) else node_size)
         gpus = pool["gpus_per_replica"]
-        label = k8s_name(base, pool["pool"])
+        label = k8s_name(base, engine, pool["pool"])
         meta = {"name": label, "labels": {"app.kubernetes.io/name": label,
                                           "planner/pool": pool["pool"]}}
-        header.append(f"pool {pool['pool']}: {pool['replicas']} replicas x {gpus} GPUs"
+        header.append(f"pool {pool['pool']}: {pool['replicas']} replica(s) x {gpus} GPUs"
                       + "".join(f"; note: {n}" for n in pool["notes"]))
         if gpus <= per_node:
             pod = {"metadata": {"labels": {"app.kubernetes.io/name": label}},
