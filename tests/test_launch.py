@@ -377,3 +377,40 @@ def test_golden_serving_manifests_are_current():
         assert text == sg.text(), f"regenerate {sg.manifest_file}"
         pools = {d["metadata"]["labels"]["planner/pool"] for d in yaml.safe_load_all(text)}
         assert pools == {"prefill", "decode"}  # the README example is disaggregated
+
+
+def test_serving_slurm_scripts(tmp_path):
+    """One script per pool, a node per replica; run under bash with stand-ins, srun starts
+    the engine once per replica with the plan's layout; the hostile model id stays one
+    word; a replica larger than a node is refused."""
+    from planner.export.launch import serve_launch_files
+
+    marker = tmp_path / "PWNED"
+    ref = f"x $(touch {marker}) 'y'"
+    plan = ServePlan(tp=2, replicas=4, concurrency=16, prefill=ServePlan(tp=4, pp=2,
+                                                                         replicas=3))
+    files = serve_launch_files("slurm", "vllm", ref, plan, 8, name="Llama 70B")
+    assert [n.removesuffix(".sbatch").rsplit("-", 1)[-1] for n, _ in files] == [
+        "prefill", "decode"]
+    assert all(RFC1123.fullmatch(n.removesuffix(".sbatch")) for n, _ in files)
+    env = _standins(tmp_path)
+    (tmp_path / "bin" / "vllm").write_text(STANDINS["torchrun"])
+    (tmp_path / "bin" / "vllm").chmod(0o755)
+    for (name, text), pool in zip(files, (plan.prefill, plan)):
+        assert subprocess.run([BASH, "-n", "-c", text]).returncode == 0
+        d = dict(re.findall(r"^#SBATCH --([a-z-]+)=(\S+)$", text, re.M))
+        assert int(d["nodes"]) == pool.replicas
+        assert int(d["gpus-per-node"]) == pool.tp * pool.pp
+        (tmp_path / "log").unlink(missing_ok=True)
+        r = subprocess.run([BASH, "-c", text], env=env, cwd=tmp_path, capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        calls = _calls(tmp_path)
+        assert len(calls) == pool.replicas
+        assert all(c[2:4] == ["serve", ref] for c in calls)
+        assert all(_opt(c, "--tensor-parallel-size") == str(pool.tp) for c in calls)
+    assert not marker.exists()
+    with pytest.raises(InputError, match="kubernetes"):
+        serve_launch_files("slurm", "vllm", "m", ServePlan(tp=16), 8)
+    (name, text), = serve_launch_files("kubernetes", "vllm", "m", ServePlan(tp=16), 8)
+    assert name == "m.vllm.k8s.yaml" and "LeaderWorkerSet" in text

@@ -296,3 +296,49 @@ def _multinode(engine: str, command: str, size: int) -> tuple[str, str]:
     rank = (f'--nnodes {size} --node-rank "$LWS_WORKER_INDEX" '
             f'--dist-init-addr "$LWS_LEADER_ADDRESS:{SGLANG_DIST_PORT}"')
     return f"exec {command} {rank}", f"exec {command} {rank}"
+
+
+def serve_slurm_scripts(engine: str, model_ref: str, plan: Any, node_size: int,
+                        name: str | None = None) -> list[tuple[str, str]]:
+    """One ``sbatch`` script per pool: a node per replica (``--gpus-per-node`` = the
+    replica's GPUs), ``srun`` starting the engine once on each. A replica larger than a
+    node is refused here (its ranks need a rendezvous per replica: use the Kubernetes
+    LeaderWorkerSet)."""
+    from planner.export.serve_launch import launch_commands
+
+    if engine not in ("vllm", "sglang", "trtllm"):
+        raise InputError(f"engine {engine!r}: expected vllm, sglang or trtllm")
+    base = k8s_name(name or model_ref, max_chars=40)
+    out = []
+    for pool in launch_commands(model_ref, plan)[engine]:
+        gpus, replicas = pool["gpus_per_replica"], pool["replicas"]
+        if gpus > node_size:
+            raise InputError(f"pool {pool['pool']}: a {gpus}-GPU replica spans nodes of "
+                             f"{node_size}; the Slurm launcher starts one replica per node "
+                             "(use --launcher kubernetes: a LeaderWorkerSet per pool)")
+        job = k8s_name(base, engine, pool["pool"])
+        lines = ["#!/bin/bash", f"#SBATCH --job-name={job}", f"#SBATCH --nodes={replicas}",
+                 "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={gpus}",
+                 comment_line(f"planner serve --launch --launcher slurm: {engine}, model "
+                              f"{model_ref}, pool {pool['pool']}: {replicas} replica(s) x "
+                              f"{gpus} GPUs, one per node"),
+                 f"# Slurm options: {SLURM_SOURCE}"]
+        lines += [comment_line("note: " + n) for n in pool["notes"]]
+        lines += ["set -euo pipefail",
+                  f"srun --nodes={replicas} --ntasks-per-node=1 --kill-on-bad-exit=1 "
+                  f"{pool['command']}"]
+        out.append((f"{job}.sbatch", "\n".join(lines) + "\n"))
+    return out
+
+
+def serve_launch_files(launcher: str, engine: str, model_ref: str, plan: Any,
+                       node_size: int, name: str | None = None) -> list[tuple[str, str]]:
+    """(file name, text) of a serving plan's launch with ``launcher``: Slurm, a script per
+    pool (:func:`serve_slurm_scripts`); Kubernetes, one YAML stream (:func:`serve_manifests`).
+    For ``planner serve --launch --launcher``."""
+    _check_launcher(launcher)
+    if launcher == "slurm":
+        return serve_slurm_scripts(engine, model_ref, plan, node_size, name)
+    base = k8s_name(name or model_ref, max_chars=40)
+    return [(f"{base}.{engine}.k8s.yaml",
+             serve_manifests(engine, model_ref, plan, node_size, name))]
