@@ -255,7 +255,7 @@ def test_k8s_names_are_rfc1123_labels_and_do_not_collide():
 
 INJECTIONS = ["x$(touch {m})", "`touch {m}`", "a; touch {m};", "'; touch {m}; '",
               "\"$(touch {m})\"", "a # b", "x\\", "$HOME ${{PATH}}", "Llama 3 70B (\"big\")",
-              "--nodes=999"]
+              "--nodes=999", "a\ntouch {m}\n#", "a\r\u2028touch {m}"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -322,6 +322,10 @@ def test_serving_refusals_and_hostile_model_ids(tmp_path):
     marker = tmp_path / "PWNED"
     for t in INJECTIONS:
         ref = t.format(m=marker)
+        if any(ch in ref for ch in "\n\r\u2028"):  # refused: no shell word holds them
+            with pytest.raises(InputError):
+                serve_manifests("vllm", ref, ServePlan(tp=8), 8)
+            continue
         for plan in (ServePlan(tp=8), ServePlan(tp=8, pp=2)):
             for d in _docs("vllm", plan, model=ref):
                 assert RFC1123.fullmatch(d["metadata"]["name"])

@@ -248,8 +248,7 @@ def serve_manifests(engine: str, model_ref: str, plan: Any, node_size: int | dic
     header = [f"planner serve --launch --launcher kubernetes: {engine}, model {model_ref}",
               f"follows apps/v1 Deployment and {LWS_VERSION}; GPUs: nvidia.com/gpu"]
     for pool in pools:
-        per_node = (node_size.get(pool["gpu"], min(node_size.values()))
-                    if isinstance(node_size, dict) else node_size)
+        per_node = _node_size(node_size, pool["gpu"])
         gpus = pool["gpus_per_replica"]
         label = k8s_name(base, engine, pool["pool"])
         meta = {"name": label, "labels": {"app.kubernetes.io/name": label,
@@ -286,6 +285,13 @@ def serve_manifests(engine: str, model_ref: str, plan: Any, node_size: int | dic
     return yaml_documents(docs, header)
 
 
+def _node_size(node_size: int | dict[str, int], gpu: str | None) -> int:
+    """GPUs per node of a pool's GPU type (the smallest node when the type is not listed)."""
+    if isinstance(node_size, dict):
+        return node_size.get(gpu or "", min(node_size.values()))
+    return node_size
+
+
 def _multinode(engine: str, command: str, size: int) -> tuple[str, str]:
     """(leader, worker) shell commands of a replica over ``size`` pods."""
     if engine == "vllm":
@@ -298,8 +304,9 @@ def _multinode(engine: str, command: str, size: int) -> tuple[str, str]:
     return f"exec {command} {rank}", f"exec {command} {rank}"
 
 
-def serve_slurm_scripts(engine: str, model_ref: str, plan: Any, node_size: int,
-                        name: str | None = None) -> list[tuple[str, str]]:
+def serve_slurm_scripts(engine: str, model_ref: str, plan: Any,
+                        node_size: int | dict[str, int], name: str | None = None
+                        ) -> list[tuple[str, str]]:
     """One ``sbatch`` script per pool: a node per replica (``--gpus-per-node`` = the
     replica's GPUs), ``srun`` starting the engine once on each. A replica larger than a
     node is refused here (its ranks need a rendezvous per replica: use the Kubernetes
@@ -312,9 +319,10 @@ def serve_slurm_scripts(engine: str, model_ref: str, plan: Any, node_size: int,
     out = []
     for pool in launch_commands(model_ref, plan)[engine]:
         gpus, replicas = pool["gpus_per_replica"], pool["replicas"]
-        if gpus > node_size:
+        per_node = _node_size(node_size, pool["gpu"])
+        if gpus > per_node:
             raise InputError(f"pool {pool['pool']}: a {gpus}-GPU replica spans nodes of "
-                             f"{node_size}; the Slurm launcher starts one replica per node "
+                             f"{per_node}; the Slurm launcher starts one replica per node "
                              "(use --launcher kubernetes: a LeaderWorkerSet per pool)")
         job = k8s_name(base, engine, pool["pool"])
         lines = ["#!/bin/bash", f"#SBATCH --job-name={job}", f"#SBATCH --nodes={replicas}",
@@ -332,7 +340,8 @@ def serve_slurm_scripts(engine: str, model_ref: str, plan: Any, node_size: int,
 
 
 def serve_launch_files(launcher: str, engine: str, model_ref: str, plan: Any,
-                       node_size: int, name: str | None = None) -> list[tuple[str, str]]:
+                       node_size: int | dict[str, int], name: str | None = None
+                       ) -> list[tuple[str, str]]:
     """(file name, text) of a serving plan's launch with ``launcher``: Slurm, a script per
     pool (:func:`serve_slurm_scripts`); Kubernetes, one YAML stream (:func:`serve_manifests`).
     For ``planner serve --launch --launcher``."""
