@@ -274,3 +274,24 @@ def test_cli_evaluate_from_torchtitan_and_deepspeed(capsys, tmp_path):
 def test_cli_from_errors(capsys, args, needle):
     code, _, err = run(capsys, "evaluate", "-m", "llama3-70b", "-c", SUPERPOD, *args)
     assert code == 2 and needle in err, err
+
+
+def test_deepspeed_refusal_names_the_optimizer_deepspeed_builds():
+    """DeepSpeed v0.18.0 (engine.py _configure_optimizer; BFLOAT16 == DDP_BFLOAT16 == "bf16")
+    wraps a configured optimizer for bf16 with fp32 accumulation at stage 0/1 (no offload) in
+    FP16_Optimizer / FP16_UnfusedOptimizer, not BF16_Optimizer (built only without an
+    optimizer); the refusal says so and still names the fixes."""
+    model, cluster = tiny_model(), small_cluster(8)
+    for stage in (0, 1):
+        p = Plan.model_validate(dict(dp=8, global_batch_size=64, seq_len=2048,
+                                     zero_stage=stage, grad_reduce_dtype="fp32",
+                                     overlap_dp_grad_reduce=stage > 0,
+                                     overlap_param_gather=stage > 0, fused_elementwise=False,
+                                     placement={"order": ["tp", "cp", "ep", "dp", "pp"]}))
+        with pytest.raises(InputError) as e:
+            export_plan("deepspeed", p, model, cluster)
+        msg, source = str(e.value).split(" (deepspeed/runtime/engine.py", 1)
+        assert "grad_reduce_dtype=fp32" in msg and "FP16_UnfusedOptimizer" in msg
+        assert "BF16_Optimizer" not in msg and "zero_stage>=2" in msg
+        # the cited source says where BF16_Optimizer does come from
+        assert "BF16_Optimizer is built only without a configured optimizer" in source
