@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from planner.orchestration import SolveResult
     from planner.specs.framework import FrameworkProfile
 
-__all__ = ["evaluate", "evaluate_many", "export_plan", "load_cluster", "load_gpu", "load_model", "load_plan", "plan_from_megatron", "procure", "serve", "evaluate_serve", "solve"]
+__all__ = ["evaluate", "evaluate_many", "export_plan", "load_cluster", "load_gpu", "load_model", "load_plan", "plan_from_megatron", "plan_from_torchtitan", "plan_from_deepspeed", "serve_plan_from_vllm", "launch_files", "serve_manifests", "procure", "serve", "evaluate_serve", "solve"]
 
 
 def load_plan(path: str, **overrides: Any) -> Plan:
@@ -441,3 +441,65 @@ def evaluate_serve(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Any
     return _evaluate_serve(transformer(m), c, p,
                            workload(isl, osl, rate_rps, ttft_ms, tpot_ms, percentile),
                            load_engine(engine))
+
+
+# ---- launchers and read-back (issue 40; docs/export.md) ------------------------------------
+def launch_files(launcher: str, fmt: str, model: ModelSpec | str, cluster: ClusterSpec | str,
+                 plan: Plan | dict[str, Any]) -> list[tuple[str, str]]:
+    """(file name, text) of a training plan's launch with ``launcher`` (slurm: the export
+    file and an sbatch script; kubernetes: a ConfigMap and a PyTorchJob in one YAML stream)."""
+    from planner.export.launch import launch_files as _launch
+
+    for what, v in (("launcher", launcher), ("fmt", fmt)):
+        if not isinstance(v, str):
+            raise InputError(f"{what} {_short(v)}: expected a name")
+    m, c = _resolve(model, cluster)
+    return _launch(launcher, fmt, _plan(plan, "plan"), m, c)
+
+
+def serve_manifests(engine: str, model_ref: str, plan: Any, node_size: int) -> str:
+    """Kubernetes manifests (Deployments or LeaderWorkerSets, one per pool) of a serving
+    plan for ``engine`` (vllm, sglang, trtllm); ``node_size``: GPUs per node."""
+    from planner.export.launch import serve_manifests as _manifests
+    from planner.specs.serve import ServePlan
+    from planner.specs.validate import validate
+
+    p = plan if isinstance(plan, ServePlan) else validate(ServePlan, plan, "serve plan")
+    return _manifests(engine, model_ref, p, node_size)
+
+
+def plan_from_torchtitan(toml_text: str, model: ModelSpec | str, cluster: ClusterSpec | str
+                         ) -> tuple[Plan, list[str]]:
+    """The plan a torchtitan TOML job config runs and the keys ignored
+    (``planner evaluate --from torchtitan``)."""
+    from planner.export.readback import plan_from_torchtitan as _parse
+
+    if not isinstance(toml_text, str):
+        raise InputError(f"toml_text {_short(toml_text)}: expected the TOML text")
+    m, c = _resolve(model, cluster)
+    return _parse(toml_text, m, c)
+
+
+def plan_from_deepspeed(ds_config_json: str, launch_line: str, model: ModelSpec | str,
+                        cluster: ClusterSpec | str) -> tuple[Plan, list[str]]:
+    """The plan a ds_config runs under its launch line and the keys and arguments ignored
+    (``planner evaluate --from deepspeed``)."""
+    from planner.export.readback import plan_from_deepspeed as _parse
+
+    for what, v in (("ds_config_json", ds_config_json), ("launch_line", launch_line)):
+        if not isinstance(v, str):
+            raise InputError(f"{what} {_short(v)}: expected text")
+    m, c = _resolve(model, cluster)
+    return _parse(ds_config_json, launch_line, m, c)
+
+
+def serve_plan_from_vllm(args: str, model: ModelSpec | str, cluster: ClusterSpec | str
+                         ) -> tuple[Any, list[str]]:
+    """The serving plan a ``vllm serve`` command runs (one replica) and the arguments
+    ignored (for ``planner serve --from vllm``)."""
+    from planner.export.readback import serve_plan_from_vllm as _parse
+
+    if not isinstance(args, str):
+        raise InputError(f"args {_short(args)}: expected a vllm serve command")
+    m, c = _resolve(model, cluster)
+    return _parse(args, m, c)

@@ -38,6 +38,8 @@ class Golden:
     global_batch_size: int | None  # --global-batch (None: the model's)
     framework: str  # --framework: the space is what this framework runs
     formats: tuple[str, ...]  # planner export --format, one launch file each
+    launchers: tuple[str, ...] = ()  # planner export --launcher, for every format
+
 
     def command(self) -> str:
         """The ``planner solve`` command line that returns this plan."""
@@ -55,13 +57,28 @@ class Golden:
         stem = self.plan_file.removesuffix(".plan.yaml").split(".")[0]
         return [(fmt, f"{stem}.{SUFFIX[fmt]}") for fmt in self.formats]
 
+    def launcher_files(self, plan: Any) -> dict[str, str]:
+        """File name -> text of the Slurm and Kubernetes files of ``plan`` (the export
+        files themselves are :meth:`launch_files`')."""
+        from planner.export.launch import launch_files
+        from planner.specs.loaders import load_cluster, load_model
+
+        model, cluster = load_model(self.model), load_cluster(self.cluster, self.gpus)
+        out = {}
+        for fmt in self.formats:
+            for launcher in self.launchers:
+                for name, text in launch_files(launcher, fmt, plan, model, cluster):
+                    if name.endswith((".sbatch", ".k8s.yaml")):
+                        out[name] = text
+        return out
+
 
 #: The README's Llama 3 70B (1024 H100) and 405B (16384 H100) runs as Megatron-Core runs
 #: them (the framework ``--export megatron`` defaults to), and the best plans of the same
 #: runs that torchtitan and DeepSpeed run (the DeepSpeed ones on fewer GPUs: dp only).
 GOLDEN: tuple[Golden, ...] = (
     Golden("llama3-70b.plan.yaml", "llama3-70b", "examples/superpod.yaml", None, None,
-           "megatron-core", ("megatron", "megatron-bridge")),
+           "megatron-core", ("megatron", "megatron-bridge"), ("slurm", "kubernetes")),
     Golden("llama3-405b.plan.yaml", "llama3-405b", "dgx-h100-superpod", 16384, 2048,
            "megatron-core", ("megatron", "megatron-bridge")),
     Golden("llama3-70b.torchtitan.plan.yaml", "llama3-70b", "examples/superpod.yaml", None,
@@ -72,6 +89,43 @@ GOLDEN: tuple[Golden, ...] = (
            None, "deepspeed", ("deepspeed",)),
     Golden("llama3-405b.deepspeed.plan.yaml", "llama3-405b", "dgx-h100-superpod", 2048, 2048,
            "deepspeed", ("deepspeed",)),
+)
+
+
+@dataclass(frozen=True)
+class ServeGolden:
+    """The README's serving example and the Kubernetes manifests of its plan."""
+
+    manifest_file: str  # under examples/launch/
+    model: str
+    cluster: str
+    isl: int
+    osl: int
+    rate_rps: float
+    ttft_ms: float
+    tpot_ms: float
+    engine: str  # the engine the solve plans for and the manifests start
+
+    def command(self) -> str:
+        return (f"planner serve -m {self.model} -c {self.cluster} --isl {self.isl} --osl "
+                f"{self.osl} --ttft-ms {self.ttft_ms:g} --tpot-ms {self.tpot_ms:g} --rate "
+                f"{self.rate_rps:g} --engine {self.engine} --launch --launcher kubernetes")
+
+    def text(self) -> str:
+        from planner.api import serve
+        from planner.export.launch import serve_manifests
+        from planner.specs.loaders import load_cluster, load_model
+
+        r = serve(self.model, self.cluster, self.isl, self.osl, rate_rps=self.rate_rps,
+                  ttft_ms=self.ttft_ms, tpot_ms=self.tpot_ms, engine=self.engine)
+        m, c = load_model(self.model), load_cluster(self.cluster)
+        return serve_manifests(self.engine, m.hf_id or m.name, r.plan, c.node_size, m.name)
+
+
+#: README "Serving": Llama 3 70B on the H100 SuperPOD, 20 requests/s within the SLOs
+SERVE_GOLDEN: tuple[ServeGolden, ...] = (
+    ServeGolden("llama3-70b.serve.trtllm.k8s.yaml", "llama3-70b", "dgx-h100-superpod", 2048,
+                256, 20, 500, 30, "trtllm"),
 )
 
 
@@ -98,7 +152,8 @@ def launch_texts(g: Golden) -> dict[str, str]:
 
     plan = solved(g).best.plan
     model, cluster = load_model(g.model), load_cluster(g.cluster, g.gpus)
-    return {name: export_plan(fmt, plan, model, cluster) for fmt, name in g.launch_files()}
+    return {**{name: export_plan(fmt, plan, model, cluster) for fmt, name in g.launch_files()},
+            **g.launcher_files(plan)}
 
 
 def describe(plan: Any) -> str:
@@ -151,6 +206,11 @@ def stale(root: Path = ROOT, goldens: tuple[Golden, ...] = GOLDEN) -> list[str]:
                            "(python tools/golden_plans.py --write)")
         if row(g) not in doc:
             out.append(f"{DOC}: expected the row {row(g)!r}")
+    for sg in SERVE_GOLDEN:
+        path = root / LAUNCH / sg.manifest_file
+        if not path.is_file() or path.read_text(encoding="utf-8") != sg.text():
+            out.append(f"{LAUNCH}/{sg.manifest_file}: not what `{sg.command()}` gives "
+                       "(python tools/golden_plans.py --write)")
     return out
 
 
@@ -165,6 +225,11 @@ def write(root: Path = ROOT, goldens: tuple[Golden, ...] = GOLDEN) -> list[str]:
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
                 write_output_atomic(path, text, "--write", force=True)
                 written.append(f"{LAUNCH}/{name}")
+    for sg in SERVE_GOLDEN:
+        path, text = root / LAUNCH / sg.manifest_file, sg.text()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            write_output_atomic(path, text, "--write", force=True)
+            written.append(f"{LAUNCH}/{sg.manifest_file}")
     return written
 
 

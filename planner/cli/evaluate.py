@@ -63,23 +63,47 @@ def batch_default_note(text: str, plan: Any) -> str | None:
             f"{plan.dp} (no --global-batch-size given)")
 
 
+#: what ``--from`` reads
+FROM_FORMATS = ("megatron", "torchtitan", "deepspeed")
+
+
 def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: Any, c: Any,
-               warnings: list[str], notes: list[str]) -> Any:
-    """The plan a framework's arguments run (``--from megatron "ARGS"``); what was ignored
-    goes to ``warnings``, the defaults that decided the plan to ``notes``."""
+               warnings: list[str], notes: list[str], launch: Optional[str] = None) -> Any:
+    """The plan a framework's arguments or file run (``--from megatron "ARGS"``,
+    ``--from torchtitan FILE.toml``, ``--from deepspeed FILE.json``); what was ignored goes
+    to ``warnings``, the defaults that decided the plan to ``notes``."""
     from planner.errors import InputError
     from planner.export import plan_from_megatron
 
-    if fmt != "megatron":
-        raise InputError(f"--from {fmt!r}: expected megatron" if fmt else
+    if fmt not in FROM_FORMATS:
+        raise InputError(f"--from {fmt!r}: expected {', '.join(FROM_FORMATS)}" if fmt else
                          f"no such option or argument: {args!r} (framework arguments need "
-                         "--from megatron)")
+                         "--from megatron, torchtitan or deepspeed)")
+    what = "the argument string (ARGS or @FILE)" if fmt == "megatron" else "the file (FILE)"
     if not args or plan:
-        raise InputError("--from megatron needs the argument string (ARGS or @FILE) and no --plan")
+        raise InputError(f"--from {fmt} needs {what} and no --plan")
+    if launch is not None and fmt != "deepspeed":
+        raise InputError(f"--launch-line is for --from deepspeed, not --from {fmt}")
+    from planner.fileio import read_user_file
+
+    if fmt != "megatron":
+        path = args[1:] if args.startswith("@") else args
+        text = read_user_file(path, f"--from {fmt} FILE")
+        if fmt == "torchtitan":
+            from planner.export.readback import plan_from_torchtitan
+
+            p, ignored = plan_from_torchtitan(text, m, c)
+        else:
+            from planner.export.readback import plan_from_deepspeed
+
+            line, source = _launch_line(path, text, launch)
+            notes.append(f"world from the launch line ({source})")
+            p, ignored = plan_from_deepspeed(text, line, m, c)
+        if ignored:
+            warnings.append("ignored (no effect on the plan's cost): " + " ".join(ignored))
+        return p
     text = args
     if args.startswith("@"):
-        from planner.fileio import read_user_file
-
         text = read_user_file(args[1:], "--from megatron @FILE")
     _refuse_elisions(text)
     p, ignored = plan_from_megatron(text, m, c)
@@ -88,6 +112,39 @@ def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: 
     if (note := batch_default_note(text, p)) is not None:
         notes.append(note)
     return p
+
+
+#: the files next to a ds_config that hold its launch line, in the order tried
+LAUNCH_SIBLINGS = ("{stem}.launch.sh", "launch.sh")
+
+
+def _launch_line(path: str, text: str, launch: Optional[str]) -> tuple[str, str]:
+    """(the DeepSpeed launch line, where it came from): ``--launch-line`` (text or @FILE),
+    else a sibling file (``NAME.launch.sh`` for ``NAME.json``, or ``launch.sh``), else the
+    ``launch:`` line the planner's export header records."""
+    import os
+
+    from planner.errors import InputError
+    from planner.export.readback import deepspeed_launch_from_header
+    from planner.fileio import read_user_file
+
+    if launch is not None:
+        if launch.startswith("@"):
+            return read_user_file(launch[1:], "--launch-line @FILE"), launch[1:]
+        return launch, "--launch-line"
+    folder, name = os.path.split(path)
+    stem = name[:-5] if name.endswith(".json") else name
+    for pattern in LAUNCH_SIBLINGS:
+        sib = os.path.join(folder, pattern.format(stem=stem))
+        if os.path.isfile(sib):
+            return read_user_file(sib, "the launch line file"), sib
+    line = deepspeed_launch_from_header(text)
+    if line is not None:
+        return line, "the file's planner_export header"
+    raise InputError(f"--from deepspeed {path}: no launch line: give --launch-line "
+                     "\"deepspeed --num_nodes N --num_gpus G train.py ...\" (or @FILE), or put "
+                     f"it in {' or '.join(p.format(stem=stem) for p in LAUNCH_SIBLINGS)} next "
+                     "to the file; the ds_config alone does not say how many GPUs run it")
 
 
 def _framework_kernels(name: Optional[str], cluster: Any) -> Any:
@@ -155,7 +212,13 @@ def evaluate(
     memory_headroom: Optional[float] = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
     from_: Optional[str] = typer.Option(None, "--from", metavar="FORMAT", help="Read the plan "
                                         "from a framework's arguments: megatron (ARGS is a "
-                                        "Megatron-LM argument string, or @FILE)."),
+                                        "Megatron-LM argument string, or @FILE), torchtitan "
+                                        "(ARGS is a TOML job config file) or deepspeed (ARGS "
+                                        "is a ds_config.json; see --launch-line)."),
+    launch_line: Optional[str] = typer.Option(None, "--launch-line", metavar="LINE", help=(
+        "With --from deepspeed: the launch line (deepspeed --num_nodes N --num_gpus G ... or "
+        "torchrun --nnodes N --nproc-per-node G ...), or @FILE; default: NAME.launch.sh or "
+        "launch.sh next to the ds_config, else the planner export header's launch line.")),
     args: Optional[str] = typer.Argument(None, metavar="[ARGS]", help="With --from: the "
                                          "framework's arguments (or @FILE)."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
@@ -172,7 +235,8 @@ def evaluate(
     from planner.specs.plan_base import build_plan
     from planner.errors import InputError
 
-    argfile = args[1:] if args and args.startswith("@") else None
+    argfile = (args[1:] if args and args.startswith("@") else
+               args if args and from_ in ("torchtitan", "deepspeed") else None)
     check_files([("--plot", plot)], [("the model", model), ("the cluster", cluster),
                                      ("the plan", plan), ("the argument file", argfile)], force)
     m = load_model(model)
@@ -185,7 +249,8 @@ def evaluate(
                                      "--set": set_, "--tp": tp, "--pp": pp, "--dp": dp,
                                      "--cp": cp, "--mbs": mbs, "--seq-len": seq_len,
                                      "--dtype": dtype, "--plot": plot, "--from": from_,
-                                     "ARGS": args, "--framework": framework})
+                                     "ARGS": args, "--framework": framework,
+                                     "--launch-line": launch_line})
     warn_context_length(m, seq_len, bool(plan) or any(x.startswith("seq_len=") for x in set_))
     warnings: list[str] = []
     defaults: list[str] = []  # defaults that decided the plan, named in the output
@@ -193,9 +258,11 @@ def evaluate(
                      global_batch_size=global_batch, seq_len=seq_len, dtype=dtype)
     overrides = _overrides(set_, shortcuts)
     if (from_ or args) and overrides:
-        raise InputError(f"--from megatron takes the whole plan from ARGS; drop "
+        raise InputError(f"--from {from_ or 'megatron'} takes the whole plan from ARGS; drop "
                          f"{', '.join(k for k, _ in overrides)} (or put them in ARGS)")
-    p = (_plan_from(from_, args, plan, m, c, warnings, defaults) if from_ or args
+    if launch_line is not None and not from_:
+        raise InputError("--launch-line needs --from deepspeed")
+    p = (_plan_from(from_, args, plan, m, c, warnings, defaults, launch_line) if from_ or args
          else build_plan(m, c, plan, overrides, warnings, _framework_fill(framework, defaults)))
     broken = _framework_violations(framework, p, m, c)
     c = _framework_kernels(framework, c)

@@ -19,6 +19,15 @@ class ExportFormat(str, Enum):
     deepspeed = "deepspeed"
 
 
+class Launcher(str, Enum):
+    slurm = "slurm"
+    kubernetes = "kubernetes"
+
+
+LAUNCHER_HELP = ("Also write how to launch it: slurm (an sbatch script running torchrun on "
+                 "every node) or kubernetes (a ConfigMap and a Kubeflow PyTorchJob); --out "
+                 "then names a folder for the files.")
+
 FORMAT_HELP = ("megatron (pretrain_gpt.py arguments and a torchrun line), megatron-bridge "
                "(recipe overrides), torchtitan (TOML job config) or deepspeed (ds_config.json).")
 
@@ -32,14 +41,18 @@ def export(
                                            "instead of standard output."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help=GPUS_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    launcher: Optional[Launcher] = typer.Option(None, "--launcher", help=LAUNCHER_HELP),
 ) -> None:
     """Write a plan as a launch file for a training framework; refuse what it cannot run."""
     from planner.specs.loaders import load_cluster, load_model
     from planner.specs.plan_base import build_plan
 
-    check_files([("--out", out_path)],
-                [("the plan", plan), ("the model", model), ("the cluster", cluster)], force)
     from planner.errors import InputError
+
+    if launcher is not None and not out_path:
+        raise InputError(f"--launcher {launcher.value} writes several files: give --out FOLDER")
+    check_files([] if launcher else [("--out", out_path)],
+                [("the plan", plan), ("the model", model), ("the cluster", cluster)], force)
     from planner.specs.model import ModelSpec
 
     m = load_model(model)
@@ -51,7 +64,39 @@ def export(
     p = build_plan(m, c, plan, [], warnings)
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+    if launcher is not None:
+        assert out_path is not None
+        write_launch(launcher.value, fmt.value, p, m, c, out_path, force, "--out")
+        return
     write_export(fmt.value, p, m, c, out_path, force, "--out")
+
+
+def write_launch(launcher: str, fmt: str, plan, model, cluster, folder: str,  # type: ignore[no-untyped-def]
+                 force: bool = False, option: str = "--out") -> list[str]:
+    """Write the files of :func:`planner.export.launch.launch_files` into ``folder``
+    (created; an existing file is replaced only with ``force``) and name each on stderr;
+    the paths written. For ``planner solve --launcher`` as well (``option`` names the
+    folder in errors)."""
+    import os
+
+    from planner.errors import InputError
+    from planner.export.launch import launch_files
+    from planner.fileio import write_output_atomic
+
+    files = launch_files(launcher, fmt, plan, model, cluster)  # refusals before any write
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{option} {folder}: cannot create the folder ({e.strerror})") from None
+    if not os.path.isdir(folder):
+        raise InputError(f"{option} {folder}: not a folder (--launcher writes several files)")
+    written = []
+    for name, text in files:
+        path = os.path.join(folder, name)
+        write_output_atomic(path, text, option, force=force)
+        err.print(escape(f"wrote {path} ({fmt}, {launcher})"), highlight=False)
+        written.append(path)
+    return written
 
 
 def write_export(fmt: str, plan, model, cluster, out_path: Optional[str],  # type: ignore[no-untyped-def]

@@ -188,15 +188,20 @@ def _fp8_needs_fp8_params(p: Plan) -> tuple[str, Any, str] | None:
 
 
 def _bf16_optimizer(p: Plan) -> tuple[str, Any, str] | None:
-    # DeepSpeed's engine picks its optimizer wrapper from the dtypes and the stage
-    # (_do_optimizer_sanity_check): bf16 with fp32 gradient accumulation below ZeRO-2
-    # (stage 1 only without CPU offload) is BF16_Optimizer, not ZeRO-0/1 as costed
+    # DeepSpeed v0.18.0 picks its optimizer wrapper in _do_optimizer_sanity_check: bf16 with
+    # fp32 gradient accumulation at stage 1 without CPU offload, and at stage 0, returns
+    # "bf16", which _configure_optimizer takes for DDP_BFLOAT16 (the same string) and wraps in
+    # FP16_Optimizer / FP16_UnfusedOptimizer: no ZeRO optimizer, not the plan costed
+    # (BF16_Optimizer is built only when no optimizer is configured at all)
     if (p.dtype == "bf16" and p.grad_reduce_dtype == "fp32" and p.zero_stage <= 1
             and not (p.zero_stage == 1 and p.offload_optimizer) and p.dp * p.cp > 1):
         return ("grad_reduce_dtype", "fp32", f"bf16 with fp32 gradient accumulation at "
-                f"ZeRO stage {p.zero_stage} runs BF16_Optimizer, which all-reduces the "
-                "gradients after backward (overlap_comm has no effect) and shards the "
-                "optimizer states even at stage 0, not the plan costed; fix "
+                f"ZeRO stage {p.zero_stage} is not run by a ZeRO optimizer: DeepSpeed wraps "
+                "the configured optimizer in FP16_Optimizer (FusedAdam) or "
+                "FP16_UnfusedOptimizer (any other optimizer) in bf16, which accumulates the "
+                "gradients in the bf16 parameters, all-reduces them whole after backward "
+                "(overlap_comm has no effect) and keeps the full fp32 master weights and "
+                "optimizer states on every rank, not the plan costed; fix "
                 "grad_reduce_dtype=bf16 or zero_stage>=2")
     return None
 
