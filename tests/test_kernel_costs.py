@@ -77,11 +77,15 @@ def test_kernel_fraction_scales_kernel_time_and_nothing_else():
 def test_the_framework_picks_the_attention_kernel():
     """torchtitan runs SDPA's FlashAttention-2, Megatron-Core cuDNN's fused attention: the
     same layer's attention core is costed with each one's measured speed (cuDNN ~1.8x on
-    H100 at 8K), and a framework without its own kernels leaves the cluster as it is."""
+    H100 at 8K), and Megatron-Core, whose kernels are the GPU file's, changes only its MoE
+    layers' host time (the GPU file's default: grouped experts launched ahead)."""
     model = load_model("llama3-8b")
     base = load_cluster("dgx-h100-superpod")
     titan = framework_cluster(base, load_framework("torchtitan"))
-    assert framework_cluster(base, load_framework("megatron-core")) is base
+    mcore = framework_cluster(base, load_framework("megatron-core"))
+    assert mcore.gpu.efficiency.moe_expert_host_us > 0 == base.gpu.efficiency.moe_expert_host_us
+    assert mcore.gpu.efficiency.model_copy(update={"moe_expert_host_us": 0.0}) == \
+        base.gpu.efficiency
     assert titan.gpu.efficiency.attention_backend == "flash2"
     shape, strat = LayerShape(tp=1, cp=1, mbs=1, seq=8192), LayerStrategy()
     fwd_cudnn, bwd_cudnn, _ = attention_core(model, base.gpu, shape, strat)
