@@ -60,7 +60,6 @@ def test_without_a_table_the_fitted_curves_stand():
     measured = 2 * m * n * k / gemm_time_s(gpu, "bf16", m, n, k) / 1e12
     fitted = 2 * m * n * k / gemm_time_s(bare, "bf16", m, n, k) / 1e12
     assert abs(measured / fitted - 1) > 0.15
-    assert load_gpu("b200").kernel_table is None
 
 
 def test_kernel_fraction_scales_kernel_time_and_nothing_else():

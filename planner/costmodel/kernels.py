@@ -20,6 +20,8 @@ interpolation over shape.
   in head dimension, mask and grouping; held constant outside the measured lengths. A
   published case with no backward figure leaves the backward unknown (None).
 - Copy bandwidth: linear in log2(bytes), held constant outside the measured sizes.
+- A transcribed row measured on another GPU of the same die (its ``gpu``) is read at the
+  same fraction of that GPU's datasheet peak (:func:`row_scale`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,28 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.specs.kernels import KernelTable
+from planner.specs.kernels import KernelTable, Row
+
+
+@lru_cache(maxsize=None)
+def _catalog_gpu(name: str):
+    from planner.specs.loaders import load_gpu
+
+    return load_gpu(name)
+
+
+def row_scale(table: KernelTable, row: Row, dtype: str | None) -> float:
+    """Factor from a row's figure to the table's GPU: 1 for a row measured on it; for a row
+    measured on another GPU of the same die (``row.gpu``), the table GPU's datasheet peak in
+    ``dtype`` over that GPU's (its HBM bandwidth over that GPU's for a copy, ``dtype``
+    None): the kernel runs at the same fraction of either GPU's peak, as
+    ``compute.flops_scale`` assumes for a GPU reading another's table."""
+    if row.gpu is None or row.gpu == table.gpu:
+        return 1.0
+    own, other = _catalog_gpu(table.gpu), _catalog_gpu(row.gpu)
+    if dtype is None:
+        return own.hbm_Bps / other.hbm_Bps
+    return own.peak_flops(dtype) / other.peak_flops(dtype)
 
 
 def _bracket(grid: tuple[float, ...], x: float) -> tuple[int, int, float]:
@@ -51,7 +74,7 @@ def _gemm_grid(table: KernelTable, dtype: str) -> tuple[tuple[float, ...], ...] 
     """(m values, n values, k values, flat TFLOP/s) of the full grid of ``dtype``; None
     where the table has no complete grid."""
     # a shape measured by the table's run and by a merged reference: the reference's figure
-    rows = {(r.m, r.n, r.k): r.tflops for r in sorted(
+    rows = {(r.m, r.n, r.k): r.tflops * row_scale(table, r, dtype) for r in sorted(
         (r for r in table.gemm if r.dtype == dtype), key=lambda r: r.ref is not None)}
     if not rows:
         return None
@@ -85,7 +108,7 @@ def _off_grid(table: KernelTable, dtype: str) -> tuple[tuple[float, float, float
     if grid is None:
         return ()
     ms, ns, ks = (set(a) for a in grid[:3])
-    off = {(r.m, r.n, r.k): r.tflops for r in sorted(
+    off = {(r.m, r.n, r.k): r.tflops * row_scale(table, r, dtype) for r in sorted(
         (r for r in table.gemm if r.dtype == dtype and not (r.m in ms and r.n in ns and r.k in ks)),
         key=lambda r: r.ref is not None)}  # a reference measurement wins
     return tuple((math.log2(m), math.log2(n), math.log2(k), tf / _grid_tflops(grid, m, n, k))
@@ -123,7 +146,8 @@ def gemm_tflops(table: KernelTable, dtype: str, m: float, n: float, k: float) ->
 @lru_cache(maxsize=None)
 def _sparse_points(table: KernelTable, dtype: str) -> tuple[tuple[float, ...], ...]:
     """(log2 m, log2 n, log2 k, TFLOP/s) of every ``dtype`` GEMM of the table."""
-    return tuple((math.log2(r.m), math.log2(r.n), math.log2(r.k), r.tflops)
+    return tuple((math.log2(r.m), math.log2(r.n), math.log2(r.k),
+                  r.tflops * row_scale(table, r, dtype))
                  for r in table.gemm if r.dtype == dtype)
 
 
@@ -228,10 +252,11 @@ def attention_tflops(table: KernelTable, backend: str, seq: float, head_dim: int
     case = [by_seq[s] for s in sorted(by_seq)]
     seqs = tuple(float(r.seq) for r in case)
     lo, hi, w = _bracket(seqs, min(max(seq, seqs[0]), seqs[-1]))
-    fwd = (1 - w) * case[lo].fwd_tflops + w * case[hi].fwd_tflops
+    a, b = row_scale(table, case[lo], "bf16"), row_scale(table, case[hi], "bf16")
+    fwd = (1 - w) * case[lo].fwd_tflops * a + w * case[hi].fwd_tflops * b
     if case[lo].bwd_tflops is None or case[hi].bwd_tflops is None:
         return fwd, None
-    bwd = (1 - w) * case[lo].bwd_tflops + w * case[hi].bwd_tflops
+    bwd = (1 - w) * case[lo].bwd_tflops * a + w * case[hi].bwd_tflops * b
     return fwd, bwd
 
 
@@ -245,4 +270,5 @@ def copy_GBps(table: KernelTable, nbytes: float) -> float | None:
         return None
     sizes = tuple(float(r.bytes) for r in rows)
     lo, hi, w = _bracket(sizes, min(max(nbytes, sizes[0]), sizes[-1]))
-    return (1 - w) * rows[lo].GBps + w * rows[hi].GBps
+    return ((1 - w) * rows[lo].GBps * row_scale(table, rows[lo], None)
+            + w * rows[hi].GBps * row_scale(table, rows[hi], None))

@@ -25,6 +25,11 @@ class Row(Spec):
     source: str | None = Field(None, description="the publication a transcribed row comes from "
                                "(paper + table/figure, or repository + file + commit); None: "
                                "measured by tools/microbench.py")
+    gpu: str | None = Field(None, description="the catalog GPU a transcribed row was measured "
+                            "on where it is not the table's (the same die at another clock or "
+                            "power limit, e.g. a GB200 row in the B200 table): the cost model "
+                            "reads it at the same fraction of that GPU's datasheet peak (HBM "
+                            "bandwidth for copies); None: the table's GPU")
 
 
 class GemmRow(Row):
