@@ -180,3 +180,15 @@ def test_rent_or_buy_takes_reservation_terms():
     assert rb["rent_usd_per_day"]["3y"] == pytest.approx(96.0)
     assert rb["break_even_days"] == pytest.approx(120000.0 / (96.0 - running))
     assert rb["job_rent_term"] == "on-demand"  # 0.08 days: the commitment is not worth it
+
+
+def test_port_limit_binds():
+    """One compute-fabric port per GPU: within 0.06 days only 8 H100 train in time, 8 ports;
+    a site with 6 free ports is told it needs 8."""
+    wired = [t.model_copy(update={"scale_out_ports_per_gpu": 1}) for t in TEMPLATES]
+    assert ask(templates=wired, days=0.06).choice.ports == 8
+    with pytest.raises(InfeasibleError) as e:
+        ask(templates=wired, days=0.06, max_ports=6)
+    assert "needs 8 ports; the site has 6 (--max-ports)" in " ".join(e.value.reasons)
+    with pytest.raises(InputError, match="cluster 'alpha' has no scale_out_ports_per_gpu"):
+        ask(days=DAYS, max_ports=4)

@@ -50,14 +50,6 @@ def facility_power_w(cluster: ClusterSpec, num_gpus: int) -> float:
     return a + b
 
 
-def racks(cluster: ClusterSpec, num_gpus: int) -> int | None:
-    """Racks that hold ``num_gpus`` GPUs at the cluster's ``gpus_per_rack`` (whole nodes per
-    rack), or None where the cluster gives no rack figure."""
-    if cluster.gpus_per_rack is None:
-        return None
-    return math.ceil(num_gpus / cluster.gpus_per_rack)
-
-
 def iteration_energy_j(cluster: ClusterSpec, num_gpus: int, iteration_time_s: float,
                        busy_s: float) -> float:
     a, b = energy_coefficients(cluster, num_gpus)

@@ -71,8 +71,8 @@ class OptionSolver:
         return Procured(opt.gpu, opt.num_gpus, opt.template, sp.plan, est, vals["days"],
                         vals["cost_usd"], vals["energy_mwh"], vals["gpu_hours"],
                         meets(vals, self.limits), proven, opt.goodput, opt.owned,
-                        *((opt.site["facility_power_mw"], opt.site["racks"]) if opt.site
-                          else (None, None)))
+                        *((opt.site["facility_power_mw"], opt.site["racks"],
+                           opt.site["ports"]) if opt.site else (None, None, None)))
 
     def first(self, rank: Linear, max_t: float | None = None) -> Procured:
         ranked, proven = self.plans(rank, 1, max_t)

@@ -30,6 +30,7 @@ class Procured:
     owned: bool = False  # on GPUs already owned (capital sunk)
     facility_power_mw: float | None = None  # peak, PUE included (planner/procurement/site.py)
     racks: int | None = None  # None: the cluster gives no rack figure
+    ports: int | None = None  # compute-fabric switch ports; None: not stated
 
     @property
     def mfu(self) -> float | None:
@@ -62,7 +63,7 @@ class Procured:
             "iteration_time_s": self.estimate.iteration_time_s,
             "usd_per_gpu_hour": self.cost_usd / self.gpu_hours if self.gpu_hours else None,
             "owned": self.owned, "facility_power_mw": self.facility_power_mw,
-            "racks": self.racks,
+            "racks": self.racks, "ports": self.ports,
             "meets_limits": self.meets_limits, "proven_optimal": self.proven_optimal,
             "expected_error_pct": self.band_pct,
             "expected_error_note": self.estimate.expected_error_note,

@@ -1,8 +1,8 @@
-"""Site limits: facility power and racks of an option, which options a site can hold, and,
-when none that the site holds meets the limits, which site limit binds and what it would
-take (docs/procure.md, "Site limits").
+"""Site limits: facility power, racks and network ports of an option, which options a site
+can hold, and, when none that the site holds meets the limits, which site limit binds and
+what it would take (docs/procure.md, "Site limits").
 
-Both figures depend on the cluster and its GPU count, never on the plan: an option over a
+All three figures depend on the cluster and its GPU count, never on the plan: an option over a
 site limit is left out before any solve, and the least value an answer needs is the least
 figure among the options left out that meet every other limit.
 """
@@ -12,40 +12,61 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from planner.costmodel.energy import facility_power_w, racks
+from planner.costmodel.energy import facility_power_w
 from planner.errors import InfeasibleError, InputError
 from planner.procurement.metrics import Option, meets
 from planner.procurement.option import Inputs, answer_option
 from planner.specs.cluster import ClusterSpec
 
-#: A site limit's option flag, and how a figure is written.
-FLAGS = {"facility_power_mw": "--max-power-mw", "racks": "--max-racks"}
+#: A site limit's option flag.
+FLAGS = {"facility_power_mw": "--max-power-mw", "racks": "--max-racks",
+         "ports": "--max-ports"}
+#: The cluster field a count limit needs, and what its absence means.
+FIELDS = {"racks": ("gpus_per_rack", "no published rack layout"),
+          "ports": ("scale_out_ports_per_gpu", "no stated NICs per GPU")}
+
+
+def racks(cluster: ClusterSpec) -> int | None:
+    """Racks that hold the cluster's GPUs at its ``gpus_per_rack`` (whole nodes per rack),
+    or None where it gives no rack figure."""
+    if cluster.gpus_per_rack is None:
+        return None
+    return math.ceil(cluster.num_gpus / cluster.gpus_per_rack)
+
+
+def ports(cluster: ClusterSpec) -> int | None:
+    """Compute-fabric switch ports the cluster's GPUs take: one per scale-out NIC port
+    (``scale_out_ports_per_gpu`` per GPU), or None where the cluster does not say."""
+    if cluster.scale_out_ports_per_gpu is None:
+        return None
+    return cluster.num_gpus * cluster.scale_out_ports_per_gpu
 
 
 def site_figures(cluster: ClusterSpec) -> dict[str, float | None]:
-    """``facility_power_mw`` (peak, PUE included) and ``racks`` (None: no rack figure)."""
+    """``facility_power_mw`` (peak, PUE included), ``racks`` and ``ports`` (None: the
+    cluster gives no figure)."""
     return {"facility_power_mw": facility_power_w(cluster, cluster.num_gpus) / 1e6,
-            "racks": racks(cluster, cluster.num_gpus)}
+            "racks": racks(cluster), "ports": ports(cluster)}
 
 
 def fmt_site(metric: str, v: float) -> str:
-    """``23.4 MW`` (three significant digits below 100 MW), ``12 racks``."""
-    if metric == "racks":
-        return f"{v:,.0f} racks"
+    """``23.4 MW`` (three significant digits below 100 MW), ``12 racks``, ``512 ports``."""
+    if metric != "facility_power_mw":
+        return f"{v:,.0f} {metric}"
     return f"{v:,.0f} MW" if v >= 100 else f"{v:.3g} MW"
 
 
-def check_rack_figures(opts: Sequence[Option], site: dict[str, float]) -> None:
-    """A rack limit needs every option's rack figure: an InputError naming the first
+def check_figures(opts: Sequence[Option], site: dict[str, float]) -> None:
+    """A rack or port limit needs every option's figure: an InputError naming the first
     cluster without one."""
-    if "racks" not in site:
-        return
-    for o in opts:
-        if o.site is None or o.site["racks"] is None:
-            raise InputError(f"--max-racks {site['racks']:.0f}: cluster '{o.template}' has no "
-                             "gpus_per_rack (no published rack layout in the catalog); leave "
-                             "it out (--gpus, --cluster) or give a cluster file with "
-                             "gpus_per_rack")
+    for m, (field, why) in FIELDS.items():
+        if m not in site:
+            continue
+        for o in opts:
+            if o.site is None or o.site[m] is None:
+                raise InputError(f"{FLAGS[m]} {site[m]:.0f}: cluster '{o.template}' has no "
+                                 f"{field} ({why} in the catalog); leave it out (--gpus, "
+                                 f"--cluster) or give a cluster file with {field}")
 
 
 def within(o: Option, site: dict[str, float], skip: str | None = None) -> bool:
@@ -91,7 +112,7 @@ def binding(opts: Sequence[Option], site: dict[str, float], limits: dict[str, fl
 
 
 def _noun(metric: str) -> str:
-    return {"facility_power_mw": "facility power", "racks": "racks"}[metric]
+    return "facility power" if metric == "facility_power_mw" else metric
 
 
 def _asked(limits: dict[str, float]) -> str:
@@ -103,8 +124,8 @@ def _asked(limits: dict[str, float]) -> str:
 
 
 def round_up(v: float, metric: str) -> str:
-    """A limit that admits ``v``: racks whole, megawatts up to one decimal."""
-    if metric == "racks":
+    """A limit that admits ``v``: counts whole, megawatts up to three significant digits."""
+    if metric != "facility_power_mw":
         return f"{math.ceil(v):.0f}"
     step = 10.0 ** (math.floor(math.log10(v)) - 2)  # three significant digits, up
     return f"{math.ceil(v / step - 1e-9) * step:.6g}"

@@ -40,7 +40,7 @@ from planner.procurement.results import ProcureResult, Procured, pareto_front
 from planner.procurement.site import (
     FLAGS,
     binding,
-    check_rack_figures,
+    check_figures,
     fmt_site,
     round_up,
     site_figures,
@@ -65,7 +65,7 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
             time_limit_s: float = 60.0, workers: int | None = None,
             progress: Callable[[str], None] | None = None, goodput: str = "on",
             max_power_mw: float | None = None, max_racks: int | None = None,
-            owned: Mapping[str, int] | InventorySpec | None = None
+            max_ports: int | None = None, owned: Mapping[str, int] | InventorySpec | None = None
             ) -> ProcureResult:
     """The option (template, GPU count) and plan that minimize ``objective`` over training
     on ``tokens`` tokens, within ``days`` and ``budget_usd`` when given.
@@ -76,7 +76,7 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     the fronts of days against cost and against energy. ``goodput`` (on, async, off): every
     total, and the ``days`` limit, is the effective one, divided by the option's
     training-time fraction under failures and checkpoints (planner/costmodel/train/goodput.py);
-    ``off`` keeps the ideal ones. ``max_power_mw``, ``max_racks``: the site's limits
+    ``off`` keeps the ideal ones. ``max_power_mw``, ``max_racks``, ``max_ports``: the site's limits
     (planner/procurement/site.py). ``owned``: GPUs already owned, ``{cluster: count}``
     (:func:`planner.specs.site.load_inventory`), charged electricity and operating cost
     only; the result's ``owned`` says what they save against the best new-only option, its
@@ -95,13 +95,13 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     iterations = tokens / (sequences * seq_len)
     metric = OBJECTIVE_METRIC[objective]
     limits = {m: v for m, v in (("days", days), ("cost_usd", budget_usd)) if v is not None}
-    site = _site(max_power_mw, max_racks)
+    site = _site(max_power_mw, max_racks, max_ports)
     fleet = _owned_templates(owned, templates)
 
     untrainable: list[str] = []
     every = _options(model, templates, counts, max_gpus, pricing, plan_base, iterations,
                      goodput, untrainable, fleet)
-    check_rack_figures(every, site)
+    check_figures(every, site)
     opts = [o for o in every if within(o, site)]  # what the site holds
     inner = Inputs(model, plan_base, options or SpaceOptions(), time_limit_s)
     bb = _BranchAndBound(metric, limits, say, len(opts))
@@ -117,7 +117,7 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
              "objective": objective, "pricing": pricing.mode, "max_gpus": max_gpus,
              "global_batch_size": sequences, "seq_len": seq_len,
              "pareto_horizon": pareto_horizon, "templates": [t.name for t in templates],
-             "goodput": goodput, "max_power_mw": max_power_mw, "max_racks": max_racks,
+             "goodput": goodput, "max_power_mw": max_power_mw, "max_racks": max_racks, "max_ports": max_ports,
              "owned": {t.name: k for t, k in fleet} or None}
     result = ProcureResult(query, bb.choice[2] if bb.choice else None,
                            sorted(bb.records.values(), key=lambda r: (r.days, r.cost_usd)),
@@ -168,10 +168,11 @@ def _templates(templates: Sequence[ClusterSpec] | None, pricing: PricingSpec | N
     return out, price_keys(pricing, out)
 
 
-def _site(max_power_mw: float | None, max_racks: int | None) -> dict[str, float]:
+def _site(max_power_mw: float | None, max_racks: int | None, max_ports: int | None
+          ) -> dict[str, float]:
     """The site limits given, checked (:class:`SiteSpec`), keyed by the option figure."""
-    given = {k: v for k, v in (("max_power_mw", max_power_mw), ("max_racks", max_racks))
-             if v is not None}
+    given = {k: v for k, v in (("max_power_mw", max_power_mw), ("max_racks", max_racks),
+                               ("max_ports", max_ports)) if v is not None}
     return validate(SiteSpec, given, "site limits").limits()
 
 

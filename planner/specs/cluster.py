@@ -135,6 +135,10 @@ class ClusterSpec(Spec):
         None, description="GPUs one rack holds in the vendor's reference layout (whole nodes); "
         "what a site's rack limit counts (planner procure --max-racks). None: no published "
         "rack layout")
+    scale_out_ports_per_gpu: PositiveInt | None = Field(
+        None, description="compute-fabric (scale-out) NIC ports per GPU, each taking one leaf "
+        "switch port; what a site's port limit counts (planner procure --max-ports). None: "
+        "not stated")
     memory_reserve_gib: float = Field(
         2.0, ge=0, description="CUDA context, NCCL and allocator reserve per GPU"
     )

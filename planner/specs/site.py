@@ -28,11 +28,15 @@ class SiteSpec(Spec):
         "nodes, network) times its PUE may not exceed it")
     max_racks: PositiveInt | None = Field(
         None, description="racks: ceil(GPUs / the cluster's gpus_per_rack) may not exceed it")
+    max_ports: PositiveInt | None = Field(
+        None, description="compute-fabric switch ports: GPUs x the cluster's "
+        "scale_out_ports_per_gpu may not exceed it")
 
     def limits(self) -> dict[str, float]:
         """The limits given, keyed by the option figure they bound."""
         return {k: float(v) for k, v in (("facility_power_mw", self.max_power_mw),
-                                         ("racks", self.max_racks)) if v is not None}
+                                         ("racks", self.max_racks),
+                                         ("ports", self.max_ports)) if v is not None}
 
 
 class InventorySpec(Spec):
