@@ -1,12 +1,13 @@
-"""A buyer's questions (docs/procure.md, Sec. 9): a power-limited site, a fleet already
-owned, and rent against buy. Run from the repository root:
-
-    python examples/procure_buyer.py
-
-Each answer is one call of ``planner.procurement.procure`` on the DGX H100 and DGX B200
-SuperPOD templates (up to 8,192 GPUs), rented at the catalog's prices, goodput on.
-"""
-
+#!/usr/bin/env bash
+# A buyer's questions (docs/procure.md, Sec. 9): a power-limited site, a fleet already owned,
+# and rent against buy. Each answer is one call of planner.procurement.procure on the DGX H100
+# and DGX B200 SuperPOD templates (up to 8,192 GPUs), rented at the catalog's prices, goodput
+# on. Run from the repository root (about 80 s on one core):
+#   bash examples/procure_buyer.sh
+# (planner procure's --max-power-mw, --max-racks, --max-ports and --owned flags come with the
+# request spec; until then the Python call takes them.)
+set -euo pipefail
+python - <<'EOF'
 from __future__ import annotations
 
 from planner.errors import InfeasibleError
@@ -50,5 +51,5 @@ def main() -> None:
           f"{rb['pricing_date']}")
 
 
-if __name__ == "__main__":
-    main()
+main()
+EOF
