@@ -332,6 +332,9 @@ def _nothing_fits(opts: Sequence[Option], site: dict[str, float]) -> InfeasibleE
             reasons.append(f"the smallest option, {least.label()}, needs {fmt_site(m, need)}; "
                            f"the site has {cap:g}{' MW' if m == 'facility_power_mw' else ''}")
             hints.append(f"{FLAGS[m]} {round_up(need, m)} or more")
+    if not reasons:  # each limit alone admits some option, none admits one at once
+        reasons.append("each site limit admits some option, but no option meets them all")
+        hints.append("relax one of the site limits")
     return InfeasibleError("no option fits the site", reasons, hints)
 
 

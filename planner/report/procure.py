@@ -201,7 +201,7 @@ def procurement_csv(res: ProcureResult) -> str:
     for r in sorted(rows, key=lambda r: (r.days, r.cost_usd)):
         data = r.to_json()
         plan = data["plan"]
-        w.writerow([_same(r, res.choice), *[csv_number(data[k]) for k in keys],
+        w.writerow([_same(r, res.choice), *[csv_number(data.get(k)) for k in keys],
                     id(r) in on_cost,
                     id(r) in on_energy,
                     *[json.dumps(plan.get(f)) if isinstance(plan.get(f), dict) else plan.get(f)
