@@ -41,6 +41,15 @@ def energy_coefficients(cluster: ClusterSpec, num_gpus: int) -> tuple[float, flo
     return cluster.pue * static_w, cluster.pue * dynamic_w
 
 
+def facility_power_w(cluster: ClusterSpec, num_gpus: int) -> float:
+    """Peak facility power of ``num_gpus`` GPUs of ``cluster``: every GPU at its TDP, every
+    node at its non-GPU power, the network's power per GPU, times the PUE. What a site must
+    provision (a GPU can draw its TDP), so it depends on the cluster and count, never on the
+    plan; it is the energy model's ``a + b`` (every GPU busy for the whole iteration)."""
+    a, b = energy_coefficients(cluster, num_gpus)
+    return a + b
+
+
 def iteration_energy_j(cluster: ClusterSpec, num_gpus: int, iteration_time_s: float,
                        busy_s: float) -> float:
     a, b = energy_coefficients(cluster, num_gpus)

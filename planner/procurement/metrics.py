@@ -64,6 +64,8 @@ class Option:
     metrics: dict[str, Linear]
     t_lb_s: float  # lower bound of both T and B: the GEMMs at the GPU's best GEMM rate
     goodput: Goodput | None = None  # what divides ``metrics``; None: ideal figures
+    owned: bool = False  # GPUs already owned: capital sunk, operating cost only
+    site: dict[str, float | None] | None = None  # facility_power_mw, racks (site.py)
 
     @property
     def gpu(self) -> str:
@@ -78,7 +80,7 @@ class Option:
         return self.metrics[metric](self.t_lb_s, self.t_lb_s)
 
     def label(self) -> str:
-        return f"{self.num_gpus:,}x {self.gpu} ({self.template})"
+        return f"{self.num_gpus:,}x {self.gpu} ({self.template}{', owned' if self.owned else ''})"
 
 
 def gemm_time_lower_bound_s(model: ModelSpec, gpu: GPUSpec, num_gpus: int, sequences: int,
@@ -95,35 +97,58 @@ def gemm_time_lower_bound_s(model: ModelSpec, gpu: GPUSpec, num_gpus: int, seque
     return flops / (num_gpus * rate)
 
 
+def rent_price(cluster: ClusterSpec, pricing: PricingSpec, template: str | None = None
+               ) -> float:
+    """On-demand USD per GPU-hour: the pricing's cluster entry, else its GPU entry, else the
+    cluster's, else the GPU's catalog price."""
+    mine = pricing.for_cluster(template or cluster.name)
+    price = mine.price_per_gpu_hour
+    if price is None:
+        price = pricing.for_gpu(cluster.gpu.name).price_per_gpu_hour
+    if price is None:
+        price = price_per_gpu_hour(cluster)
+    if price is None:
+        gpu = cluster.gpu.name
+        raise InputError(f"GPU '{gpu}' (cluster '{cluster.name}') has no price_per_gpu_hour; "
+                         f"set gpus.{gpu}.price_per_gpu_hour in a --prices file")
+    return price
+
+
+def capital_per_gpu(cluster: ClusterSpec, pricing: PricingSpec, template: str | None = None
+                    ) -> float:
+    """Purchase price per GPU, USD: the GPU's (pricing entry, else catalog) plus the
+    network's where the cluster prices it."""
+    override = pricing.for_gpu(cluster.gpu.name)
+    capex = override.capex_usd if override.capex_usd is not None else cluster.gpu.capex_usd
+    if capex is None:
+        gpu = cluster.gpu.name
+        raise InputError(f"GPU '{gpu}' has no capex_usd for --pricing own; set "
+                         f"gpus.{gpu}.capex_usd in a --prices file")
+    return capex + network_capex(cluster, pricing.for_cluster(template or cluster.name)
+                                 .cost_usd_per_Gbps)
+
+
 def option_metrics(cluster: ClusterSpec, iterations: float, pricing: PricingSpec,
-                   template: str | None = None) -> dict[str, Linear]:
+                   template: str | None = None, owned: bool = False) -> dict[str, Linear]:
     """Days, dollars, MWh and GPU-hours of ``iterations`` iterations on ``cluster``
     (docs/procure.md, "Pricing" and "Energy"); ``template`` names the cluster's entry in
-    ``pricing.clusters`` (default: the cluster's name)."""
+    ``pricing.clusters`` (default: the cluster's name). ``owned``: GPUs already owned, whose
+    capital is sunk: the cost is the electricity and the operating cost per GPU-hour only,
+    whatever ``pricing.mode``."""
     n = cluster.num_gpus
     a_j, b_j = energy_coefficients(cluster, n)  # J per second of T and of B, PUE included
-    override = pricing.for_gpu(cluster.gpu.name)
-    mine = pricing.for_cluster(template or cluster.name)
-    gpu = cluster.gpu.name
-    if pricing.mode == "rent":
-        price = mine.price_per_gpu_hour
-        if price is None:
-            price = override.price_per_gpu_hour
-        if price is None:
-            price = price_per_gpu_hour(cluster)
-        if price is None:
-            raise InputError(f"GPU '{gpu}' (cluster '{cluster.name}') has no price_per_gpu_hour; "
-                             f"set gpus.{gpu}.price_per_gpu_hour in a --prices file")
-        cost = Linear(iterations * n * price / 3600.0)
+    usd_per_j = pricing.electricity_usd_per_kwh / J_PER_KWH
+    operating_per_s = n * pricing.operating_usd_per_gpu_hour / 3600.0
+    if owned:
+        cost = Linear(iterations * (operating_per_s + usd_per_j * a_j),
+                      iterations * usd_per_j * b_j)
+    elif pricing.mode == "rent":
+        cost = Linear(iterations * n * rent_price(cluster, pricing, template) / 3600.0)
     else:
-        capex = override.capex_usd if override.capex_usd is not None else cluster.gpu.capex_usd
-        if capex is None:
-            raise InputError(f"GPU '{gpu}' has no capex_usd for --pricing own; set "
-                             f"gpus.{gpu}.capex_usd in a --prices file")
-        capex += network_capex(cluster, mine.cost_usd_per_Gbps)
+        capex = capital_per_gpu(cluster, pricing, template)
         capital_per_s = n * capex / (pricing.depreciation_years * HOURS_PER_YEAR * 3600.0)
-        usd_per_j = pricing.electricity_usd_per_kwh / J_PER_KWH
-        cost = Linear(iterations * (capital_per_s + usd_per_j * a_j), iterations * usd_per_j * b_j)
+        cost = Linear(iterations * (capital_per_s + operating_per_s + usd_per_j * a_j),
+                      iterations * usd_per_j * b_j)
     return {
         "days": Linear(iterations / SECONDS_PER_DAY),
         "cost_usd": cost,

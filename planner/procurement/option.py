@@ -70,7 +70,9 @@ class OptionSolver:
         vals = {m: opt.metrics[m](est.iteration_time_s, est.gpu_busy_s) for m in METRICS}
         return Procured(opt.gpu, opt.num_gpus, opt.template, sp.plan, est, vals["days"],
                         vals["cost_usd"], vals["energy_mwh"], vals["gpu_hours"],
-                        meets(vals, self.limits), proven, opt.goodput)
+                        meets(vals, self.limits), proven, opt.goodput, opt.owned,
+                        *((opt.site["facility_power_mw"], opt.site["racks"],
+                           opt.site["ports"]) if opt.site else (None, None, None)))
 
     def first(self, rank: Linear, max_t: float | None = None) -> Procured:
         ranked, proven = self.plans(rank, 1, max_t)

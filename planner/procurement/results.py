@@ -27,6 +27,10 @@ class Procured:
     meets_limits: bool
     proven_optimal: bool
     goodput: Goodput | None = None  # what the totals are divided by; None: ideal figures
+    owned: bool = False  # on GPUs already owned (capital sunk)
+    facility_power_mw: float | None = None  # peak, PUE included (planner/procurement/site.py)
+    racks: int | None = None  # None: the cluster gives no rack figure
+    ports: int | None = None  # compute-fabric switch ports; None: not stated
 
     @property
     def mfu(self) -> float | None:
@@ -58,6 +62,8 @@ class Procured:
             "energy_mwh": self.energy_mwh, "gpu_hours": self.gpu_hours, "mfu": self.mfu,
             "iteration_time_s": self.estimate.iteration_time_s,
             "usd_per_gpu_hour": self.cost_usd / self.gpu_hours if self.gpu_hours else None,
+            "owned": self.owned, "facility_power_mw": self.facility_power_mw,
+            "racks": self.racks, "ports": self.ports,
             "meets_limits": self.meets_limits, "proven_optimal": self.proven_optimal,
             "expected_error_pct": self.band_pct,
             "expected_error_note": self.estimate.expected_error_note,
@@ -78,6 +84,8 @@ class ProcureResult:
     pareto_energy: list[Procured]  # time against energy
     pareto_computed: bool
     stats: dict[str, Any] = field(default_factory=dict)
+    owned: dict[str, Any] | None = None  # what the owned fleet is worth (train.py)
+    rent_or_buy: dict[str, Any] | None = None  # the choice's break-even (rentbuy.py)
 
     def in_view(self) -> list[Procured]:
         """The records within the fronts' horizon: ``pareto_horizon`` times each limit."""
@@ -94,6 +102,8 @@ class ProcureResult:
             "pareto": [r.to_json() for r in self.pareto],
             "pareto_energy": [r.to_json() for r in self.pareto_energy],
             "stats": {**self.stats, "pareto_computed": self.pareto_computed},
+            "owned": self.owned,
+            "rent_or_buy": self.rent_or_buy,
         }
 
 

@@ -85,7 +85,14 @@ def choice_panel(res: ProcureResult) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    grid.add_row("cluster", escape(f"{c.num_gpus:,} x {c.gpu} ({c.cluster})"))
+    grid.add_row("cluster", escape(f"{c.num_gpus:,} x {c.gpu} ({c.cluster}"
+                                   f"{', owned' if c.owned else ''})"))
+    if c.facility_power_mw is not None:
+        counts = "".join(f", {v:,} {k}" for k, v in (("racks", c.racks), ("ports", c.ports))
+                         if v is not None)
+        mw = c.facility_power_mw
+        power = f"{mw:,.2f} MW" if mw >= 1 else f"{mw * 1000:,.1f} kW"
+        grid.add_row("site", f"{power} peak (PUE included){counts}")
     grid.add_row("plan", plan_line(c.plan))
     mfu = f", MFU {c.mfu:.1%}" if c.mfu is not None else ""
     grid.add_row("time to train", f"{c.days:,.1f} days{_ideal(c, 'days', '{:,.1f}')} "
@@ -103,6 +110,11 @@ def choice_panel(res: ProcureResult) -> Panel:
                      "with 90 % confidence")
     if c.estimate.expected_error_note:
         grid.add_row("", escape(c.estimate.expected_error_note))
+    if res.owned is not None:
+        grid.add_row("owned fleet", escape(res.owned["note"]))
+    if res.rent_or_buy is not None:
+        rb = res.rent_or_buy
+        grid.add_row("rent or buy", escape(rb.get("summary") or rb.get("unavailable", "")))
     parts: list = [grid]
     if not c.proven_optimal:
         parts.append(Text("not proven optimal: an inner solve stopped at its time limit, or "
@@ -182,13 +194,14 @@ def procurement_csv(res: ProcureResult) -> str:
     on_energy = {id(r) for r in res.pareto_energy}
     buf = io.StringIO()
     keys = ["gpu", "num_gpus", "cluster", "days", "cost_usd", "energy_mwh", "gpu_hours", "mfu",
-            "iteration_time_s", "usd_per_gpu_hour", "meets_limits", "proven_optimal"]
+            "iteration_time_s", "usd_per_gpu_hour", "meets_limits", "proven_optimal", "owned",
+            "facility_power_mw", "racks", "ports"]
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["choice", *keys, "on_cost_front", "on_energy_front", *CSV_PLAN_FIELDS])
     for r in sorted(rows, key=lambda r: (r.days, r.cost_usd)):
         data = r.to_json()
         plan = data["plan"]
-        w.writerow([_same(r, res.choice), *[csv_number(data[k]) for k in keys],
+        w.writerow([_same(r, res.choice), *[csv_number(data.get(k)) for k in keys],
                     id(r) in on_cost,
                     id(r) in on_energy,
                     *[json.dumps(plan.get(f)) if isinstance(plan.get(f), dict) else plan.get(f)

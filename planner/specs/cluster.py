@@ -131,6 +131,14 @@ class ClusterSpec(Spec):
     pue: float = Field(1.2, ge=1.0, description="datacenter power usage effectiveness")
     node_power_w: float = Field(0.0, ge=0, description="non-GPU power per node (CPU, NIC, fans)")
     price_per_gpu_hour: float | None = Field(None, ge=0, description="all-in rental, USD")
+    gpus_per_rack: PositiveInt | None = Field(
+        None, description="GPUs one rack holds in the vendor's reference layout (whole nodes); "
+        "what a site's rack limit counts (planner procure --max-racks). None: no published "
+        "rack layout")
+    scale_out_ports_per_gpu: PositiveInt | None = Field(
+        None, description="compute-fabric (scale-out) NIC ports per GPU, each taking one leaf "
+        "switch port; what a site's port limit counts (planner procure --max-ports). None: "
+        "not stated")
     memory_reserve_gib: float = Field(
         2.0, ge=0, description="CUDA context, NCCL and allocator reserve per GPU"
     )
@@ -188,6 +196,9 @@ class ClusterSpec(Spec):
                 f"num_gpus={self.num_gpus} but topology sizes {sizes} = {total}; the product of "
                 "the level sizes must equal num_gpus"
             )
+        if self.gpus_per_rack is not None and self.gpus_per_rack % self.node_size:
+            raise ValueError(f"gpus_per_rack={self.gpus_per_rack} is not a whole number of "
+                             f"{self.node_size}-GPU nodes; a rack holds whole nodes")
         names = [level.name for level in self.topology]
         if len(set(names)) != len(names):
             raise ValueError(f"topology level names must be unique, got {names}")

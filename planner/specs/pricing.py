@@ -36,10 +36,30 @@ class ClusterPrice(Spec):
         "the cluster's on every level that prices its network (RAMP Table 3)")
 
 
+class RentalTerm(Spec):
+    """A reservation term of a cloud offer: a discount off the on-demand price in exchange
+    for paying at least ``commitment_days`` (AWS Savings Plans and Reserved Instances, Google
+    committed use discounts: 1 or 3 years). Renting D days on it costs
+    ``price x (1 - discount) x max(D, commitment_days)`` per GPU-day x 24."""
+
+    discount: float = Field(..., ge=0, lt=1, description="fraction off the on-demand price")
+    commitment_days: float = Field(..., ge=0, le=3650,
+                                   description="days paid for at least, used or not")
+    source: str | None = Field(None, description="the quote or price list, with its date")
+
+
 class PricingSpec(Spec):
     mode: PricingMode = "rent"
     electricity_usd_per_kwh: float = Field(..., ge=0)
     depreciation_years: float = Field(..., gt=0)
+    operating_usd_per_gpu_hour: float = Field(
+        0.0, ge=0, description="owned hardware's operating cost per GPU-hour besides "
+        "electricity (staff, maintenance, colocation), charged for owned GPUs and with "
+        "--pricing own; default 0: no public figure, so it is left out")
+    rental_terms: dict[Name, RentalTerm] = Field(
+        default_factory=dict, description="reservation terms beside on-demand, by name (e.g. "
+        "'1y': {discount: 0.3, commitment_days: 365}); the rent-or-buy comparison takes the "
+        "cheapest term for each duration")
     gpus: dict[Name, GPUPrice] = Field(default_factory=dict, description="keyed by GPU name")
     clusters: dict[Name, ClusterPrice] = Field(
         default_factory=dict, description="keyed by cluster template name (or alias)")
