@@ -211,3 +211,21 @@ def test_nemotron4_340b_fits_with_its_recipes_optimizer():
     assert not fp32.feasible
     assert fp32.memory_breakdown_bytes["optimizer"] == pytest.approx(
         3 * est.memory_breakdown_bytes["optimizer"])
+
+
+def test_llama3_405b_runs_on_its_papers_pipeline_layout():
+    """The Llama 3 405B rows are costed on the layout the paper describes (Sec. 3.3.2): one
+    layer per chunk, 16 x 8 chunks for 126 layers with an embedding-only and a loss-only end
+    chunk, and FSDP that keeps the stage's bf16 weights gathered through the step (no reshard
+    after forward) while gradients and optimizer states are sharded."""
+    from planner.costmodel.layer import dense_layer_params
+    from planner.validation.corpus import runs_from
+
+    run = next(r for r in runs_from("corpus/meta-llama3.yaml")
+               if r.name == "meta-llama3-405b-h100-16384-cp1-8k")
+    assert (run.plan.pp, run.plan.virtual_stages, run.plan.zero_stage) == (16, 8, 2)
+    est = run.estimate()
+    assert est.feasible, est.reasons
+    # the worst stage holds 8 layers' full bf16 weights (TP 8): 2 B x 8 x layer / 8
+    layer = dense_layer_params(run.model, 8)
+    assert est.memory_breakdown_bytes["weights"] == pytest.approx(2 * 8 * layer)

@@ -187,7 +187,7 @@ def _pipeline_args(p: Plan, target: Target) -> list[str]:
         if p.virtual_stages > 1:
             return ["--num-layers-per-virtual-pipeline-stage", str(sizes[0])]
         return []
-    if p.virtual_stages == 1 and len(set(sizes[1:-1])) <= 1:
+    if p.virtual_stages == 1 and len(set(sizes[1:-1])) <= 1 and min(sizes) > 0:
         return ["--decoder-first-pipeline-num-layers", str(sizes[0]),
                 "--decoder-last-pipeline-num-layers", str(sizes[-1])]
     return ["--pipeline-model-parallel-layout", layout_string(sizes)]
@@ -195,8 +195,9 @@ def _pipeline_args(p: Plan, target: Target) -> list[str]:
 
 def layout_string(sizes: list[int]) -> str:
     """Megatron's layout: embedding ``E`` first, loss ``L`` last, chunks split by ``|``;
-    runs of equal middle chunks written ``(t*k|)*n``."""
-    stages = [f"t*{s}" for s in sizes]
+    runs of equal middle chunks written ``(t*k|)*n``; an end chunk without a layer is the
+    embedding or the loss alone (``E|``, ``|L``: Llama 3's layout, :func:`chunk_sizes`)."""
+    stages = [f"t*{s}" if s else "" for s in sizes]
     out, i = f"E{stages[0]}|", 1
     while i < len(stages) - 1:
         j = i
