@@ -139,6 +139,9 @@ def test_llama3_end_chunks_hold_only_the_embedding_and_the_loss():
     assert stages[0].embedding and stages[-1].head
     from planner.export.megatron import layout_string
     assert layout_string(sizes) == "E|(t*1|)*126L"
+    # and --from megatron reads it back as the same split
+    from planner.export.megatron import _layout_chunks
+    assert _layout_chunks("E|(t*1|)*126L", 16, 126) == sizes
 
 
 # ---- optimizer states ----------------------------------------------------------------------

@@ -21,7 +21,7 @@ import re
 import shlex
 from typing import Any
 
-from planner.costmodel.pipeline import block_recompute_runs_half, chunk_sizes
+from planner.costmodel.pipeline import END_ONLY_CHUNKS, block_recompute_runs_half, chunk_sizes
 from planner.errors import InputError
 from planner.export.common import (
     MEGATRON_ORDER,
@@ -613,17 +613,19 @@ def _expand(pattern: re.Pattern[str], text: str, limit: int) -> str | None:
 
 
 def _layout_chunks(text: str, pp: int, layers: int) -> list[int]:
-    # the planner's splits have one to ``layers`` chunks of at least one layer: 'E', 'L',
-    # a 't' per layer and a '|' between chunks, 2 x layers + 1 characters at most; the
-    # intermediate text (groups expanded, 't*k' not yet) is allowed a few times that
-    most = 2 * layers + 1
+    # the planner's splits have one to ``layers`` chunks of at least one layer, and up to
+    # two empty end chunks ('E|', '|L'): 'E', 'L', a 't' per layer and a '|' between
+    # chunks, 2 x layers + 3 characters at most; the intermediate text (groups expanded,
+    # 't*k' not yet) is allowed a few times that
+    most = 2 * layers + 1 + END_ONLY_CHUNKS
     flat = _expand(_LAYOUT_GROUP, text.replace(",", ""), len(text) + 8 * most)
     flat = None if flat is None else _expand(_LAYOUT_REPEAT, flat, most)
     if flat is None:
         raise InputError(f"--from megatron: --pipeline-model-parallel-layout {_short(text)}: "
                          f"expands to more than {most:,} characters, the most a layout the "
                          f"planner models can have ('E', 'L', one 't' per layer of the "
-                         f"{layers}, '|' between chunks of at least one layer)")
+                         f"{layers}, '|' between chunks of at least one layer or the two "
+                         "empty end chunks)")
     stages = flat.split("|")
     bad = set(flat) - set("tEL|")
     if bad or len(stages) % pp or not stages[0].startswith("E") or not stages[-1].endswith("L"):
