@@ -348,6 +348,15 @@ def test_refusals_name_field_and_value(fmt, change, field):
     assert field in str(e.value)
 
 
+def test_bf16_optimizer_states_are_refused_everywhere():
+    """Apex DistributedFusedAdam's bf16 states (no fp32 master) run in no exported framework."""
+    m, c = load_model("llama3-70b"), load_cluster("examples/superpod.yaml")
+    plan = Plan.model_validate({**_BASE, "optimizer_dtype": "bf16"})
+    for fmt in FORMATS:
+        with pytest.raises(InputError, match="optimizer_dtype=bf16"):
+            export_plan(fmt, plan, m, c)
+
+
 def test_a_per_layer_type_recompute_mix_is_refused_everywhere():
     m = tiny_model(moe=dict(num_experts=4, top_k=2, expert_ffn_hidden_size=1024,
                             first_k_dense=1))

@@ -122,6 +122,28 @@ def test_uneven_pipeline_split():
     assert sum(chunk_sizes(100, 64, uneven=True)) == 100
 
 
+def test_llama3_end_chunks_hold_only_the_embedding_and_the_loss():
+    """Llama 3 405B (Dubey et al. 2024, Sec. 3.3.2): one layer fewer on the first and the last
+    stage, so that "the first model chunk on the first stage has only the embedding, and the
+    last model chunk on the last stage has only output projection and loss": 126 layers in
+    16 x 8 one-layer chunks, the two end chunks empty; never more than two, never even."""
+    sizes = chunk_sizes(126, 128, uneven=True)
+    assert sizes == [0] + [1] * 126 + [0]
+    assert chunk_sizes(126, 127, uneven=True) == [0] + [1] * 126
+    assert chunk_sizes(126, 129, uneven=True) is None
+    assert chunk_sizes(126, 128, uneven=False) is None
+    from planner.costmodel.pipeline import stage_layout
+    m = load_model("llama3-405b")
+    stages = stage_layout(m, 16, 8, 32, uneven=True)
+    assert [s.num_layers for s in stages] == [7] + [8] * 14 + [7]
+    assert stages[0].embedding and stages[-1].head
+    from planner.export.megatron import layout_string
+    assert layout_string(sizes) == "E|(t*1|)*126L"
+    # and --from megatron reads it back as the same split
+    from planner.export.megatron import _layout_chunks
+    assert _layout_chunks("E|(t*1|)*126L", 16, 126) == sizes
+
+
 # ---- optimizer states ----------------------------------------------------------------------
 def test_mixed_precision_adam_bytes():
     st = state_bytes(1e9, zero=0, dp_cp=8, numerics="bf16")

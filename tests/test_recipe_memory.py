@@ -174,3 +174,58 @@ def test_torchtitan_measured_peak_is_not_under_counted():
     extra = 8.0 * plan.microbatch_size * plan.seq_len * model.vocab_size
     assert est.memory_breakdown_bytes["workspace"] - one_buffer.memory_breakdown_bytes[
         "workspace"] == pytest.approx(extra)
+
+
+def test_bf16_optimizer_state_bytes_by_hand():
+    """Apex DistributedFusedAdam with ``dtype=bf16`` (NeMo 1.x ``optim.dtype``): bf16 Adam
+    moments (2 + 2 B) split over the data-parallel group, no master copy beside bf16 model
+    weights (NeMo ``store_params=False`` when the optimizer and model dtypes match) and a
+    bf16 one (2 B) beside FP8 parameters (``store_params=True``)."""
+    p, d = 1_000_000, 4
+    bf16 = state_bytes(p, 1, d, Numerics("bf16", grad_reduce_dtype="bf16", optimizer_dtype="bf16"))
+    assert (bf16.weights, bf16.gradients, bf16.optimizer) == (2e6, 2e6, 1e6)
+    fp8 = state_bytes(p, 1, d, Numerics("fp8", fp8_params=True, grad_reduce_dtype="bf16",
+                                        optimizer_dtype="bf16"))
+    assert (fp8.weights, fp8.gradients, fp8.optimizer) == (1e6, 2e6, 1.5e6)
+    # FP8 compute on bf16 weights: the bf16 weights are still the master copy
+    fp8_cast = state_bytes(p, 1, d, Numerics("fp8", optimizer_dtype="bf16"))
+    assert fp8_cast.optimizer == 1e6
+    # the default keeps fp32 master + moments
+    assert state_bytes(p, 1, d, Numerics("bf16")).optimizer == 3e6
+    assert Numerics.of(Plan(tp=1, pp=1, dp=4, microbatch_size=1, global_batch_size=4,
+                            seq_len=128, optimizer_dtype="bf16")).optimizer_dtype == "bf16"
+
+
+def test_nemotron4_340b_fits_with_its_recipes_optimizer():
+    """dgxc-benchmarking's Nemotron-4 340B BF16 run on 128 H100 (TP8 PP8 VP12, dp 2) sets
+    optim.dtype=bf16 and selective recomputation (nemotron4-340b-synth.yaml): it fits; with
+    fp32 Adam states (12 B per parameter over dp 2) it would not."""
+    from planner.validation.corpus import runs_from
+
+    run = next(r for r in runs_from("corpus/dgxc-nemotron4.yaml")
+               if r.name == "dgxc2411-h100-nemotron4-340b-bf16-128")
+    assert run.plan.optimizer_dtype == "bf16" and run.plan.recompute == "selective"
+    est = run.estimate()
+    assert est.feasible, est.reasons
+    fp32 = run.estimate(plan=run.plan.model_copy(update={"optimizer_dtype": "fp32"}))
+    assert not fp32.feasible
+    assert fp32.memory_breakdown_bytes["optimizer"] == pytest.approx(
+        3 * est.memory_breakdown_bytes["optimizer"])
+
+
+def test_llama3_405b_runs_on_its_papers_pipeline_layout():
+    """The Llama 3 405B rows are costed on the layout the paper describes (Sec. 3.3.2): one
+    layer per chunk, 16 x 8 chunks for 126 layers with an embedding-only and a loss-only end
+    chunk, and FSDP that keeps the stage's bf16 weights gathered through the step (no reshard
+    after forward) while gradients and optimizer states are sharded."""
+    from planner.costmodel.layer import dense_layer_params
+    from planner.validation.corpus import runs_from
+
+    run = next(r for r in runs_from("corpus/meta-llama3.yaml")
+               if r.name == "meta-llama3-405b-h100-16384-cp1-8k")
+    assert (run.plan.pp, run.plan.virtual_stages, run.plan.zero_stage) == (16, 8, 2)
+    est = run.estimate()
+    assert est.feasible, est.reasons
+    # the worst stage holds 8 layers' full bf16 weights (TP 8): 2 B x 8 x layer / 8
+    layer = dense_layer_params(run.model, 8)
+    assert est.memory_breakdown_bytes["weights"] == pytest.approx(2 * 8 * layer)

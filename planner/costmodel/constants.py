@@ -28,6 +28,10 @@ WEIGHT_BYTES = 2.0
 #: variance (12 B) per parameter.
 GRAD_BYTES = 4.0
 OPTIMIZER_BYTES = 12.0
+#: One bf16 optimizer-state element (Apex ``DistributedFusedAdam`` with ``dtype=bf16``:
+#: ``exp_avg_shard``/``exp_avg_sq_shard`` allocated in the optimizer dtype; NVIDIA/apex
+#: apex/contrib/optimizers/distributed_fused_adam.py ``StateBucket``, commit 7d5ecf18).
+BF16_OPTIMIZER_STATE_BYTES = 2.0
 #: Gradients are reduced in fp32 (Megatron-LM ``--accumulate-allreduce-grads-in-fp32``,
 #: required for bf16; Llama 3 paper Sec. 3.3.2 "FP32 gradient accumulation").
 GRAD_COMM_BYTES = 4.0

@@ -22,15 +22,24 @@ class Stage:
         return sum(self.layers.values())
 
 
+#: Chunks an uneven split may hold without a transformer layer: the embedding-only first
+#: and the loss-only last (:func:`chunk_sizes`).
+END_ONLY_CHUNKS = 2
+
+
 def chunk_sizes(num_layers: int, n_chunks: int, uneven: bool) -> list[int] | None:
     """Layers per model chunk. ``None`` if the split is not allowed.
 
     Even split needs divisibility. The uneven split gives the smaller chunks to both ends
     of the pipeline, which also hold the embedding and the LM head (Llama 3 405B:
     126 layers on 16 stages, one layer fewer on the first and the last; Dubey et al.
-    2024, Sec. 3.3.2).
+    2024, Sec. 3.3.2). With one layer per chunk that leaves the two end chunks empty: "the
+    first model chunk on the first stage has only the embedding, and the last model chunk
+    on the last stage has only output projection and loss calculation" (ibid.; Megatron-Core
+    states such chunks as ``E|`` and ``|L`` in ``--pipeline-model-parallel-layout``), so an
+    uneven split may have up to two chunks more than layers, the empty ones at the ends.
     """
-    if n_chunks > num_layers:
+    if n_chunks > num_layers + (END_ONLY_CHUNKS if uneven else 0):
         return None
     base, extra = divmod(num_layers, n_chunks)
     if extra == 0:

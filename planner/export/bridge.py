@@ -97,7 +97,7 @@ def _layers(p: Plan, target: Target) -> list[str]:
     # (transformer_config.py) and which moves layers with first/last stage sizes
     out = ["model.account_for_embedding_in_pipeline_split=false",
            "model.account_for_loss_in_pipeline_split=false"]
-    if p.virtual_stages == 1 and len(set(sizes[1:-1])) <= 1:
+    if p.virtual_stages == 1 and len(set(sizes[1:-1])) <= 1 and min(sizes) > 0:
         return out + [f"model.num_layers_in_first_pipeline_stage={sizes[0]}",
                       f"model.num_layers_in_last_pipeline_stage={sizes[-1]}"]
     return out + [f"model.pipeline_model_parallel_layout='{layout_string(sizes)}'"]

@@ -132,7 +132,14 @@ def format_profile(fmt: str) -> FrameworkProfile:
 def refuse_violations(fmt: str, plan: Plan, model: ModelSpec,
                       profile: FrameworkProfile | None = None) -> None:
     """Refuse the first rule of ``profile`` (default: ``fmt``'s) that ``plan`` breaks,
-    placement rules aside (:func:`check_rank_order`)."""
+    placement rules aside (:func:`check_rank_order`). bf16 optimizer states are refused by
+    every export: they are Apex DistributedFusedAdam's (NeMo 1.x ``optim.dtype``), with the
+    bf16 weights as the master copy, which none of the exported frameworks runs."""
+    if plan.optimizer_dtype != "fp32":
+        refuse(fmt, "optimizer_dtype", plan.optimizer_dtype,
+               "bf16 Adam states with the bf16 weights as master copy are Apex "
+               "DistributedFusedAdam's (NeMo 1.x optim.dtype=bf16); this framework keeps fp32 "
+               "master weights and moments")
     for v in plan_violations(profile or format_profile(fmt), plan, model):
         refuse(fmt, v.field, v.value, v.why)
 

@@ -21,7 +21,7 @@ import re
 import shlex
 from typing import Any
 
-from planner.costmodel.pipeline import block_recompute_runs_half, chunk_sizes
+from planner.costmodel.pipeline import END_ONLY_CHUNKS, block_recompute_runs_half, chunk_sizes
 from planner.errors import InputError
 from planner.export.common import (
     MEGATRON_ORDER,
@@ -187,7 +187,7 @@ def _pipeline_args(p: Plan, target: Target) -> list[str]:
         if p.virtual_stages > 1:
             return ["--num-layers-per-virtual-pipeline-stage", str(sizes[0])]
         return []
-    if p.virtual_stages == 1 and len(set(sizes[1:-1])) <= 1:
+    if p.virtual_stages == 1 and len(set(sizes[1:-1])) <= 1 and min(sizes) > 0:
         return ["--decoder-first-pipeline-num-layers", str(sizes[0]),
                 "--decoder-last-pipeline-num-layers", str(sizes[-1])]
     return ["--pipeline-model-parallel-layout", layout_string(sizes)]
@@ -195,8 +195,9 @@ def _pipeline_args(p: Plan, target: Target) -> list[str]:
 
 def layout_string(sizes: list[int]) -> str:
     """Megatron's layout: embedding ``E`` first, loss ``L`` last, chunks split by ``|``;
-    runs of equal middle chunks written ``(t*k|)*n``."""
-    stages = [f"t*{s}" for s in sizes]
+    runs of equal middle chunks written ``(t*k|)*n``; an end chunk without a layer is the
+    embedding or the loss alone (``E|``, ``|L``: Llama 3's layout, :func:`chunk_sizes`)."""
+    stages = [f"t*{s}" if s else "" for s in sizes]
     out, i = f"E{stages[0]}|", 1
     while i < len(stages) - 1:
         j = i
@@ -612,17 +613,19 @@ def _expand(pattern: re.Pattern[str], text: str, limit: int) -> str | None:
 
 
 def _layout_chunks(text: str, pp: int, layers: int) -> list[int]:
-    # the planner's splits have one to ``layers`` chunks of at least one layer: 'E', 'L',
-    # a 't' per layer and a '|' between chunks, 2 x layers + 1 characters at most; the
-    # intermediate text (groups expanded, 't*k' not yet) is allowed a few times that
-    most = 2 * layers + 1
+    # the planner's splits have one to ``layers`` chunks of at least one layer, and up to
+    # two empty end chunks ('E|', '|L'): 'E', 'L', a 't' per layer and a '|' between
+    # chunks, 2 x layers + 3 characters at most; the intermediate text (groups expanded,
+    # 't*k' not yet) is allowed a few times that
+    most = 2 * layers + 1 + END_ONLY_CHUNKS
     flat = _expand(_LAYOUT_GROUP, text.replace(",", ""), len(text) + 8 * most)
     flat = None if flat is None else _expand(_LAYOUT_REPEAT, flat, most)
     if flat is None:
         raise InputError(f"--from megatron: --pipeline-model-parallel-layout {_short(text)}: "
                          f"expands to more than {most:,} characters, the most a layout the "
                          f"planner models can have ('E', 'L', one 't' per layer of the "
-                         f"{layers}, '|' between chunks of at least one layer)")
+                         f"{layers}, '|' between chunks of at least one layer or the two "
+                         "empty end chunks)")
     stages = flat.split("|")
     bad = set(flat) - set("tEL|")
     if bad or len(stages) % pp or not stages[0].startswith("E") or not stages[-1].endswith("L"):

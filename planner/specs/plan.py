@@ -91,6 +91,11 @@ class Plan(Spec):
         "fp32", description="precision of the main-gradient buffer and of its data-parallel "
         "reduction: fp32 (Megatron --accumulate-allreduce-grads-in-fp32) or bf16 (NVIDIA's "
         "FP8 recipes: grad_reduce_in_fp32=False)")
+    optimizer_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="precision of the Adam moments: fp32 (beside fp32 master "
+        "weights), or bf16 as NeMo 1.x recipes set optim.dtype=bf16 for Apex "
+        "DistributedFusedAdam (bf16 moments; the bf16 model weights are the master copy, or a "
+        "bf16 master shard beside FP8 weights)")
     attention: Literal["flash", "standard"] = "flash"
     cp_comm: Literal["ring", "all_to_all", "all_gather"] = Field(
         "ring", description="ring: K/V blocks passed around the cp ring, overlapped with "
@@ -148,8 +153,9 @@ class Plan(Spec):
         for k in ("offload_optimizer", "offload_params", "fp8_params", "overlap_moe_ep_comm"):
             if not out.get(k):
                 out.pop(k, None)
-        if out.get("grad_reduce_dtype") == "fp32":
-            out.pop("grad_reduce_dtype")
+        for k in ("grad_reduce_dtype", "optimizer_dtype"):
+            if out.get(k) == "fp32":
+                out.pop(k)
         return out
 
     @property

@@ -46,7 +46,8 @@ from planner.costmodel.layer import (
 from planner.costmodel.energy import iteration_energy_j
 from planner.costmodel.numerics import Numerics
 from planner.costmodel.network import PlacementError, combine, group_spans
-from planner.costmodel.pipeline import Stage, distinct_stages, stage_layout
+from planner.costmodel.pipeline import (END_ONLY_CHUNKS, Stage, chunk_sizes, distinct_stages,
+                                         stage_layout)
 from planner.costmodel.moe import expert_spans
 from planner.costmodel.train.offload import (
     OffloadTimes,
@@ -197,8 +198,11 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         r.append(Uncostable(missing_tier_reason(plan.offload_optimizer, plan.offload_params,
                                                 cluster.name)))
     s = plan.pp * plan.virtual_stages
-    if s > model.num_layers:
-        r.append(Uncostable(f"pp x virtual_stages = {s} exceeds num_layers={model.num_layers}"))
+    if chunk_sizes(model.num_layers, s, plan.uneven_pipeline) is None and s > model.num_layers:
+        r.append(Uncostable(
+            f"pp x virtual_stages = {s} exceeds num_layers={model.num_layers}" + (
+                f" + {END_ONLY_CHUNKS} (an embedding-only and a loss-only end chunk)"
+                if plan.uneven_pipeline else "")))
     elif model.num_layers % s and not plan.uneven_pipeline:
         r.append(f"num_layers={model.num_layers} is not divisible by pp x virtual_stages = {s} "
                  "(set uneven_pipeline: true to give the end stages fewer layers)")

@@ -57,7 +57,7 @@ def checkpoint_numerics(numerics: Numerics | str) -> Numerics:
     """The numerics of what a checkpoint saves: the model copy in the compute dtype (bf16)
     or FP8 parameters, never the FP8 cast cache of an fp8 compute dtype."""
     nm = Numerics.of(numerics)
-    return Numerics("bf16", nm.fp8_params, nm.grad_reduce_dtype)
+    return Numerics("bf16", nm.fp8_params, nm.grad_reduce_dtype, nm.optimizer_dtype)
 
 
 def checkpoint_bytes(params: float, zero: int, dp_cp: int, numerics: Numerics | str) -> float:

@@ -213,7 +213,7 @@ def state_bytes(params_local: float, zero: int, dp_cp: int, numerics: Numerics |
         params_local * nm.weight_bytes / (dp_cp if zero >= 3 else 1),
         gradients=params_local * nm.grad_bytes / (dp_cp if zero >= 2 else 1),
         optimizer=0.0 if offload_optimizer else
-        params_local * C.OPTIMIZER_BYTES / (dp_cp if zero >= 1 else 1),
+        params_local * nm.optimizer_bytes / (dp_cp if zero >= 1 else 1),
     )
 
 
