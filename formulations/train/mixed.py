@@ -49,6 +49,7 @@ from planner.costmodel.train.mixed import (
     evaluate_mixed,
     mixed_stage_result,
     pool_terms,
+    stage_p2p_s,
     stage_width,
 )
 from planner.specs.mixed import MixedClusterSpec, MixedPlan
@@ -123,6 +124,25 @@ def layer_time_s(t: PoolTerms) -> float:
                for c in t.costs.values())
 
 
+def fluid_bound(model: ModelSpec, terms: dict[str, PoolTerms], pools: list[str],
+                c: dict[str, float]) -> float:
+    """A lower bound of the slowest stage's time over every layer split: stage ``r`` takes
+    at least ``e_r + n_r c_r`` (its ends' kernels, its pipeline sends, and ``c_r`` per
+    layer, :func:`layer_time_s`), so ``max_r S_r <= X`` needs ``sum_r (X - e_r) / c_r >= L``:
+    ``X >= (L + sum_r e_r / c_r) / sum_r 1 / c_r``."""
+    pp = len(pools)
+    e = []
+    for r in range(pp):
+        t = terms[pools[r]]
+        ends = 0.0
+        for on, end in ((r == 0, t.emb), (r == pp - 1, t.head)):
+            if on:
+                ends += end.fwd_s + end.bwd_s + end.tp_comm_s
+        e.append(ends + stage_p2p_s(terms, pools, r))
+    inv = sum(1.0 / c[p] for p in pools)
+    return (model.num_layers + sum(e[r] / c[pools[r]] for r in range(pp))) / inv
+
+
 def _terms(model: ModelSpec, mc: MixedClusterSpec, plan: Plan, order: tuple[str, ...],
            cache: dict) -> dict[str, PoolTerms] | None:
     w = stage_width(plan)
@@ -156,23 +176,23 @@ def best_split(model: ModelSpec, plan: Plan, terms: dict[str, PoolTerms],
     # or not in memory)
     S = np.full((pp, L + 1, top + 1), inf)
     R = np.full((pp, L + 1, top + 1), inf)
-    memo: dict[tuple, tuple[float, float, bool]] = {}
-    for r in range(pp):
-        lo_t, hi_t = r, L - (pp - r)  # layers before stage r
-        for t in range(lo_t, hi_t + 1):
-            for n in range(1, min(top, L - t - (pp - r - 1)) + 1):
-                counts = (n,) if homogeneous else tuple(sorted(
-                    {k: kinds[t:t + n].count(k) for k in set(kinds[t:t + n])}.items()))
-                key = (r, counts)
-                if key not in memo:
-                    res = mixed_stage_result(model, plan, terms, pools, r, t, n)
-                    stats.stage_evaluations += 1
-                    mem = sum(res.memory.values())
-                    fits = mem <= terms[pools[r]].cluster.gpu.hbm_bytes
-                    memo[key] = (float(res.total_s), float(sum(res.tail.values())), fits)
-                s, rr, fits = memo[key]
-                if fits:
-                    S[r, t, n], R[r, t, n] = s, rr
+    if homogeneous:
+        _tabulate_homogeneous(model, plan, terms, pools, S, R, stats)
+    else:
+        memo: dict[tuple, tuple[float, float, bool]] = {}
+        for r in range(pp):
+            for t in range(r, L - (pp - r) + 1):  # layers before stage r
+                for n in range(1, min(top, L - t - (pp - r - 1)) + 1):
+                    seg = kinds[t:t + n]
+                    key = (r, tuple(sorted((k, seg.count(k)) for k in set(seg))))
+                    if key not in memo:
+                        res = mixed_stage_result(model, plan, terms, pools, r, t, n)
+                        stats.stage_evaluations += 1
+                        memo[key] = (float(res.total_s), float(sum(res.tail.values())),
+                                     _fits(res, terms[pools[r]]))
+                    s, rr, fits = memo[key]
+                    if fits:
+                        S[r, t, n], R[r, t, n] = s, rr
     ok = np.isfinite(S)
     if not ok.any():
         return None
@@ -255,6 +275,47 @@ def best_split(model: ModelSpec, plan: Plan, terms: dict[str, PoolTerms],
     return found
 
 
+def _fits(res, t: PoolTerms) -> bool:
+    return sum(res.memory.values()) <= t.cluster.gpu.hbm_bytes
+
+
+def _tabulate_homogeneous(model: ModelSpec, plan: Plan, terms: dict[str, PoolTerms],
+                          pools: list[str], S: np.ndarray, R: np.ndarray,
+                          stats: MixedSearchStats) -> None:
+    """``S`` and ``R`` of a model whose layers are all of one kind: a stage's time and
+    tail depend on its pool, its ends (embedding, head), its pipeline sends and its layer
+    count, not on its rank (the rank sets only the in-flight activations, i.e. memory),
+    so each such class is evaluated once per layer count; a rank's memory grows with its
+    layers (weights, gradients, optimizer states and activations are per layer), so the
+    most layers it holds in memory is found by bisection."""
+    pp, L = len(pools), model.num_layers
+    top = L - (pp - 1)
+    times: dict[tuple, tuple[float, float]] = {}
+
+    def run(r: int, n: int) -> bool:
+        res = mixed_stage_result(model, plan, terms, pools, r, r, n)
+        stats.stage_evaluations += 1
+        times.setdefault(klass(r) + (n,), (float(res.total_s), float(sum(res.tail.values()))))
+        return _fits(res, terms[pools[r]])
+
+    def klass(r: int) -> tuple:
+        return (pools[r], r == 0, r == pp - 1, stage_p2p_s(terms, pools, r))
+
+    for r in range(pp):
+        lo, hi = 0, top  # the most layers that fit: in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if run(r, mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        for n in range(1, lo + 1):
+            key = klass(r) + (n,)
+            if key not in times:
+                run(r, n)
+            S[r, r:L - (pp - r) + 1, n], R[r, r:L - (pp - r) + 1, n] = times[key]
+
+
 def run_mixed_search(model: ModelSpec, mc: MixedClusterSpec, base: dict[str, Any],
                      fixed: dict[str, Any] | None = None,
                      options: SpaceOptions | None = None, time_limit_s: float = 60.0,
@@ -286,9 +347,8 @@ def run_mixed_search(model: ModelSpec, mc: MixedClusterSpec, base: dict[str, Any
             m = max(1, math.ceil(plan.num_microbatches))
             s = straggler_share(max(terms[p].cluster.step_time_cv for p in order),
                                 w * len(pools))
-            x_lb = model.num_layers / sum(k / c[p] for p, k in zip(order, ks))
-            lb = (m * x_lb + bubble_coefficient(len(pools), 1) * model.num_layers
-                  * min(c.values())) * (1 + s)
+            lb = (m * fluid_bound(model, terms, pools, c) + bubble_coefficient(len(pools), 1)
+                  * model.num_layers * min(c.values())) * (1 + s)
             work.append((lb, stats.points, plan, terms, pools, s))
     work.sort(key=lambda x: (x[0], x[1]))
     status = "optimal"
