@@ -275,3 +275,26 @@ def test_api_round_trip():
     if res.best_kind == "mixed":
         est = api.evaluate_mixed(model, mc, j["plan"])
         assert est.iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-12)
+
+
+# ---- export ------------------------------------------------------------------------------
+def test_megatron_export_writes_the_layout_and_refuses_what_it_cannot_run():
+    from planner.export.mixed import megatron_mixed_args, stage_ranks
+
+    model = tiny_model()
+    mc = mixed(small_cluster(8), small_cluster(8, gpu="a100-sxm-80gb"))
+    plan = Plan(global_batch_size=64, seq_len=2048, tp=8, pp=2, zero_stage=0)
+    mp = mplan(plan, ["a", "h"], [3, 5])
+    args = megatron_mixed_args(model, mc, mp)
+    i = args.index("--pipeline-model-parallel-layout")
+    # Megatron-LM's layout: E the embedding, t a decoder layer, | between stages, L the loss
+    assert args[i + 1] == "Et*3|t*5L"
+    assert "--decoder-first-pipeline-num-layers" not in args
+    assert stage_ranks(mp) == [(0, 7, "a"), (8, 15, "h")]
+    with pytest.raises(InputError, match="zero_stage=3"):
+        megatron_mixed_args(model, mc, mplan(plan.model_copy(
+            update={"zero_stage": 3, "dp": 1}), ["a", "h"], [3, 5]))
+    odd = Plan(global_batch_size=64, seq_len=2048, tp=4, pp=2, dp=2,
+               placement={"order": ["tp", "pp", "cp", "ep", "dp"]})
+    with pytest.raises(InputError, match="placement.order=tp-pp-cp-ep-dp: a mixed plan"):
+        megatron_mixed_args(model, mc, mplan(odd, ["a", "h"], [3, 5]))
