@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 from formulations.train.mixed import pool_orders, run_mixed_search, shapes
 from formulations.train.options import SpaceOptions
 from planner import api
-from planner.costmodel.compose import iteration_time_s, straggler_share
+from planner.costmodel.compose import straggler_share
 from planner.costmodel.pipeline import chunk_sizes
 from planner.costmodel.train.evaluator import evaluate
 from planner.costmodel.train.mixed import evaluate_mixed, pool_terms, stage_width

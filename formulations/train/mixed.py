@@ -106,7 +106,8 @@ def shapes(model: ModelSpec, mc: MixedClusterSpec, subset: tuple[str, ...],
     first = mc.pool(subset[0]).cluster
     # the space of the pools' GPU total: tp, cp, pp, dp, microbatch and inner choices
     standin = first.model_copy(update={"num_gpus": sum(sizes), "offload": None})
-    fixed = {k: v for k, v in fixed.items() if k != "virtual_stages"}
+    if fixed.get("virtual_stages", 1) != 1:
+        return []  # a mixed plan has one virtual stage
     space = SearchSpace(model, standin, dict(base), fixed, options)
     out = []
     for o in space.outers:
