@@ -297,3 +297,23 @@ def test_megatron_export_writes_the_layout_and_refuses_what_it_cannot_run():
                placement={"order": ["tp", "pp", "cp", "ep", "dp"]})
     with pytest.raises(InputError, match="placement.order=tp-pp-cp-ep-dp: a mixed plan"):
         megatron_mixed_args(model, mc, mplan(odd, ["a", "h"], [3, 5]))
+
+
+def test_cpsat_mixed_solve_equals_brute_force_over_the_whole_mixed_space():
+    """The whole mixed space by brute force: each pool alone by the exhaustive backend
+    (every plan of its single-type space evaluated), every multi-pool plan by the mixed
+    evaluator; solve_mixed with CP-SAT for the pools alone finds the same time."""
+    from planner.orchestration.train import solve
+
+    model = tiny_model(num_layers=6, global_batch_size=16)
+    mc = mixed(small_cluster(4, domain=4), small_cluster(4, domain=4, gpu="a100-sxm-40gb"),
+               bw=2.0, latency_us=50.0)
+    fixed = {"zero_stage": 1}
+    opts = SpaceOptions(max_microbatch=2, max_virtual_stages=2)
+    res = solve_mixed(model, mc, fixed=fixed, backend="cpsat", options=opts,
+                      time_limit_s=300)
+    assert res.status == "optimal"
+    alone = [solve(model, p.cluster, fixed=fixed, backend="exhaustive", options=opts,
+                   time_limit_s=300).best.estimate.iteration_time_s for p in mc.pools]
+    across = _brute_force(model, mc, model_defaults(model), fixed, opts)
+    assert res.iteration_time_s == pytest.approx(min(alone + [across]), rel=1e-12)
