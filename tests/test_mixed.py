@@ -317,3 +317,10 @@ def test_cpsat_mixed_solve_equals_brute_force_over_the_whole_mixed_space():
                    time_limit_s=300).best.estimate.iteration_time_s for p in mc.pools]
     across = _brute_force(model, mc, model_defaults(model), fixed, opts)
     assert res.iteration_time_s == pytest.approx(min(alone + [across]), rel=1e-12)
+
+
+def test_single_type_loader_names_a_mixed_file():
+    from planner.specs.loaders import load_cluster
+
+    with pytest.raises(InputError, match="a mixed cluster .*solve_mixed"):
+        load_cluster(str(ROOT / "examples" / "mixed-h100-a100.yaml"))
