@@ -324,3 +324,32 @@ def test_single_type_loader_names_a_mixed_file():
 
     with pytest.raises(InputError, match="a mixed cluster .*solve_mixed"):
         load_cluster(str(ROOT / "examples" / "mixed-h100-a100.yaml"))
+
+
+def test_non_contiguous_pools_cross_the_join_at_every_change():
+    """The evaluator takes any stage order: h, a, h crosses the join twice, and each
+    stage's two sends are both over it."""
+    model = tiny_model()
+    mc = mixed(small_cluster(16), small_cluster(8, gpu="a100-sxm-80gb"), bw=5.0,
+               latency_us=100.0)
+    plan = Plan(global_batch_size=64, seq_len=2048, tp=8, pp=3, dp=1)
+    est = evaluate_mixed(model, mc, mplan(plan, ["h", "a", "h"], [3, 2, 3]))
+    join = 2048 * 1024 * 2 / 8 / 5e9 + 100e-6
+    assert est.feasible, est.reasons
+    assert [s.p2p_s for s in est.stages] == pytest.approx([2 * join] * 3, rel=1e-12)
+    assert est.gpus_per_pool == {"h": 16, "a": 8}
+
+
+def test_straggler_share_is_the_largest_spread_over_all_the_gpus():
+    """A synchronous step waits for the slowest GPU of the whole job: the straggler factor
+    is straggler_share of the pools' largest step-time spread over all the GPUs."""
+    model = tiny_model()
+    h = small_cluster(8).model_copy(update={"step_time_cv": 0.0})
+    a = small_cluster(8, gpu="a100-sxm-80gb").model_copy(update={"step_time_cv": 0.05})
+    mc = mixed(h, a)
+    plan = Plan(global_batch_size=64, seq_len=2048, tp=8, pp=2)
+    est = evaluate_mixed(model, mc, mplan(plan, ["h", "a"], [5, 3]))
+    s = straggler_share(0.05, 16)
+    assert s > 0
+    t = est.iteration_time_s
+    assert est.time_breakdown_s["straggler"] == pytest.approx(t * s / (1 + s), rel=1e-12)
