@@ -353,3 +353,11 @@ def test_straggler_share_is_the_largest_spread_over_all_the_gpus():
     assert s > 0
     t = est.iteration_time_s
     assert est.time_breakdown_s["straggler"] == pytest.approx(t * s / (1 + s), rel=1e-12)
+
+
+def test_a_time_limited_search_is_not_called_optimal():
+    model = tiny_model(num_layers=6, global_batch_size=16)
+    mc = mixed(small_cluster(4, domain=4), small_cluster(4, domain=4, gpu="a100-sxm-40gb"))
+    res = run_mixed_search(model, mc, model_defaults(model), {}, SpaceOptions(),
+                           time_limit_s=1e-9)
+    assert res.status == "time_limit" and res.best is None

@@ -334,6 +334,8 @@ def run_mixed_search(model: ModelSpec, mc: MixedClusterSpec, base: dict[str, Any
     work = []
     for order in pool_orders(mc):
         for plan in shapes(model, mc, order, base, fixed, opts):
+            if time.perf_counter() - t0 > time_limit_s:  # set-up counts against the limit
+                return MixedSearchResult("time_limit", None, stats, time.perf_counter() - t0)
             stats.points += 1
             terms = _terms(model, mc, plan, order, cache)
             if terms is None:
