@@ -503,3 +503,57 @@ def serve_plan_from_vllm(args: str, model: ModelSpec | str, cluster: ClusterSpec
         raise InputError(f"args {_short(args)}: expected a vllm serve command")
     m, c = _resolve(model, cluster)
     return _parse(args, m, c)
+
+# ---- mixed fleets (issue 39 item 3) ------------------------------------------------------
+def load_mixed_cluster(cluster: Any) -> Any:
+    """A mixed cluster: a :class:`planner.specs.mixed.MixedClusterSpec` or the path of a
+    cluster file with ``pools`` and ``join`` (examples/mixed-h100-a100.yaml)."""
+    from planner.specs.mixed import MixedClusterSpec, load_mixed_cluster as _load
+
+    return cluster if isinstance(cluster, MixedClusterSpec) else _load(cluster)
+
+
+def evaluate_mixed(model: ModelSpec | str, cluster: Any, plan: Any) -> Any:
+    """Cost of a mixed plan (a :class:`planner.specs.mixed.MixedPlan` or its mapping:
+    ``plan`` with the shared settings, ``stages`` with each stage's pool and layers) on a
+    mixed cluster; returns a :class:`planner.costmodel.train.mixed.MixedEstimate`."""
+    from planner.costmodel.train.mixed import evaluate_mixed as _evaluate_mixed
+    from planner.specs.mixed import MixedPlan
+    from planner.specs.validate import validate
+
+    m = model if isinstance(model, ModelSpec) else load_model(model)
+    _transformer(m)
+    mc = load_mixed_cluster(cluster)
+    mp = plan if isinstance(plan, MixedPlan) else validate(MixedPlan, plan, "mixed plan")
+    return _evaluate_mixed(m, mc, mp)
+
+
+def solve_mixed(model: ModelSpec | str, cluster: Any, *,
+                fix: Mapping[str, Any] | Iterable[str | tuple[str, Any]] | None = None,
+                global_batch_size: int | None = None, seq_len: int | None = None,
+                dtype: str | None = None, backend: str = "cpsat", time_limit_s: float = 60.0,
+                max_microbatch: int | None = None, options: SpaceOptions | None = None,
+                framework: str | FrameworkProfile | None = None,
+                progress: Callable[[str], None] | None = None) -> Any:
+    """The fastest training plan on a mixed cluster (several GPU pools joined by one
+    network level): each pool alone through the single-type solve, and the plans whose
+    pipeline stages sit on several pools with per-stage layer counts, both proven over
+    their spaces (docs/mixed.md). Returns a
+    :class:`planner.orchestration.mixed.MixedSolveResult` (``.status``, ``.best_kind``,
+    ``.mixed.plan``, ``.single``, ``.to_json()``)."""
+    from planner.orchestration.mixed import solve_mixed as _solve_mixed
+    from planner.specs.plan_base import base_overrides
+
+    m = model if isinstance(model, ModelSpec) else load_model(model)
+    _transformer(m)
+    _callable("progress", progress)
+    mc = load_mixed_cluster(cluster)
+    opts = _space_options(options, max_microbatch=max_microbatch, max_virtual_stages=None,
+                          allow_idle_gpus=None, even_pipeline=None, framework=framework)
+    return _solve_mixed(m, mc, fixed=_fixed_fields(None, fix),
+                        base=base_overrides(global_batch_size, seq_len, dtype),
+                        backend=backend, time_limit_s=time_limit_s, options=opts,
+                        progress=progress)
+
+
+__all__ += ["evaluate_mixed", "load_mixed_cluster", "solve_mixed"]

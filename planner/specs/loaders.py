@@ -201,6 +201,10 @@ def load_model(ref: str) -> ModelSpec | DLRMSpec:
 
 # ---- clusters --------------------------------------------------------------------
 def cluster_from_dict(data: dict[str, Any], source: str) -> ClusterSpec:
+    if isinstance(data, dict) and "pools" in data:  # planner/specs/mixed.py is_mixed
+        raise InputError(f"{source}: a mixed cluster (pools joined by a network level); "
+                         "this command takes a single-type cluster: plan training on it with "
+                         "planner.api.solve_mixed (docs/mixed.md)")
     data = dict(data)
     gpu = data.get("gpu")
     if gpu is None:
