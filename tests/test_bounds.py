@@ -77,7 +77,7 @@ def test_layout_is_refused_before_expanding(layout):
     tracemalloc.start()
     try:
         with pytest.raises(InputError, match="--pipeline-model-parallel-layout.*expands to more "
-                                             "than 161 characters"):
+                                             "than 163 characters"):
             _layout_chunks(layout, 1, 80)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
