@@ -7,6 +7,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
+from planner.api import with_headroom
 from planner.cli.console import (
     CLUSTER_HELP,
     GPUS_HELP,
@@ -19,7 +20,6 @@ from planner.cli.console import (
     out,
     warn_calibration,
     warn_context_length,
-    with_headroom,
 )
 
 

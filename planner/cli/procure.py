@@ -23,7 +23,13 @@ from planner.cli.console import (
     warn_calibration,
 )
 from planner.cli.serve import procure_serve_cmd
-from planner.cli.solve import GOODPUT_HELP, GoodputSetting
+from planner.specs.requests import GOODPUT_HELP
+
+
+class GoodputSetting(str, Enum):
+    on = "on"
+    async_ = "async"
+    off = "off"
 from planner.errors import InfeasibleError, InputError
 from planner.procurement import DEFAULT_MAX_GPUS
 from planner.workers import signals_raise
