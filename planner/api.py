@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from formulations.serve.space import ServeSpace
 from formulations.serve.space import weight_dtypes as parse_weight_dtypes
 from formulations.train.space import SpaceOptions
+from planner import catalog
 from planner.costmodel.train.evaluator import Estimate
 from planner.costmodel.train.evaluator import evaluate as _evaluate
 from planner.costmodel.train.goodput import training_goodput
@@ -19,6 +20,15 @@ from planner.orchestration import SolveResult
 from planner.orchestration import solve as _solve
 from planner.orchestration.dlrm import DLRMSolveResult, solve_dlrm
 from planner.orchestration.serve import ServeResult, plan_serve
+from planner.procurement import (
+    DEFAULT_MAX_GPUS,
+    ProcureResult,
+    catalog_templates,
+    named_templates,
+)
+from planner.procurement import procure as _procure
+from planner.procurement.dlrm import DLRM_MAX_GPUS, DLRMProcureResult, procure_dlrm
+from planner.procurement.serve import ServeProcurement, procure_serve
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec
 from planner.specs.framework import FrameworkProfile, load_framework
@@ -36,10 +46,12 @@ from planner.specs.loaders import (
 )
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
-from planner.specs.plan_base import base_overrides
+from planner.specs.plan_base import base_overrides, model_defaults, require_batch
+from planner.specs.pricing import load_pricing
 from planner.specs.requests import (
     SEARCH_BOUNDS,
     TRANSFORMER_ONLY,
+    ProcureRequest,
     Request,
     ServeRequest,
     SolveRequest,
@@ -283,18 +295,15 @@ def _space_options(options: SpaceOptions | None, req: SolveRequest | None = None
     return replace(options or SpaceOptions(), **given)
 
 
-def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
-            budget_usd: float | None = None, objective: str | None = None,
-            gpus: list[str] | str | None = None, clusters: list[ClusterSpec | str] | None = None,
-            max_gpus: int | None = None, counts: list[int] | None = None,
-            pricing: str | None = None, prices: str | dict[str, Any] | None = None,
-            pareto: bool = False, global_batch_size: int | None = None,
-            seq_len: int | None = None, dtype: str | None = None,
-            time_limit_s: float = 60.0, workers: int | None = 1, options: Any = None,
-            progress: Any = None, framework: str | FrameworkProfile | None = None,
-            goodput: str = "on"):
-    """The cheapest (``objective``) cluster and plan that train ``model`` on ``tokens``
-    tokens within ``days`` (and ``budget_usd``); see docs/procure.md.
+def procure(request: ProcureRequest | ModelSpec | DLRMSpec | str | None = None,
+            tokens: float | None = None, /, *, options: SpaceOptions | None = None,
+            progress: Callable[[str], None] | None = None, **fields: Any
+            ) -> ProcureResult | DLRMProcureResult | ServeProcurement:
+    """The cheapest (``objective``) cluster and plan that train a model on ``tokens``
+    tokens within ``days`` (and ``budget_usd``); see docs/procure.md. Takes a
+    :class:`planner.specs.requests.ProcureRequest` (its fields described there), or the
+    model, ``tokens`` and the request's fields as keywords:
+    ``procure("llama3-8b", 15e12, days=30, gpus="h100,b200")``.
 
     ``objective``: ``"cost"`` (default), ``"energy"``, ``"gpu_hours"``, or ``"time"`` (the
     default when only a budget is given: the fastest cluster within it). ``gpus`` restricts
@@ -308,85 +317,73 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     limit, are effective ones (failures and checkpoints counted) unless ``"off"``.
     ``workers`` > 1 answers options in parallel processes (the calling script
     needs an ``if __name__ == "__main__":`` guard; None: one per CPU). ``progress`` is called
-    with a line of text as the search goes.
+    with a line of text as the search goes. ``serve=True`` (with ``rate_rps``, ``isl``,
+    ``osl`` and the SLOs): the cheapest serving fleet per GPU type and overall
+    (:class:`planner.procurement.serve.ServeProcurement`).
 
     Returns a :class:`planner.procurement.ProcureResult` (``.choice`` with
     ``gpu``, ``num_gpus``, ``cluster``, ``plan``, ``days``, ``cost_usd``, ``energy_mwh``,
     ``gpu_hours``, ``mfu``; ``.pareto``; ``.to_json()``, the object of
-    ``planner procure --json``). Raises :class:`planner.errors.InfeasibleError` when no
-    option meets the limits (``.reasons``, ``.hints``, ``.result``) and
-    :class:`planner.errors.InputError` on bad input.
+    ``planner procure --json``); a DLRM model's is a
+    :class:`planner.procurement.dlrm.DLRMProcureResult` (``tokens`` counts samples).
+    Raises :class:`planner.errors.InfeasibleError` when no option meets the limits
+    (``.reasons``, ``.hints``, ``.result``) and :class:`planner.errors.InputError` on bad
+    input.
     """
-    from planner.procurement import DEFAULT_MAX_GPUS, catalog_templates, named_templates
-    from planner.procurement import procure as _procure
-    from planner.specs.plan_base import base_overrides
-    from planner.specs.pricing import load_pricing
-
-    m = model if isinstance(model, (ModelSpec, DLRMSpec)) else load_model(model)
-    _check_procure(gpus, clusters, counts, prices, workers, pareto, progress)
-    _goodput_setting(goodput)
-    names = gpus.split(",") if isinstance(gpus, str) else gpus
-    if isinstance(clusters, (str, ClusterSpec)):
-        clusters = [clusters]
-    templates = named_templates(clusters, names) if clusters else catalog_templates(names)
-    spec = load_pricing(prices if isinstance(prices, str) else None, pricing,  # type: ignore[arg-type]
+    req = _request(ProcureRequest, request, fields, tokens=tokens)
+    _callable("progress", progress)
+    m = _model(req.model)
+    prices = req.prices
+    spec = load_pricing(prices if isinstance(prices, str) else None, req.pricing,
                         prices if isinstance(prices, dict) else None)
+    if req.serve:
+        return procure_serve(m, _serve_templates(req.clusters, req.gpus),  # type: ignore[arg-type]
+                             req.workload, spec, load_engine(req.engine))
+    templates = named_templates(req.clusters, req.gpus) if req.clusters else \
+        catalog_templates(req.gpus)
+    assert req.tokens is not None  # the request requires it without serve
     if isinstance(m, DLRMSpec):  # ``tokens`` counts training samples (procurement/dlrm.py)
-        from planner.procurement.dlrm import DLRM_MAX_GPUS, procure_dlrm
+        return procure_dlrm(m, req.tokens, templates=templates, pricing=spec, days=req.days,
+                            budget_usd=req.budget_usd, objective=req.objective,
+                            counts=req.counts,
+                            max_gpus=min(req.max_gpus or DLRM_MAX_GPUS, DLRM_MAX_GPUS),
+                            time_limit_s=min(req.time_limit_s, 10.0), progress=progress)
+    return _procure(m, req.tokens, days=req.days, budget_usd=req.budget_usd,
+                    objective=req.objective, templates=templates, counts=req.counts,
+                    max_gpus=DEFAULT_MAX_GPUS if req.max_gpus is None else req.max_gpus,
+                    pricing=spec, pareto=req.pareto,
+                    base=_checked_base(m, base_overrides(req.global_batch_size, req.seq_len,
+                                                         req.dtype)),
+                    options=_space_options(options, framework=req.framework),
+                    time_limit_s=req.time_limit_s, workers=req.workers, progress=progress,
+                    goodput=req.goodput)
 
-        return procure_dlrm(m, tokens, templates=templates, pricing=spec, days=days,
-                            budget_usd=budget_usd, objective=objective, counts=counts,
-                            max_gpus=min(max_gpus or DLRM_MAX_GPUS, DLRM_MAX_GPUS),
-                            time_limit_s=min(time_limit_s, 10.0), progress=progress)
-    return _procure(m, tokens, days=days, budget_usd=budget_usd, objective=objective,
-                    templates=templates, counts=counts,
-                    max_gpus=DEFAULT_MAX_GPUS if max_gpus is None else max_gpus,
-                    pricing=spec, pareto=pareto,
-                    base=_checked_base(m, base_overrides(global_batch_size, seq_len, dtype)),
-                    options=_space_options(options, framework=framework),
-                    time_limit_s=time_limit_s, workers=workers, progress=progress,
-                    goodput=goodput)
 
-
-def _goodput_setting(value: Any) -> None:
-    from planner.costmodel.train.goodput import GOODPUT_MODES
-
-    if not isinstance(value, str) or value not in GOODPUT_MODES:
-        raise InputError(f"goodput {_short(value)}: expected one of {', '.join(GOODPUT_MODES)}")
+def _serve_templates(clusters: list[ClusterSpec | str] | None, gpus: list[str] | None
+                     ) -> list[ClusterSpec]:
+    """The cluster templates of a serving procurement: those given (names may list several,
+    comma-separated), else every catalog cluster; the first of each GPU type, only those
+    of the GPU types in ``gpus`` (names or aliases) when given."""
+    refs = [n.strip() if isinstance(n, str) else n
+            for c in (clusters or []) for n in (c.split(",") if isinstance(c, str) else [c])
+            if not isinstance(n, str) or n.strip()] or catalog.names("clusters")
+    out = serve_clusters(refs)
+    if gpus:
+        want = {g.strip().lower() for g in gpus}
+        out = [c for c in out if want & {c.gpu.name, *map(str.lower, c.gpu.aliases)}]
+        if not out:
+            raise InputError(f"--gpus {','.join(gpus)}: no cluster template has these GPU "
+                             "types")
+    return out
 
 
 def _checked_base(model: ModelSpec, base: dict[str, Any]) -> dict[str, Any]:
     """The batch, sequence length and dtype given, validated as plan fields (their
     validated values: 16.0 -> 16)."""
-    from planner.specs.plan_base import model_defaults, require_batch
-
     data = {**model_defaults(model), **base}
     require_batch(model, data)
     plan = plan_from_dict(data, "global_batch_size, seq_len and dtype")
     return {k: getattr(plan, k) for k in base}
-
-
-def _check_procure(gpus: Any, clusters: Any, counts: Any, prices: Any, workers: Any,
-                   pareto: Any, progress: Any) -> None:
-    """The types of ``procure``'s keywords (the numbers are checked with the query)."""
-    def names(value: Any, what: str, kinds: tuple[type, ...]) -> None:
-        if value is None or isinstance(value, kinds):
-            return
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, kinds) for v in value):
-            raise InputError(f"{what} {_short(value)}: expected a name or a list of names")
-
-    names(gpus, "gpus", (str,))
-    names(clusters, "clusters", (str, ClusterSpec))
-    if counts is not None and (not isinstance(counts, (list, tuple)) or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in counts)):
-        raise InputError(f"counts {_short(counts)}: expected a list of positive GPU counts")
-    if prices is not None and not isinstance(prices, (str, dict)):
-        raise InputError(f"prices {_short(prices)}: expected a pricing YAML path or a mapping")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 1):
-        raise InputError(f"workers {_short(workers)}: expected a positive integer or None")
-    _flag("pareto", pareto)
-    _callable("progress", progress)
 
 
 def export_plan(fmt: str, model: ModelSpec | str, cluster: ClusterSpec | str,

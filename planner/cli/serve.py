@@ -19,7 +19,9 @@ from planner.cli.options import command
 from planner.errors import InfeasibleError, InputError
 from planner.report.serve import serve_notes, time_limit_line
 from planner.specs.loaders import load_model
+from planner.procurement.serve import ServeProcurement
 from planner.specs.requests import ServeOutput, ServeRequest
+from planner.specs.serve import ServeEngine
 from planner.validation.band import SERVING
 
 @command(ServeRequest, ServeOutput)
@@ -230,27 +232,10 @@ def _pair(a: float | None, b: float | None, digits: int) -> str:
     return f"{a:.{digits}f} / {b:.{digits}f}"
 
 
-def procure_serve_cmd(model: str, gpus: str | None, clusters: list[str], pricing: Any,
-                      prices: str | None, json_: bool, rate: float | None, isl: int | None,
-                      osl: int | None, ttft_ms: float | None, tpot_ms: float | None,
-                      engine: str | None = None) -> None:
-    """``planner procure --serve``: the cheapest fleet per GPU type and overall
-    (``pricing``: procure's rent/own choice or None; ``engine``: --engine)."""
-    from planner.procurement.serve import procure_serve
-    from planner.specs.loaders import load_model
-    from planner.specs.pricing import load_pricing
-    from planner.specs.serve import load_engine
-
-    pricing = getattr(pricing, "value", pricing)
-    clusters = list(clusters)
-    if rate is None or isl is None or osl is None:
-        raise InputError("procure --serve needs --rate, --isl and --osl")
-    from planner.orchestration.serve import workload
-
-    w = workload(isl, osl, rate, ttft_ms, tpot_ms, 0.99)
-    eng = load_engine(engine)
-    res = procure_serve(load_model(model), _templates(clusters, gpus), w,
-                        load_pricing(prices, pricing), eng)
+def show_procure_serve(res: ServeProcurement, eng: ServeEngine, rate: float | None,
+                       json_: bool) -> None:
+    """``planner procure --serve``'s answer: the cheapest fleet per GPU type and overall,
+    as one JSON object or a table."""
     if json_:
         _emit_json({"engine": _engine_json(eng), **res.to_json()})
         return
@@ -282,24 +267,3 @@ def _short(plan) -> str:
         return one
     p = plan.prefill
     return f"decode {one} + prefill {p.replicas}x{p.gpu} tp{p.tp}pp{p.pp} {p.weight_dtype}"
-
-
-def _templates(clusters: list[str], gpus: str | None):
-    """The cluster templates: those given, else one per GPU type of the catalog; only the
-    GPU types in ``gpus`` (comma-separated names or aliases) when given."""
-    import planner.catalog as catalog
-    from planner.specs.loaders import load_cluster
-
-    names = [n for c in clusters for n in c.split(",") if n.strip()] or catalog.names("clusters")
-    out_, seen = [], set()
-    for name in names:
-        c = load_cluster(name.strip())
-        if c.gpu.name not in seen:
-            seen.add(c.gpu.name)
-            out_.append(c)
-    if gpus:
-        want = {g.strip().lower() for g in gpus.split(",") if g.strip()}
-        out_ = [c for c in out_ if want & {c.gpu.name, *map(str.lower, c.gpu.aliases)}]
-        if not out_:
-            raise InputError(f"--gpus {gpus}: no cluster template has these GPU types")
-    return out_
