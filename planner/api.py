@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from formulations.serve.space import ServeSpace
 from formulations.serve.space import weight_dtypes as parse_weight_dtypes
 from formulations.train.space import SpaceOptions
-from planner import catalog
+import planner.catalog as catalog
 from planner.costmodel.train.evaluator import Estimate
 from planner.costmodel.train.evaluator import evaluate as _evaluate
 from planner.costmodel.train.goodput import training_goodput

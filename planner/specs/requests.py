@@ -112,14 +112,18 @@ class Request(Spec):
 
     model_config = ConfigDict(strict=True, arbitrary_types_allowed=True)
 
-    @classmethod
-    def of(cls, /, **fields: Any) -> Self:
+    def __init__(self, /, **fields: Any) -> None:
         """The request from keywords, or one :class:`InputError` line naming each bad field
         (and its flag), the value and what was expected."""
         try:
-            return cls.model_validate(fields)
+            super().__init__(**fields)
         except ValidationError as err:
-            raise InputError(request_error(err, cls, fields)) from None
+            raise InputError(request_error(err, type(self), fields)) from None
+
+    @classmethod
+    def of(cls, /, **fields: Any) -> Self:
+        """``cls(**fields)``."""
+        return cls(**fields)
 
 
 def request_error(err: ValidationError, cls: type[Request], data: dict[str, Any]) -> str:
