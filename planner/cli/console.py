@@ -1,5 +1,6 @@
 """What the ``planner`` commands share: the consoles, the progress spinner, the JSON
-emitter, the error printer, help strings and choice enums.
+emitter, the error printer and the output-file check. Options, their help and choices are
+the requests' (planner/specs/requests.py, through planner/cli/options.py).
 
 The command modules import from here and from the layers below (api, specs, report),
 never from ``planner.cli`` itself.
@@ -16,16 +17,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from planner.errors import InfeasibleError, InputError, PlannerError
-# the help of options that commands without a request (evaluate, export) share with them
-from planner.specs.requests import (  # noqa: F401
-    CLUSTER_HELP,
-    DTYPE_HELP,
-    FORCE_HELP,
-    GPUS_HELP,
-    HEADROOM_HELP,
-    MODEL_HELP,
-    SEQ_LEN_HELP,
-)
 
 out = Console()
 err = Console(stderr=True)

@@ -5,7 +5,7 @@ docs/serving.md states the model."""
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.markup import escape

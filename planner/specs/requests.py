@@ -395,8 +395,9 @@ class ProcureRequest(Request):
     time_limit_s: float = option(
         60.0, "Seconds per inner solve (one per option answered), not for the whole "
         "command: the total is reported (stats.wall_s).", "--time-limit", gt=0)
-    workers: int | None = option(1, "Inner solves at once, in worker processes (None: one "
-                                 "per CPU, the command line's default).", "--workers",
+    workers: int | None = option(1, "Inner solves at once, in worker processes (default: "
+                                 "the CPUs on the command line, 1 in the API; None: the CPUs).",
+                                 "--workers",
                                  cli_default=None, gt=0)
     framework: Union[str, FrameworkProfile, None] = option(
         None, "The training framework (planner catalog frameworks): each option's plan is "
