@@ -162,6 +162,9 @@ def test_a_bad_keyword_names_the_field_and_the_closest_key():
                                "integer")
     with pytest.raises(InputError, match="top: unknown key; did you mean top_k"):
         planner.solve(TINY, SUPERPOD, top=2)
+    with pytest.raises(InputError) as info:
+        planner.solve(cluster=SUPERPOD)
+    assert str(info.value) == "SolveRequest: model (--model): required"
     with pytest.raises(InputError, match="not both"):
         planner.solve(rq.SolveRequest.of(model=TINY, cluster=SUPERPOD), top_k=2)
 

@@ -140,6 +140,9 @@ def request_error(err: ValidationError, cls: type[Request], data: dict[str, Any]
             by_field[name] = (_UNSET, [unknown_key_message(name, cls)])
             continue
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "missing":  # no value to quote
+            by_field[name] = (_UNSET, ["required"])
+            continue
         got, msgs = by_field.setdefault(name, (data.get(name, e.get("input")), []))
         if msg not in msgs:
             msgs.append(msg if not msgs else msg.removeprefix("Input should be "))
