@@ -27,6 +27,7 @@ from planner.api import (  # noqa: E402
 from planner.costmodel.train.evaluator import Estimate  # noqa: E402
 from planner.errors import InfeasibleError, InputError, PlannerError  # noqa: E402
 from planner.specs import ClusterSpec, GPUSpec, ModelSpec, Placement, Plan  # noqa: E402
+from planner.specs.requests import ProcureRequest, ServeRequest, SolveRequest  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -51,4 +52,7 @@ __all__ = [
     "ModelSpec",
     "Plan",
     "Placement",
+    "SolveRequest",
+    "ServeRequest",
+    "ProcureRequest",
 ]

@@ -2,34 +2,67 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from os import PathLike
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from formulations.serve.space import ServeSpace
+from formulations.serve.space import weight_dtypes as parse_weight_dtypes
+from formulations.train.space import SpaceOptions
+import planner.catalog as catalog
 from planner.costmodel.train.evaluator import Estimate
 from planner.costmodel.train.evaluator import evaluate as _evaluate
+from planner.costmodel.train.goodput import training_goodput
 from planner.errors import InputError
+from planner.orchestration import SolveResult
+from planner.orchestration import solve as _solve
+from planner.orchestration.dlrm import DLRMSolveResult, solve_dlrm
+from planner.orchestration.serve import ServeResult, plan_serve
+from planner.procurement import (
+    DEFAULT_MAX_GPUS,
+    ProcureResult,
+    catalog_templates,
+    named_templates,
+)
+from planner.procurement import procure as _procure
+from planner.procurement.dlrm import DLRM_MAX_GPUS, DLRMProcureResult, procure_dlrm
+from planner.procurement.serve import ServeProcurement, procure_serve
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec
+from planner.specs.framework import FrameworkProfile, load_framework
 from planner.specs.loaders import (
+    apply_overrides,
     load_cluster,
     load_gpu,
     load_model,
+    load_plan_dict,
+    parse_override,
+    plan_field,
     plan_from_dict,
     read_structured,
     reference,
 )
-from planner.specs.validate import _short
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
+from planner.specs.plan_base import base_overrides, model_defaults, require_batch
+from planner.specs.pricing import load_pricing
+from planner.specs.requests import (
+    SEARCH_BOUNDS,
+    TRANSFORMER_ONLY,
+    ProcureRequest,
+    Request,
+    ServeRequest,
+    SolveRequest,
+)
+from planner.specs.serve import ServeEngine, load_engine
+from planner.specs.validate import _short
 from planner.validation.band import with_band
 
 if TYPE_CHECKING:
+    from planner.costmodel.serve.evaluate import ServeEstimate
     from planner.costmodel.train.batch import Estimates
-    from formulations.train.space import SpaceOptions
-    from planner.costmodel.objective import Objective
-    from planner.orchestration import SolveResult
-    from planner.specs.framework import FrameworkProfile
 
 __all__ = ["evaluate", "evaluate_many", "export_plan", "load_cluster", "load_gpu", "load_model", "load_plan", "plan_from_megatron", "plan_from_torchtitan", "plan_from_deepspeed", "serve_plan_from_vllm", "launch_files", "serve_manifests", "procure", "serve", "evaluate_serve", "solve"]
 
@@ -58,18 +91,17 @@ def _transformer(m: Any) -> None:
                          "planner.solve plan it; evaluate and procure take transformer models")
 
 
-def _solve_dlrm(m: DLRMSpec, c: ClusterSpec, backend: str, time_limit_s: float,
-                global_batch_size: int | None, **transformer_only: Any) -> Any:
-    """:func:`planner.orchestration.dlrm.solve_dlrm`; the transformer plan knobs do not apply."""
-    from planner.orchestration.dlrm import solve_dlrm
-
-    given = [k for k, v in transformer_only.items() if v not in (None, [], {}, ())]
+def _solve_dlrm(m: DLRMSpec, c: ClusterSpec, req: SolveRequest) -> DLRMSolveResult:
+    """:func:`planner.orchestration.dlrm.solve_dlrm`; the transformer plan options, when
+    given (not at their defaults), are refused."""
+    given = [k for k in TRANSFORMER_ONLY if getattr(req, k) not in (
+        None, [], {}, (), SolveRequest.model_fields[k].default)]
     if given:
         raise InputError(f"{', '.join(given)}: options of the transformer search; a DLRM "
                          f"model ({m.name}) is planned by its embedding-table sharding only, "
                          "for iteration time, one plan")
-    return solve_dlrm(m, c, backend=backend, time_limit_s=time_limit_s,
-                      global_batch_size=global_batch_size)
+    return solve_dlrm(m, c, backend=req.backend, time_limit_s=req.time_limit_s,
+                      global_batch_size=req.global_batch_size)
 
 
 def _plan(plan: Any, where: str) -> Plan:
@@ -129,91 +161,97 @@ def evaluate_many(model: ModelSpec | str, cluster: ClusterSpec | str,
     return _many(m, c, ps, allow_idle_gpus)
 
 
-def solve(model: ModelSpec | str, cluster: ClusterSpec | str, *, gpus: int | None = None,
-          plan: str | PathLike[str] | Mapping[str, Any] | None = None,
-          fix: Mapping[str, Any] | Iterable[str | tuple[str, Any]] | None = None,
-          global_batch_size: int | None = None, seq_len: int | None = None,
-          dtype: str | None = None, objective: str | Objective = "time",
-          backend: str = "cpsat", top_k: int = 1, time_limit_s: float = 60.0,
-          tokens: float | None = None, presolve: bool = True,
-          max_microbatch: int | None = None, max_virtual_stages: int | None = None,
-          allow_idle_gpus: bool | None = None, even_pipeline: bool | None = None,
-          options: SpaceOptions | None = None, max_iteration_time_s: float | None = None,
+def solve(request: SolveRequest | ModelSpec | DLRMSpec | str | None = None,
+          cluster: ClusterSpec | str | None = None, /, *,
+          options: SpaceOptions | None = None,
           progress: Callable[[str], None] | None = None,
           log: Callable[[str], None] | None = None,
-          framework: str | FrameworkProfile | None = None,
-          goodput: str = "on") -> SolveResult:
-    """The best plan(s) for ``model`` on ``cluster``, proven optimal over the search space.
+          **fields: Any) -> SolveResult | DLRMSolveResult:
+    """The best plan(s) for a model on a cluster, proven optimal over the search space.
+
+    Takes a :class:`planner.specs.requests.SolveRequest` (``planner solve``'s options, each
+    field described there), or the model, the cluster and the request's fields as
+    keywords: ``solve("llama3-8b", "dgx-h100-superpod", gpus=16, fix={"tp": 2})``.
 
     ``model`` and ``cluster`` may be catalog names or file paths; ``gpus`` resizes the
     cluster's outermost level. ``plan`` (a partial plan YAML path or mapping) and ``fix``
     pin plan fields: ``fix`` is a mapping (``{"tp": 8, "recompute": "full"}``, dotted keys
     such as ``"placement.domain.tp"`` too) or a sequence of ``(field, value)`` pairs or
     ``"FIELD=VALUE"`` strings, applied in order over ``plan``; the rest are chosen.
-    ``global_batch_size``, ``seq_len`` and ``dtype`` override the model's defaults.
     ``objective`` is a name (``"time"``, ``"tokens"``, ``"gpu_hours"``, ``"energy"``,
     ``"cost"``) or a :class:`planner.costmodel.objective.Objective`. ``max_microbatch``,
     ``max_virtual_stages``, ``allow_idle_gpus`` and ``even_pipeline`` bound the search space
-    (``None`` keeps ``options``' value, by default :class:`formulations.train.space.SpaceOptions`'s);
-    ``presolve=False`` skips the bound presolve; ``max_iteration_time_s`` keeps only plans
-    iterating within it. ``progress`` and ``log`` are called with lines of text (progress,
-    solver log) as the search goes. ``framework`` (a catalog name such as ``"torchtitan"``,
-    a profile YAML path or a :class:`planner.specs.framework.FrameworkProfile`) searches
-    only the plans that framework can run (``None``: every plan the cost model accepts).
-    ``goodput`` (with ``tokens``): ``"on"`` divides the totals by the effective training-time
-    fraction of failures and synchronous checkpoints (ideal ones kept beside them),
-    ``"async"`` with asynchronous checkpoints, ``"off"`` reports the ideal ones only.
+    (left out or ``None``: ``options``' value, by default
+    :class:`formulations.train.space.SpaceOptions`'s). ``progress`` and ``log`` are called
+    with lines of text (progress, solver log) as the search goes. ``framework`` (a catalog
+    name such as ``"torchtitan"``, a profile YAML path or a FrameworkProfile) searches only
+    the plans that framework can run. ``goodput`` (with ``tokens``): ``"on"`` divides the
+    totals by the effective training-time fraction of failures and synchronous
+    checkpoints, ``"async"`` with asynchronous checkpoints, ``"off"`` reports the ideal
+    ones only. A DLRM model is planned by its embedding-table sharding
+    (:class:`planner.orchestration.dlrm.DLRMSolveResult`).
 
     Returns a :class:`planner.orchestration.SolveResult` (``.best.plan``, ``.best.estimate``,
     ``.plans``, ``.status``, ``.to_json()``); raises :class:`planner.errors.InfeasibleError`
     (with ``reasons`` and ``hints``) when nothing fits, :class:`planner.errors.InputError` on
     bad input.
     """
-    from planner.orchestration import solve as _solve
-    from planner.specs.plan_base import base_overrides
-
-    m = model if isinstance(model, (ModelSpec, DLRMSpec)) else load_model(model)
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-        raise InputError(f"gpus {_short(gpus)}: expected a positive integer")
-    c = _resized(cluster, gpus) if isinstance(cluster, ClusterSpec) else load_cluster(cluster, gpus)
+    req = _request(SolveRequest, request, fields, cluster=cluster)
+    m = _model(req.model)
+    c = with_headroom(_resized(req.cluster, req.gpus) if isinstance(req.cluster, ClusterSpec)
+                      else load_cluster(req.cluster, req.gpus), req.memory_headroom_gib)
     if isinstance(m, DLRMSpec):  # a recommendation model: embedding-table sharding
-        return _solve_dlrm(m, c, backend, time_limit_s, global_batch_size,
-                           plan=plan, fix=fix, seq_len=seq_len, dtype=dtype,
-                           top_k=None if top_k == 1 else top_k,
-                           objective=None if objective == "time" else objective)
-    for name, value in (("allow_idle_gpus", allow_idle_gpus), ("even_pipeline", even_pipeline),
-                        ("presolve", presolve)):
-        _flag(name, value)
+        return _solve_dlrm(m, c, req)
     _callable("progress", progress)
     _callable("log", log)
-    opts = _space_options(options, max_microbatch=max_microbatch,
-                          max_virtual_stages=max_virtual_stages,
-                          allow_idle_gpus=allow_idle_gpus, even_pipeline=even_pipeline,
-                          framework=framework)
-    _goodput_setting(goodput)
-    res = _solve(m, c, fixed=_fixed_fields(plan, fix),
-                 base=base_overrides(global_batch_size, seq_len, dtype), objective=objective,
-                 backend=backend, top_k=top_k, time_limit_s=time_limit_s, presolve=presolve,
-                 options=opts, tokens=tokens, progress=progress, log=log,
-                 max_iteration_time_s=max_iteration_time_s)
-    if not tokens:
+    res = _solve(m, c, fixed=_fixed_fields(req.plan, req.fix),
+                 base=base_overrides(req.global_batch_size, req.seq_len, req.dtype),
+                 objective=req.objective, backend=req.backend, top_k=req.top_k,
+                 time_limit_s=req.time_limit_s, presolve=req.presolve,
+                 options=_space_options(options, req), tokens=req.tokens, progress=progress,
+                 log=log, max_iteration_time_s=req.max_iteration_time_s)
+    if not req.tokens:
         return res
-    from dataclasses import replace
-
-    from planner.costmodel.train.goodput import training_goodput
-
     best = res.best.plan
-    g = training_goodput(m, c, best.world_size, best, goodput)
+    g = training_goodput(m, c, best.world_size, best, req.goodput)
     if g is not None and not g.trains:  # the totals would be infinite
         raise InputError(g.why_not(c))
     return replace(res, goodput=g)
 
 
-def _goodput_setting(value: Any) -> None:
-    from planner.costmodel.train.goodput import GOODPUT_MODES
+R = TypeVar("R", bound=Request)
 
-    if not isinstance(value, str) or value not in GOODPUT_MODES:
-        raise InputError(f"goodput {_short(value)}: expected one of {', '.join(GOODPUT_MODES)}")
+
+def _request(cls: type[R], first: Any, fields: dict[str, Any], **positional: Any) -> R:
+    """``first`` if it is a request (and nothing else is given), else the request of the
+    model (``first``), the other positional arguments and the keywords."""
+    if isinstance(first, cls):
+        given = [k for k, v in positional.items() if v is not None] + list(fields)
+        if given:
+            raise InputError(f"{', '.join(given)}: give a {cls.__name__} or keywords, not "
+                             "both")
+        return first
+    data = {k: v for k, v in {"model": first, **positional}.items() if v is not None}
+    both = sorted(data.keys() & fields.keys())
+    if both:
+        raise InputError(f"{', '.join(both)}: given twice (positionally and as a keyword)")
+    return cls.of(**data, **fields)
+
+
+def _model(model: ModelSpec | DLRMSpec | str) -> ModelSpec | DLRMSpec:
+    return model if isinstance(model, (ModelSpec, DLRMSpec)) else load_model(model)
+
+
+def with_headroom(cluster: ClusterSpec, gib: float | None) -> ClusterSpec:
+    """The cluster with ``gib`` GiB per GPU kept free (``--memory-headroom``; below the
+    GPU's HBM; None: the cluster's own reserve). Checked here too: ``planner evaluate``
+    takes it without a request."""
+    if gib is None:
+        return cluster
+    if not math.isfinite(gib) or gib < 0 or gib >= cluster.gpu.hbm_gib:
+        raise InputError(f"memory_headroom_gib (--memory-headroom): expected GiB in [0, "
+                         f"{cluster.gpu.hbm_gib:g}) (the GPU's HBM), got {gib!r}")
+    return cluster.model_copy(update={"memory_reserve_gib": float(gib)})
 
 
 def _resized(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
@@ -227,67 +265,45 @@ def _resized(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
 
 def _fixed_fields(plan: str | PathLike[str] | Mapping[str, Any] | None,
                   fix: Mapping[str, Any] | Iterable[str | tuple[str, Any]] | None) -> dict[str, Any]:
-    """The fixed plan fields of a solve: ``plan`` (a path or a mapping), then ``fix``."""
-    from planner.specs.loaders import apply_overrides, load_plan_dict
-
+    """The fixed plan fields of a solve: ``plan`` (a path or a mapping), then ``fix``
+    (shapes checked by the request)."""
     if isinstance(plan, Mapping):
         fixed = dict(plan)
     else:
         fixed = load_plan_dict(plan) if plan is not None else {}  # type: ignore[arg-type]
-    if fix is not None and not isinstance(fix, (Mapping, str, Iterable)):
-        raise InputError(f"fix {_short(fix)}: expected a mapping of plan fields, FIELD=VALUE "
-                         "strings or (field, value) pairs")
     items = fix.items() if isinstance(fix, Mapping) else [fix] if isinstance(fix, str) else (fix or [])
-    return apply_overrides(fixed, [_override(f) for f in items])
+    return apply_overrides(fixed, [parse_override(f) if isinstance(f, str)
+                                   else (plan_field(f[0]), f[1]) for f in items])
 
 
-def _override(item: Any) -> tuple[str, Any]:
-    """One ``fix`` item: a ``"FIELD=VALUE"`` string or a (field, value) pair."""
-    from planner.specs.loaders import parse_override, plan_field
-
-    if isinstance(item, str):
-        return parse_override(item)
-    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
-        return plan_field(item[0]), item[1]
-    raise InputError(f"fix item {_short(item)}: expected a FIELD=VALUE string or a (field, "
-                     "value) pair")
-
-
-def _space_options(options: SpaceOptions | None, *, max_microbatch: int | None,
-                   max_virtual_stages: int | None, allow_idle_gpus: bool | None,
-                   even_pipeline: bool | None,
+def _space_options(options: SpaceOptions | None, req: SolveRequest | None = None,
                    framework: str | FrameworkProfile | None = None) -> SpaceOptions | None:
-    """``options`` with the given bounds replaced (``None`` leaves a bound as it is)."""
-    from planner.specs.framework import load_framework
-
-    changes: dict[str, Any] = {k: v for k, v in (
-        ("framework", None if framework is None else load_framework(framework)),
-        ("max_microbatch", max_microbatch), ("max_virtual_stages", max_virtual_stages),
-        ("allow_idle_gpus", allow_idle_gpus),
-        ("allow_uneven", None if even_pipeline is None else not even_pipeline)) if v is not None}
-    from formulations.train.space import SpaceOptions as _SpaceOptions
-
-    if options is not None and not isinstance(options, _SpaceOptions):
+    """``options`` with the request's search bounds that were given (not None) and its
+    framework (``framework``: procurement's) in place of its own."""
+    if options is not None and not isinstance(options, SpaceOptions):
         raise InputError(f"options {_short(options)}: expected a formulations.train.space.SpaceOptions")
-    if not changes:
+    given = {} if req is None else {
+        bound: getattr(req, name) for bound, name in SEARCH_BOUNDS.items()
+        if name in req.model_fields_set and getattr(req, name) is not None}
+    if "allow_uneven" in given:
+        given["allow_uneven"] = not given["allow_uneven"]  # the request's even_pipeline
+    framework = req.framework if req is not None else framework
+    if framework is not None:
+        given["framework"] = load_framework(framework)
+    if not given:
         return options
-    from dataclasses import replace
-
-    return replace(options or _SpaceOptions(), **changes)
+    return replace(options or SpaceOptions(), **given)
 
 
-def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
-            budget_usd: float | None = None, objective: str | None = None,
-            gpus: list[str] | str | None = None, clusters: list[ClusterSpec | str] | None = None,
-            max_gpus: int | None = None, counts: list[int] | None = None,
-            pricing: str | None = None, prices: str | dict[str, Any] | None = None,
-            pareto: bool = False, global_batch_size: int | None = None,
-            seq_len: int | None = None, dtype: str | None = None,
-            time_limit_s: float = 60.0, workers: int | None = 1, options: Any = None,
-            progress: Any = None, framework: str | FrameworkProfile | None = None,
-            goodput: str = "on"):
-    """The cheapest (``objective``) cluster and plan that train ``model`` on ``tokens``
-    tokens within ``days`` (and ``budget_usd``); see docs/procure.md.
+def procure(request: ProcureRequest | ModelSpec | DLRMSpec | str | None = None,
+            tokens: float | None = None, /, *, options: SpaceOptions | None = None,
+            progress: Callable[[str], None] | None = None, **fields: Any
+            ) -> ProcureResult | DLRMProcureResult | ServeProcurement:
+    """The cheapest (``objective``) cluster and plan that train a model on ``tokens``
+    tokens within ``days`` (and ``budget_usd``); see docs/procure.md. Takes a
+    :class:`planner.specs.requests.ProcureRequest` (its fields described there), or the
+    model, ``tokens`` and the request's fields as keywords:
+    ``procure("llama3-8b", 15e12, days=30, gpus="h100,b200")``.
 
     ``objective``: ``"cost"`` (default), ``"energy"``, ``"gpu_hours"``, or ``"time"`` (the
     default when only a budget is given: the fastest cluster within it). ``gpus`` restricts
@@ -301,81 +317,73 @@ def procure(model: ModelSpec | str, tokens: float, *, days: float | None = None,
     limit, are effective ones (failures and checkpoints counted) unless ``"off"``.
     ``workers`` > 1 answers options in parallel processes (the calling script
     needs an ``if __name__ == "__main__":`` guard; None: one per CPU). ``progress`` is called
-    with a line of text as the search goes.
+    with a line of text as the search goes. ``serve=True`` (with ``rate_rps``, ``isl``,
+    ``osl`` and the SLOs): the cheapest serving fleet per GPU type and overall
+    (:class:`planner.procurement.serve.ServeProcurement`).
 
     Returns a :class:`planner.procurement.ProcureResult` (``.choice`` with
     ``gpu``, ``num_gpus``, ``cluster``, ``plan``, ``days``, ``cost_usd``, ``energy_mwh``,
     ``gpu_hours``, ``mfu``; ``.pareto``; ``.to_json()``, the object of
-    ``planner procure --json``). Raises :class:`planner.errors.InfeasibleError` when no
-    option meets the limits (``.reasons``, ``.hints``, ``.result``) and
-    :class:`planner.errors.InputError` on bad input.
+    ``planner procure --json``); a DLRM model's is a
+    :class:`planner.procurement.dlrm.DLRMProcureResult` (``tokens`` counts samples).
+    Raises :class:`planner.errors.InfeasibleError` when no option meets the limits
+    (``.reasons``, ``.hints``, ``.result``) and :class:`planner.errors.InputError` on bad
+    input.
     """
-    from planner.procurement import DEFAULT_MAX_GPUS, catalog_templates, named_templates
-    from planner.procurement import procure as _procure
-    from planner.specs.plan_base import base_overrides
-    from planner.specs.pricing import load_pricing
-
-    m = model if isinstance(model, (ModelSpec, DLRMSpec)) else load_model(model)
-    _check_procure(gpus, clusters, counts, prices, workers, pareto, progress)
-    _goodput_setting(goodput)
-    names = gpus.split(",") if isinstance(gpus, str) else gpus
-    if isinstance(clusters, (str, ClusterSpec)):
-        clusters = [clusters]
-    templates = named_templates(clusters, names) if clusters else catalog_templates(names)
-    spec = load_pricing(prices if isinstance(prices, str) else None, pricing,  # type: ignore[arg-type]
+    req = _request(ProcureRequest, request, fields, tokens=tokens)
+    _callable("progress", progress)
+    m = _model(req.model)
+    prices = req.prices
+    spec = load_pricing(prices if isinstance(prices, str) else None, req.pricing,
                         prices if isinstance(prices, dict) else None)
+    if req.serve:
+        return procure_serve(m, _serve_templates(req.clusters, req.gpus),  # type: ignore[arg-type]
+                             req.workload, spec, load_engine(req.engine))
+    templates = named_templates(req.clusters, req.gpus) if req.clusters else \
+        catalog_templates(req.gpus)
+    assert req.tokens is not None  # the request requires it without serve
     if isinstance(m, DLRMSpec):  # ``tokens`` counts training samples (procurement/dlrm.py)
-        from planner.procurement.dlrm import DLRM_MAX_GPUS, procure_dlrm
+        return procure_dlrm(m, req.tokens, templates=templates, pricing=spec, days=req.days,
+                            budget_usd=req.budget_usd, objective=req.objective,
+                            counts=req.counts,
+                            max_gpus=min(req.max_gpus or DLRM_MAX_GPUS, DLRM_MAX_GPUS),
+                            time_limit_s=min(req.time_limit_s, 10.0), progress=progress)
+    return _procure(m, req.tokens, days=req.days, budget_usd=req.budget_usd,
+                    objective=req.objective, templates=templates, counts=req.counts,
+                    max_gpus=DEFAULT_MAX_GPUS if req.max_gpus is None else req.max_gpus,
+                    pricing=spec, pareto=req.pareto,
+                    base=_checked_base(m, base_overrides(req.global_batch_size, req.seq_len,
+                                                         req.dtype)),
+                    options=_space_options(options, framework=req.framework),
+                    time_limit_s=req.time_limit_s, workers=req.workers, progress=progress,
+                    goodput=req.goodput)
 
-        return procure_dlrm(m, tokens, templates=templates, pricing=spec, days=days,
-                            budget_usd=budget_usd, objective=objective, counts=counts,
-                            max_gpus=min(max_gpus or DLRM_MAX_GPUS, DLRM_MAX_GPUS),
-                            time_limit_s=min(time_limit_s, 10.0), progress=progress)
-    return _procure(m, tokens, days=days, budget_usd=budget_usd, objective=objective,
-                    templates=templates, counts=counts,
-                    max_gpus=DEFAULT_MAX_GPUS if max_gpus is None else max_gpus,
-                    pricing=spec, pareto=pareto,
-                    base=_checked_base(m, base_overrides(global_batch_size, seq_len, dtype)),
-                    options=_space_options(options, max_microbatch=None,
-                                           framework=framework,
-                                           max_virtual_stages=None, allow_idle_gpus=None,
-                                           even_pipeline=None),
-                    time_limit_s=time_limit_s, workers=workers, progress=progress,
-                    goodput=goodput)
+
+def _serve_templates(clusters: list[ClusterSpec | str] | None, gpus: list[str] | None
+                     ) -> list[ClusterSpec]:
+    """The cluster templates of a serving procurement: those given (names may list several,
+    comma-separated), else every catalog cluster; the first of each GPU type, only those
+    of the GPU types in ``gpus`` (names or aliases) when given."""
+    refs = [n.strip() if isinstance(n, str) else n
+            for c in (clusters or []) for n in (c.split(",") if isinstance(c, str) else [c])
+            if not isinstance(n, str) or n.strip()] or catalog.names("clusters")
+    out = serve_clusters(refs)
+    if gpus:
+        want = {g.strip().lower() for g in gpus}
+        out = [c for c in out if want & {c.gpu.name, *map(str.lower, c.gpu.aliases)}]
+        if not out:
+            raise InputError(f"--gpus {','.join(gpus)}: no cluster template has these GPU "
+                             "types")
+    return out
 
 
 def _checked_base(model: ModelSpec, base: dict[str, Any]) -> dict[str, Any]:
     """The batch, sequence length and dtype given, validated as plan fields (their
     validated values: 16.0 -> 16)."""
-    from planner.specs.plan_base import model_defaults, require_batch
-
     data = {**model_defaults(model), **base}
     require_batch(model, data)
     plan = plan_from_dict(data, "global_batch_size, seq_len and dtype")
     return {k: getattr(plan, k) for k in base}
-
-
-def _check_procure(gpus: Any, clusters: Any, counts: Any, prices: Any, workers: Any,
-                   pareto: Any, progress: Any) -> None:
-    """The types of ``procure``'s keywords (the numbers are checked with the query)."""
-    def names(value: Any, what: str, kinds: tuple[type, ...]) -> None:
-        if value is None or isinstance(value, kinds):
-            return
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, kinds) for v in value):
-            raise InputError(f"{what} {_short(value)}: expected a name or a list of names")
-
-    names(gpus, "gpus", (str,))
-    names(clusters, "clusters", (str, ClusterSpec))
-    if counts is not None and (not isinstance(counts, (list, tuple)) or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in counts)):
-        raise InputError(f"counts {_short(counts)}: expected a list of positive GPU counts")
-    if prices is not None and not isinstance(prices, (str, dict)):
-        raise InputError(f"prices {_short(prices)}: expected a pricing YAML path or a mapping")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 1):
-        raise InputError(f"workers {_short(workers)}: expected a positive integer or None")
-    _flag("pareto", pareto)
-    _callable("progress", progress)
 
 
 def export_plan(fmt: str, model: ModelSpec | str, cluster: ClusterSpec | str,
@@ -403,37 +411,57 @@ def plan_from_megatron(args: str, model: ModelSpec | str, cluster: ClusterSpec |
 
 
 # ---- serving (docs/serving.md) ----------------------------------------------------------
-def serve(model: ModelSpec | str, cluster: ClusterSpec | str | list, isl: int, osl: int, *,
-          rate_rps: float | None = None, ttft_ms: float | None = None,
-          tpot_ms: float | None = None, percentile: float = 0.99, gpus: int | None = None,
-          fix: Mapping[str, Any] | None = None, objective: str | None = None,
-          backend: str = "cpsat", pareto: bool = False, engine: Any = None) -> Any:
-    """The best serving plan (``planner serve``): a ServeResult with ``plan``,
-    ``estimate`` (:class:`planner.costmodel.serve.evaluate.ServeEstimate`), ``solver`` and
-    ``pareto``. ``cluster``: one, or a list for mixed GPU types. ``engine``: a catalog
-    engine name, an engine file or a ServeEngine (default trtllm)."""
-    from planner.orchestration.serve import plan_serve, workload
-    from planner.specs.serve import load_engine
+def serve(request: ServeRequest | ModelSpec | str | None = None,
+          cluster: ClusterSpec | str | list[ClusterSpec | str] | None = None,
+          isl: int | None = None, osl: int | None = None, /, **fields: Any) -> ServeResult:
+    """The best serving plan (``planner serve``). Takes a
+    :class:`planner.specs.requests.ServeRequest` (its fields described there), or the model,
+    the cluster(s), ``isl`` and ``osl`` and the request's fields as keywords:
+    ``serve("llama3-8b", "dgx-h100-superpod", 1024, 128, rate_rps=10, tpot_ms=40)``.
+    ``cluster``: one, or a list for mixed GPU types (the first of each GPU type).
+    ``engine``: a catalog engine name, an engine file or a ServeEngine (default trtllm).
 
-    m = model if isinstance(model, ModelSpec) else load_model(model)
-    cs = cluster if isinstance(cluster, (list, tuple)) else [cluster]
-    clusters = [c if isinstance(c, ClusterSpec) else load_cluster(c) for c in cs]
-    if fix is not None and not isinstance(fix, Mapping):
-        raise InputError(f"fix {_short(fix)}: expected a mapping of serving knobs")
-    return plan_serve(m, clusters, workload(isl, osl, rate_rps, ttft_ms, tpot_ms, percentile),
-                      objective=objective, gpus=gpus, fix=dict(fix or {}), backend=backend,
-                      pareto=pareto, engine=load_engine(engine))
+    Returns a :class:`planner.orchestration.serve.ServeResult` with ``plan``, ``estimate``
+    (:class:`planner.costmodel.serve.evaluate.ServeEstimate`), ``solver`` and ``pareto``;
+    raises InfeasibleError when nothing meets the request, InputError on bad input."""
+    req = _request(ServeRequest, request, fields, cluster=cluster, isl=isl, osl=osl)
+    return plan_serve(_model(req.model), serve_clusters(req.cluster), req.workload,  # type: ignore[arg-type]
+                      objective=req.objective, gpus=req.gpus, fix=dict(req.fix),
+                      backend=req.backend, pareto=req.pareto, time_limit_s=req.time_limit_s,
+                      space=_serve_space(req.weight_dtypes, req.fix),
+                      engine=load_engine(req.engine))
+
+
+def serve_clusters(refs: list[ClusterSpec | str]) -> list[ClusterSpec]:
+    """The clusters of a serving request, loaded: the first given of each GPU type."""
+    seen, out = set(), []
+    for ref in refs:
+        c = ref if isinstance(ref, ClusterSpec) else load_cluster(ref)
+        if c.gpu.name not in seen:
+            seen.add(c.gpu.name)
+            out.append(c)
+    return out
+
+
+def _serve_space(weight_dtypes: str, fix: Mapping[str, Any]) -> ServeSpace:
+    """The search space with the ``--weight-dtypes`` allow-list; a ``--fix weight_dtype``
+    outside an allow-list the user gave is refused, not silently preferred."""
+    allowed = parse_weight_dtypes(weight_dtypes)
+    wd = fix.get("weight_dtype")
+    if isinstance(wd, str) and wd not in allowed and allowed != ServeSpace().weight_dtype:
+        raise InputError(f"--fix weight_dtype={wd}: not in --weight-dtypes {weight_dtypes}")
+    return ServeSpace(weight_dtype=allowed)
 
 
 def evaluate_serve(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Any, isl: int,
                    osl: int, *, rate_rps: float | None = None, ttft_ms: float | None = None,
                    tpot_ms: float | None = None, percentile: float = 0.99,
-                   engine: Any = None) -> Any:
+                   engine: str | ServeEngine | None = None) -> ServeEstimate:
     """One serving plan (a ServePlan or its fields) under a workload: its ServeEstimate.
     ``engine``: as :func:`serve`'s (default trtllm, the engine :func:`serve` plans for)."""
     from planner.costmodel.serve.evaluate import evaluate_serve as _evaluate_serve
     from planner.orchestration.serve import transformer, workload
-    from planner.specs.serve import ServePlan, load_engine
+    from planner.specs.serve import ServePlan
     from planner.specs.validate import validate
 
     m, c = _resolve(model, cluster)

@@ -203,13 +203,13 @@ def test_simulate_is_bounded_before_the_search():
 
 def test_simulate_is_refused_before_any_search(monkeypatch, capsys):
     """The count is checked before the solver runs (it took 125 s and 1.7 GB)."""
-    import planner.orchestration.serve as orchestration
+    import planner.api as api
     from test_cli import run
 
     def no_search(*args, **kwargs):
         raise AssertionError("searched before refusing --simulate")
 
-    monkeypatch.setattr(orchestration, "plan_serve", no_search)
+    monkeypatch.setattr(api, "plan_serve", no_search)  # the command's road to the search
     code, _, err = run(capsys, *SERVE, "--rate", "20", "--simulate", "10000000")
     assert code == 2 and "--simulate" in err
 

@@ -1,5 +1,7 @@
-"""The bounds of the training search space, declared once: each knob's default and help
-text live here, and the CLI (``planner solve``) and the API derive their options from it.
+"""The bounds of the training search space. The four a user sets (``planner solve
+--max-microbatch`` ...) are declared once, as fields of
+:class:`planner.specs.requests.SolveRequest` (default, description, flag), and read from
+there; the others are declared here.
 
 Kept apart from :mod:`formulations.train.space` so that reading a default does not import
 the cost model (the CLI builds its options at start-up)."""
@@ -11,6 +13,7 @@ from typing import Any
 
 from planner.costmodel.train.points import CP_COMMS
 from planner.specs.framework import FrameworkProfile
+from planner.specs.requests import SEARCH_BOUNDS, SolveRequest, cli
 
 
 def _knob(default: Any, help: str, flag: str | None = None, inverted: bool = False) -> Any:
@@ -19,21 +22,28 @@ def _knob(default: Any, help: str, flag: str | None = None, inverted: bool = Fal
     return field(default=default, metadata={"help": help, "flag": flag, "inverted": inverted})
 
 
+def _bound(name: str) -> Any:
+    """The bound ``name`` as :class:`SolveRequest` declares it (``allow_uneven`` is the
+    request's ``even_pipeline``, inverted)."""
+    f = SolveRequest.model_fields[SEARCH_BOUNDS[name]]
+    inverted = SEARCH_BOUNDS[name] != name
+    return _knob(not f.default if inverted else f.default, f.description or "",
+                 cli(f)["flag"], inverted)
+
+
 @dataclass(frozen=True)
 class SpaceOptions:
     """Bounds of the search space."""
 
-    max_microbatch: int = _knob(16, "Largest microbatch to consider.", "--max-microbatch")
-    max_virtual_stages: int = _knob(8, "Most interleaved chunks per GPU.",
-                                    "--max-virtual-stages")
+    max_microbatch: int = _bound("max_microbatch")
+    max_virtual_stages: int = _bound("max_virtual_stages")
     min_cp_tokens: int = _knob(
         4096, "Context parallelism only while each rank keeps at least this many tokens.")
     cp_comms: tuple[str, ...] = _knob(
         CP_COMMS, "Context-parallel exchanges to choose from when cp > 1 (--fix cp_comm=... "
         "pins one).")
-    allow_idle_gpus: bool = _knob(False, "Plans may leave GPUs idle.", "--allow-idle-gpus")
-    allow_uneven: bool = _knob(
-        True, "Layers must divide pp x virtual stages.", "--even-pipeline", inverted=True)
+    allow_idle_gpus: bool = _bound("allow_idle_gpus")
+    allow_uneven: bool = _bound("allow_uneven")
     search_placement: bool = _knob(True, "Search the NVSwitch-domain placement.")
     max_zero_stage: int = _knob(
         3, "Highest ZeRO stage to consider: 1 for frameworks whose sharding is Megatron-LM's "

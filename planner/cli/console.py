@@ -1,5 +1,6 @@
 """What the ``planner`` commands share: the consoles, the progress spinner, the JSON
-emitter, the error printer, help strings and choice enums.
+emitter, the error printer and the output-file check. Options, their help and choices are
+the requests' (planner/specs/requests.py, through planner/cli/options.py).
 
 The command modules import from here and from the layers below (api, specs, report),
 never from ``planner.cli`` itself.
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from enum import Enum
 from typing import Any
 
 from rich.console import Console
@@ -24,30 +24,6 @@ err = Console(stderr=True)
 #: for the whole command, reading and checking the inputs included.
 COMMAND_START_S = [time.monotonic()]
 
-MODEL_HELP = "Catalog name (`planner catalog models`), model YAML, or Hugging Face config.json."
-CLUSTER_HELP = "Catalog name (`planner catalog clusters`) or cluster YAML."
-GPUS_HELP = "Resize the cluster's outermost level."
-SEQ_LEN_HELP = "Sequence length; default from the model."
-DTYPE_HELP = "bf16, fp16 or fp8; default from the model."
-HEADROOM_HELP = ("GiB per GPU kept free for the CUDA context and NCCL/cuBLAS workspaces "
-                 "(default: the cluster's memory_reserve_gib, 2 GiB); allocator "
-                 "fragmentation, 3% of HBM, comes on top.")
-
-
-def with_headroom(cluster: Any, gib: float | None) -> Any:
-    """The cluster with ``--memory-headroom`` applied (checked: finite, >= 0, < HBM)."""
-    import math
-
-    from planner.errors import InputError
-
-    if gib is None:
-        return cluster
-    if not math.isfinite(gib) or gib < 0 or gib >= cluster.gpu.hbm_gib:
-        raise InputError(f"--memory-headroom: expected GiB in [0, {cluster.gpu.hbm_gib:g}) "
-                         f"(the GPU's HBM), got {gib!r}")
-    return cluster.model_copy(update={"memory_reserve_gib": float(gib)})
-
-
 def warn_calibration(cluster: Any, plan: Any) -> list[str]:
     """Print (and return) what the plan uses beyond its GPU's calibration runs."""
     from planner.validation.coverage import calibration_notes
@@ -56,24 +32,6 @@ def warn_calibration(cluster: Any, plan: Any) -> list[str]:
     for n in notes:
         err.print(f"[yellow]calibration:[/] {escape(n)}")
     return notes
-
-
-class ObjectiveName(str, Enum):
-    """``planner solve --objective`` choices."""
-
-    time = "time"
-    tokens = "tokens"
-    gpu_hours = "gpu-hours"
-    energy = "energy"
-    cost = "cost"
-
-
-class BackendName(str, Enum):
-    """``planner solve --backend`` choices."""
-
-    cpsat = "cpsat"
-    milp = "milp"
-    exhaustive = "exhaustive"
 
 
 def _emit_json(obj: Any) -> None:
@@ -208,9 +166,6 @@ def print_error(e: PlannerError) -> None:
         # soft_wrap: the terminal folds long lines; a newline inside a path would break
         # copying it.
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-
-
-FORCE_HELP = "Replace output files that exist (never an input, a link or a device)."
 
 
 def check_files(outputs: list[tuple[str, str | None]], inputs: list[tuple[str, str | None]],

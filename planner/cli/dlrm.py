@@ -14,19 +14,19 @@ from rich.table import Table
 from planner.cli.console import _emit_json, err, out, say_failed_overrun, say_overrun
 from planner.errors import InfeasibleError, InputError
 from planner.orchestration.dlrm import status_text
+from planner.api import solve as run_solve
 from planner.specs.base import Spec
+from planner.specs.requests import SolveRequest
 from planner.specs.dlrm import DLRMPlan
 
 
-def solve_dlrm_cli(m: Any, c: Any, *, backend: str, time_limit: float,
-                   global_batch: int | None, json_: bool, transformer_only: dict,
-                   out_path: str | None = None, force: bool = False) -> None:
-    from planner.api import solve as run_solve
-
+def solve_dlrm_cli(request: SolveRequest, json_: bool, out_path: str | None = None,
+                   force: bool = False) -> None:
+    """``planner solve`` of a DLRM model (``request.model``, loaded)."""
+    backend, time_limit = request.backend, request.time_limit_s
     start = time.monotonic()
     try:
-        res = run_solve(m, c, backend=backend, time_limit_s=time_limit,
-                        global_batch_size=global_batch, **transformer_only)
+        res = run_solve(request)
     except InfeasibleError as e:
         over = say_failed_overrun(start, time_limit, "no plan found; listing the tables' "
                                   "options and building the model take a minimum whatever "

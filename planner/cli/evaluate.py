@@ -7,19 +7,16 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
+from planner.api import with_headroom
+# the help of the options evaluate shares with the requests' (declared there)
+from planner.specs.requests import CLUSTER_HELP, FORCE_HELP, GPUS_HELP, HEADROOM_HELP, MODEL_HELP
 from planner.cli.console import (
-    CLUSTER_HELP,
-    GPUS_HELP,
-    HEADROOM_HELP,
-    MODEL_HELP,
     _emit_json,
-    FORCE_HELP,
     check_files,
     err,
     out,
     warn_calibration,
     warn_context_length,
-    with_headroom,
 )
 
 

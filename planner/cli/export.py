@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from planner.cli.console import CLUSTER_HELP, FORCE_HELP, GPUS_HELP, MODEL_HELP, check_files, err
+from planner.cli.console import check_files, err
+from planner.specs.requests import CLUSTER_HELP, FORCE_HELP, GPUS_HELP, MODEL_HELP
 
 
 class ExportFormat(str, Enum):

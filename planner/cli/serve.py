@@ -4,168 +4,63 @@ docs/serving.md states the model."""
 
 from __future__ import annotations
 
-import math
 import time
-from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 import typer
-import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from planner.validation.band import SERVING
-from planner.cli.console import (CLUSTER_HELP, FORCE_HELP, MODEL_HELP, _emit_json, check_files,
-                                 err, out, say_failed_overrun, say_overrun)
+from planner.api import serve as run_serve
+from planner.api import serve_clusters
+from planner.cli.console import (_emit_json, check_files, err, out, say_failed_overrun,
+                                 say_overrun)
+from planner.cli.options import command
 from planner.errors import InfeasibleError, InputError
 from planner.report.serve import serve_notes, time_limit_line
+from planner.specs.loaders import load_model
+from planner.procurement.serve import ServeProcurement
+from planner.specs.requests import ServeOutput, ServeRequest
+from planner.specs.serve import ServeEngine
+from planner.validation.band import SERVING
 
-MODEL_PATH_HELP = ("The weights the --launch commands load: a Hugging Face id or a checkpoint "
-                   "path (default: the folder of a config.json given as -m, else the model "
-                   "file's hf_id).")
-ENGINE_HELP = ("The serving engine (planner catalog engines): its decode attention, host "
-               "overheads and kernel speed; --launch then prints its command only. Default "
-               "trtllm (and --launch prints every engine's).")
-SERVE_TIME_LIMIT_HELP = ("Seconds for the whole search, the tables included; when they run "
-                         "out, the best plan found so far (not proven optimal).")
-
-
-class ServeObjective(str, Enum):
-    throughput = "throughput"
-    cost = "cost"
-    gpus = "gpus"
-    energy = "energy"
-
-
-class ServeBackend(str, Enum):
-    cpsat = "cpsat"
-    milp = "milp"
-    exhaustive = "exhaustive"
-
-
-def _fixes(items: list[str]) -> dict[str, Any]:
-    """``--fix FIELD=VALUE`` (YAML values) as a mapping."""
-    out_: dict[str, Any] = {}
-    for text in items:
-        if "=" not in text:
-            raise InputError(f"--fix: expected FIELD=VALUE, got {text!r}")
-        key, raw = text.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            value = raw
-        if value is None:
-            raise InputError(f"--fix {key.strip()}: no value given")
-        out_[key.strip()] = value
-    return out_
-
-
-def _positive(name: str, value: float | None, upper: float = 1e9) -> None:
-    if value is not None and (not math.isfinite(value) or value <= 0 or value > upper):
-        raise InputError(f"{name}: expected a positive number up to {upper:g}, got {value!r}")
-
-
-def _workload(isl: int, osl: int, rate: float | None, ttft: float | None, tpot: float | None,
-              percentile: float):
-    from planner.specs.serve import ServeWorkload
-    from planner.specs.validate import validate
-
-    for name, v in (("--rate", rate), ("--ttft-ms", ttft), ("--tpot-ms", tpot)):
-        _positive(name, v)
-    if not 0 < percentile < 100 or not math.isfinite(percentile):
-        raise InputError(f"--percentile: expected a number in (0, 100), got {percentile!r}")
-    return validate(ServeWorkload, dict(isl=isl, osl=osl, rate_rps=rate, ttft_ms=ttft,
-                                        tpot_ms=tpot, percentile=percentile / 100), "serve")
-
-
-def _clusters(names: list[str], gpus: int | None):
-    from planner.specs.loaders import load_cluster
-
-    if not names:
-        raise InputError("-c/--cluster: give at least one cluster (planner catalog clusters)")
-    seen, out_ = set(), []
-    for name in names:
-        c = load_cluster(name)
-        if c.gpu.name not in seen:  # one cluster per GPU type: the first given
-            seen.add(c.gpu.name)
-            out_.append(c)
-    return out_
-
-
-def serve(
-    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
-    cluster: list[str] = typer.Option([], "--cluster", "-c", metavar="NAME|PATH",
-                                      help=CLUSTER_HELP + " Repeat for mixed GPU types."),
-    isl: int = typer.Option(..., "--isl", help="Input (prompt) tokens per request."),
-    osl: int = typer.Option(..., "--osl", help="Output tokens per request."),
-    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help="Time-to-first-token SLO."),
-    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="Time-per-output-token SLO."),
-    percentile: float = typer.Option(99.0, "--percentile", help="The SLOs hold at this percentile."),
-    rate: Optional[float] = typer.Option(None, "--rate", help="Offered load, requests/s (Poisson)."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPU budget of the fleet."),
-    fix: list[str] = typer.Option([], "--fix", metavar="FIELD=VALUE", help="Pin a knob: tp, pp, "
-                                  "ep, concurrency, weight_dtype, kv_dtype, prefill_chunk, gpu, mode."),
-    objective: Optional[ServeObjective] = typer.Option(
-        None, "--objective", help="throughput (default without --rate), gpus (default with "
-        "--rate), cost or energy."),
-    backend: ServeBackend = typer.Option(ServeBackend.cpsat, "--backend", help="Integer solver."),
-    pareto: bool = typer.Option(False, "--pareto", help="Tokens/s/GPU against tokens/s/user."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto front to this PNG."),
-    simulate: int = typer.Option(0, "--simulate", metavar="N", help="Check P50/P99 by simulating "
-                                 "N Poisson requests (needs --rate; N <= 1e6, N x --osl <= 5e7)."),
-    launch: bool = typer.Option(False, "--launch", help="Print vLLM, SGLang and TensorRT-LLM "
-                                "launch commands for the plan's pools (--engine's only if given)."),
-    engine: Optional[str] = typer.Option(None, "--engine", metavar="NAME|PATH", help=ENGINE_HELP),
-    model_path: Optional[str] = typer.Option(None, "--model-path", help=MODEL_PATH_HELP),
-    time_limit: float = typer.Option(60.0, "--time-limit", help=SERVE_TIME_LIMIT_HELP),
-    weight_dtypes: str = typer.Option(
-        "bf16,fp8", "--weight-dtypes", metavar="LIST", help="Weight formats to search "
-        "(comma-separated: bf16, fp8, int4, fp4); fp8 only where the GPU has it. int4 and "
-        "fp4 change accuracy more: only when listed."),
-    json_: bool = typer.Option(False, "--json", help="Print JSON (also when infeasible)."),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-) -> None:
+@command(ServeRequest, ServeOutput)
+def serve(request: ServeRequest, output: ServeOutput) -> None:
     """Find the best serving plan: layout, concurrency, precision, pools and replica counts
     within the TTFT/TPOT SLOs, exactly (CP-SAT, MILP or brute force over the same tables)."""
-    from planner.orchestration.serve import plan_serve
-    from planner.specs.loaders import load_model
-
-    check_files([("--plot", plot)],
-                [("the model", model), *(("a cluster", c) for c in cluster)], force)
-    w = _workload(isl, osl, rate, ttft_ms, tpot_ms, percentile)
-    _simulate_bounds(simulate, osl)
-    if gpus is not None and gpus < 1:
-        raise InputError(f"--gpus: expected a positive number of GPUs, got {gpus}")
-    fixes = _fixes(fix)
-    space = _space(weight_dtypes, fixes)
-    eng, only = _engine(engine, launch)
-    m = load_model(model)
-    weights = _weights(model, m, model_path, launch)
+    name = request.model
+    check_files([("--plot", output.plot_path)],
+                [("the model", name), *(("a cluster", c) for c in request.cluster)],
+                output.force)
+    _simulate_bounds(output.simulate_requests, request.osl)
+    eng, only = _engine(request.engine, output.launch)
+    m = load_model(name)
+    weights = _weights(name, m, output.model_path, output.launch)
+    clusters = serve_clusters(request.cluster)
+    request = request.model_copy(update={"model": m, "cluster": clusters, "engine": eng})
     start = time.monotonic()
     try:
-        res = plan_serve(m, _clusters(cluster, gpus), w,
-                         objective=objective.value if objective else None, gpus=gpus,
-                         fix=fixes, backend=backend.value, pareto=pareto or bool(plot),
-                         time_limit_s=time_limit, space=space, engine=eng)
+        res = run_serve(request)
     except InfeasibleError as e:
-        _no_plan(e, start, time_limit, json_, backend.value, eng)
+        _no_plan(e, start, request.time_limit_s, output.as_json, request.backend, eng)
         raise
     calib, quant = serve_notes(res.plan, m.moe is not None, m.mla is not None)
     for n in calib:
         err.print(f"[yellow]calibration:[/] {escape(n)}")
     for n in quant:
         err.print(f"[yellow]quantization:[/] {escape(n)}")
-    say_overrun(res.solver, time_limit)
-    sim = _simulate(load_model(model), _clusters(cluster, gpus), res, w, simulate, eng)
-    if plot:
+    say_overrun(res.solver, request.time_limit_s)
+    sim = _simulate(m, clusters, res, request.workload, output.simulate_requests, eng)
+    if output.plot_path:
         from planner.report.serve import plot_serve_pareto
 
-        plot_serve_pareto(res.pareto, plot, f"{model}: ISL {isl}, OSL {osl}", force=force)
+        plot_serve_pareto(res.pareto, output.plot_path,
+                          f"{name}: ISL {request.isl}, OSL {request.osl}", force=output.force)
     cmds = _launch(weights, res.plan, only) if weights else None
-    if json_:
-        _emit_json(_result_json(res, eng, calib, quant, pareto, sim, cmds))
+    if output.as_json:
+        _emit_json(_result_json(res, eng, calib, quant, request.pareto, sim, cmds))
     else:
-        _print_text(res, pareto, sim, cmds, eng)
+        _print_text(res, request.pareto, sim, cmds, eng)
     if not res.estimate.feasible:
         raise typer.Exit(1)
 
@@ -229,18 +124,6 @@ def _print_text(res: Any, pareto: bool, sim: dict | None, launch: dict | None,
             print("  " + pool["command"])
             for note in pool["notes"]:
                 print("  # " + note)
-
-
-def _space(weight_dtypes: str, fix: dict):
-    """The search space with the ``--weight-dtypes`` allow-list; a ``--fix weight_dtype``
-    outside an allow-list the user gave is refused, not silently preferred."""
-    from formulations.serve.space import ServeSpace, weight_dtypes as parse
-
-    allowed = parse(weight_dtypes)
-    wd = fix.get("weight_dtype")
-    if isinstance(wd, str) and wd not in allowed and allowed != ServeSpace().weight_dtype:
-        raise InputError(f"--fix weight_dtype={wd}: not in --weight-dtypes {weight_dtypes}")
-    return ServeSpace(weight_dtype=allowed)
 
 
 def _weights(model: str, m: Any, model_path: str | None, launch: bool) -> str | None:
@@ -349,25 +232,10 @@ def _pair(a: float | None, b: float | None, digits: int) -> str:
     return f"{a:.{digits}f} / {b:.{digits}f}"
 
 
-def procure_serve_cmd(model: str, gpus: str | None, clusters: list[str], pricing: Any,
-                      prices: str | None, json_: bool, rate: float | None, isl: int | None,
-                      osl: int | None, ttft_ms: float | None, tpot_ms: float | None,
-                      engine: str | None = None) -> None:
-    """``planner procure --serve``: the cheapest fleet per GPU type and overall
-    (``pricing``: procure's rent/own choice or None; ``engine``: --engine)."""
-    from planner.procurement.serve import procure_serve
-    from planner.specs.loaders import load_model
-    from planner.specs.pricing import load_pricing
-    from planner.specs.serve import load_engine
-
-    pricing = getattr(pricing, "value", pricing)
-    clusters = list(clusters)
-    if rate is None or isl is None or osl is None:
-        raise InputError("procure --serve needs --rate, --isl and --osl")
-    w = _workload(isl, osl, rate, ttft_ms, tpot_ms, 99.0)
-    eng = load_engine(engine)
-    res = procure_serve(load_model(model), _templates(clusters, gpus), w,
-                        load_pricing(prices, pricing), eng)
+def show_procure_serve(res: ServeProcurement, eng: ServeEngine, rate: float | None,
+                       json_: bool) -> None:
+    """``planner procure --serve``'s answer: the cheapest fleet per GPU type and overall,
+    as one JSON object or a table."""
     if json_:
         _emit_json({"engine": _engine_json(eng), **res.to_json()})
         return
@@ -399,24 +267,3 @@ def _short(plan) -> str:
         return one
     p = plan.prefill
     return f"decode {one} + prefill {p.replicas}x{p.gpu} tp{p.tp}pp{p.pp} {p.weight_dtype}"
-
-
-def _templates(clusters: list[str], gpus: str | None):
-    """The cluster templates: those given, else one per GPU type of the catalog; only the
-    GPU types in ``gpus`` (comma-separated names or aliases) when given."""
-    import planner.catalog as catalog
-    from planner.specs.loaders import load_cluster
-
-    names = [n for c in clusters for n in c.split(",") if n.strip()] or catalog.names("clusters")
-    out_, seen = [], set()
-    for name in names:
-        c = load_cluster(name.strip())
-        if c.gpu.name not in seen:
-            seen.add(c.gpu.name)
-            out_.append(c)
-    if gpus:
-        want = {g.strip().lower() for g in gpus.split(",") if g.strip()}
-        out_ = [c for c in out_ if want & {c.gpu.name, *map(str.lower, c.gpu.aliases)}]
-        if not out_:
-            raise InputError(f"--gpus {gpus}: no cluster template has these GPU types")
-    return out_

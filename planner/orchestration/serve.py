@@ -28,7 +28,6 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.serve import MAX_REPLICAS, ServeEngine, ServePlan, ServeWorkload, load_engine
 
-OBJECTIVES = ("throughput", "cost", "gpus", "energy")
 #: A mode's solve starts with at least this much time, even past the deadline (it then
 #: stops at its first plan; the overrun is reported).
 MIN_SOLVE_S = 0.05
@@ -70,17 +69,15 @@ def _better(objective: str, a: ServeSolution | None, b: ServeSolution) -> bool:
     return b.objective > a.objective if objective == "throughput" else b.objective < a.objective
 
 
-def _check_args(w: ServeWorkload, objective: str, gpus: int | None) -> str:
-    if objective is not None and objective not in OBJECTIVES:
-        raise InputError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+def _check_args(w: ServeWorkload, objective: str | None) -> str:
+    """The objective (default: gpus with a rate, else throughput) that fits the workload;
+    the names, the GPU budget and the time limit are ServeRequest's to check."""
     objective = objective or ("gpus" if w.rate_rps is not None else "throughput")
     if objective == "throughput" and w.rate_rps is not None:
         raise InputError("--objective throughput answers the offline question (the most "
                          "tokens/s); with --rate choose gpus, cost or energy")
     if objective != "throughput" and w.rate_rps is None:
         raise InputError(f"--objective {objective} needs --rate (the load to serve)")
-    if gpus is not None and (not isinstance(gpus, int) or gpus < 1):
-        raise InputError(f"--gpus: expected a positive number of GPUs, got {gpus!r}")
     return objective
 
 
@@ -283,16 +280,13 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
                engine: ServeEngine | None = None, time_limit_s: float = 60.0,
                pareto: bool = False) -> ServeResult:
     """The best plan (module docstring), its estimate from the evaluator and the solver's
-    report, costed with ``engine`` (default: ``planner serve``'s default profile). Raises
-    InputError on bad arguments, InfeasibleError when nothing meets them."""
+    report, costed with ``engine`` (default: ``planner serve``'s default profile). The
+    arguments are a :class:`planner.specs.requests.ServeRequest`'s, checked there
+    (planner.api.serve builds it); raises InputError when they do not fit together,
+    InfeasibleError when nothing meets them."""
     engine = load_engine() if engine is None else engine
-    objective = _check_args(w, objective, gpus)
-    if isinstance(time_limit_s, bool) or not (isinstance(time_limit_s, (int, float))
-                                              and 0 < time_limit_s < 1e7):  # NaN included
-        raise InputError(f"--time-limit {time_limit_s!r}: expected seconds > 0 (below 1e7)")
+    objective = _check_args(w, objective)
     transformer(model)
-    if not clusters:
-        raise InputError("-c/--cluster: give at least one cluster")
     fix = dict(fix or {})
     if "gpu" in fix and not any(str(fix["gpu"]).lower() in (c.gpu.name, *c.gpu.aliases)
                                 for c in clusters):
