@@ -57,6 +57,7 @@ from planner.specs.requests import (
     SolveRequest,
 )
 from planner.specs.serve import ServeEngine, load_engine
+from planner.specs.site import load_inventory
 from planner.specs.validate import _short
 from planner.validation.band import with_band
 
@@ -356,7 +357,9 @@ def procure(request: ProcureRequest | ModelSpec | DLRMSpec | str | None = None,
                                                          req.dtype)),
                     options=_space_options(options, framework=req.framework),
                     time_limit_s=req.time_limit_s, workers=req.workers, progress=progress,
-                    goodput=req.goodput)
+                    goodput=req.goodput, max_power_mw=req.max_power_mw,
+                    max_racks=req.max_racks, max_ports=req.max_ports,
+                    owned=load_inventory(req.owned) if isinstance(req.owned, str) else req.owned)
 
 
 def _serve_templates(clusters: list[ClusterSpec | str] | None, gpus: list[str] | None

@@ -407,6 +407,19 @@ class ProcureRequest(Request):
         "one it can run (default: any plan the cost model accepts).", "--framework")
     goodput: GoodputMode = option("on", GOODPUT_HELP + " --days limits the effective days.",
                                   "--goodput")
+    max_power_mw: float | None = option(
+        None, "Site power limit, MW: an option's peak facility draw (PUE x (GPUs at TDP + "
+        "nodes + network)) may not exceed it (docs/procure.md).", "--max-power-mw", gt=0,
+        le=1e5)
+    max_racks: int | None = option(None, "Site rack limit: GPUs / the cluster's "
+                                   "gpus_per_rack, rounded up.", "--max-racks", gt=0)
+    max_ports: int | None = option(None, "Compute-fabric switch ports available: GPUs x the "
+                                   "cluster's scale_out_ports_per_gpu.", "--max-ports", gt=0)
+    owned: Union[str, Mapping[str, int], None] = option(
+        None, "GPUs already owned: an inventory YAML mapping catalog cluster names (or "
+        "cluster files) to counts, e.g. 'dgx-a100-superpod: 1024'; their capital is sunk, "
+        "only power and operating cost are charged (docs/procure.md).", "--owned",
+        metavar="FILE")
     serve: bool = option(False, "Serving: cheapest fleet (docs/serving.md).", "--serve")
     rate_rps: float | None = option(None, "--serve: requests/s to serve.", "--rate")
     isl: int | None = option(None, "--serve: input tokens per request.", "--isl")
