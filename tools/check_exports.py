@@ -336,7 +336,7 @@ def space_items(n: int, seed: int = SEED, profiles: dict[str, str] | None = None
     model = load_model("llama3-8b")
     cluster = load_cluster("dgx-h100-superpod").resized(16)
     base = {**model_defaults(model), "seq_len": 4096, "global_batch_size": 64}
-    for name, fmt in (profiles or PROFILES).items():
+    for name, fmt in (PROFILES if profiles is None else profiles).items():
         opts = replace(SpaceOptions(max_microbatch=2, max_virtual_stages=2),
                        framework=load_framework(name))
         space = SearchSpace(model, cluster, base, {}, opts)
@@ -391,8 +391,9 @@ def torchrec_items() -> Iterator[Item]:
     for t in model.tables:
         for name in [t.name] if t.count == 1 else [f"{t.name}_{i}" for i in range(t.count)]:
             tables[name] = [t.rows, t.dim]
-    yield Item("torchrec", f"criteo-dlrm on {cluster.num_gpus} GPUs",
-               {"plan": torchrec_plan(model, cluster, sol.plan), "tables": tables},
+    plan = torchrec_plan(model, cluster, sol.plan)
+    yield Item("torchrec", f"criteo-dlrm on {cluster.num_gpus} GPUs "
+               f"({len(plan['sharding_plan'])} tables)", {"plan": plan, "tables": tables},
                cluster.num_gpus)
 
 
