@@ -91,10 +91,12 @@ def _fake_torchtitan(monkeypatch) -> None:
 
 def _fake_megatron(monkeypatch, raise_in_validate: BaseException | None = None) -> list[dict]:
     """megatron.training.arguments (core_v0.15.3): validate_args takes the world from
-    WORLD_SIZE, asserts it divides by tp x pp x cp and that the global batch divides by
-    micro batch x data-parallel size, and, for tp > 1 or cp > 1 before Blackwell
-    (get_device_arch_version() < 10), asserts CUDA_DEVICE_MAX_CONNECTIONS == "1"
-    (arguments.py lines 933-961). Returns what each call saw."""
+    WORLD_SIZE, asserts it divides by tp x pp x cp and derives the data-parallel size,
+    and, for tp > 1 or cp > 1 before Blackwell (get_device_arch_version() < 10), asserts
+    CUDA_DEVICE_MAX_CONNECTIONS == "1" (arguments.py lines 933-961);
+    megatron.core.num_microbatches_calculator asserts the global batch divides by micro
+    batch x data-parallel size (ConstantNumMicroBatchesCalculator). Returns what each
+    validate_args call saw."""
     import argparse
     import os
 
@@ -107,6 +109,7 @@ def _fake_megatron(monkeypatch, raise_in_validate: BaseException | None = None) 
                      "--context-parallel-size", "--micro-batch-size", "--global-batch-size"):
             ap.add_argument(name, type=int, default=1)
         a, _ = ap.parse_known_args(sys.argv[1:])
+        a.rank, a.rampup_batch_size, a.decrease_batch_size_if_needed = 0, None, False
         return a
 
     def validate_args(a, defaults):
@@ -117,8 +120,7 @@ def _fake_megatron(monkeypatch, raise_in_validate: BaseException | None = None) 
         model = a.tensor_model_parallel_size * a.pipeline_model_parallel_size \
             * a.context_parallel_size
         assert world % model == 0, "world size is not divisible by tp x pp x cp"
-        dp = world // model
-        assert a.global_batch_size % (a.micro_batch_size * dp) == 0, "global batch"
+        a.data_parallel_size = world // model
         if (a.tensor_model_parallel_size > 1 or a.context_parallel_size > 1) \
                 and args_mod.get_device_arch_version() < 10:
             assert os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1", (
@@ -132,9 +134,19 @@ def _fake_megatron(monkeypatch, raise_in_validate: BaseException | None = None) 
     args_mod.validate_args = validate_args  # type: ignore[attr-defined]
     args_mod.get_device_arch_version = get_device_arch_version  # type: ignore[attr-defined]
     args_mod.core_transformer_config_from_args = lambda a: None  # type: ignore[attr-defined]
+    calc = types.ModuleType("megatron.core.num_microbatches_calculator")
+
+    def init_num_microbatches_calculator(rank, rampup, gbs, mbs, dp, decrease):
+        assert gbs % (mbs * dp) == 0, "global batch size is not divisible by micro batch size"
+
+    calc.init_num_microbatches_calculator = (  # type: ignore[attr-defined]
+        init_num_microbatches_calculator)
+    calc.unset_num_microbatches_calculator = lambda: None  # type: ignore[attr-defined]
     top, training = types.ModuleType("megatron"), types.ModuleType("megatron.training")
+    core = types.ModuleType("megatron.core")
     top.training, training.arguments = training, args_mod  # type: ignore[attr-defined]
-    _modules(monkeypatch, top, training, args_mod)
+    top.core, core.num_microbatches_calculator = core, calc  # type: ignore[attr-defined]
+    _modules(monkeypatch, top, training, args_mod, core, calc)
     return seen
 
 
@@ -306,6 +318,7 @@ def _raised_in(filename: str, exc: BaseException) -> BaseException:
                     "the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1"), False),
     (_raised_in("/v/megatron/training/arguments.py", IndexError("list index out of range")),
      False),
+    (ValueError("apply_rope_fusion is not available. Please install TE >= 1.4."), True),
     (SystemExit(2), False),
     (FileNotFoundError("job.toml"), False),
 ])

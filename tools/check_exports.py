@@ -26,10 +26,13 @@ How a file reaches its framework, as a user's launch would:
   DeepSpeed ``--num_nodes`` x ``--num_gpus``), never one recomputed from the file. A
   script bash rejects, one that launches nothing or more than one process, or a launch
   whose world cannot be read, is refused before any framework is asked;
-- megatron: megatron.training.arguments parse_args, validate_args and
-  core_transformer_config_from_args on the script's arguments with the data, tokenizer and
-  optimizer arguments the script leaves to the user (USER_ARGS), as on an H100 node
-  (get_device_arch_version answers 9: there is no GPU here);
+- megatron: megatron.training.arguments parse_args and validate_args, the micro-batch
+  calculator over the data-parallel size they derive from the launch's WORLD_SIZE (as
+  initialize_megatron does), and core_transformer_config_from_args, on the script's
+  arguments with the data, tokenizer and optimizer arguments the script leaves to the user
+  (USER_ARGS), as on an H100 node with Transformer Engine TE_VERSION
+  (get_device_arch_version answers 9 and the TE version and fused RoPE are stood in:
+  there is no GPU here);
 - torchtitan: ConfigManager().parse_args on the launch's own arguments (its
   ``--job.config_file``), then ParallelDims over the launch's world;
 - deepspeed: deepspeed.launcher.runner.parse_args on the launch line, then
@@ -55,6 +58,7 @@ was skipped) or nothing at all was checked, else 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -89,6 +93,10 @@ SEED = 40
 #: H100 is compute capability 9.0 (NVIDIA CUDA C++ Programming Guide, "Compute
 #: Capabilities" table); Megatron's get_device_arch_version returns the major number
 H100_ARCH_MAJOR = 9
+#: the Transformer Engine Megatron-LM core_v0.15.3 is built with (its pyproject.toml "dev"
+#: extra: transformer-engine[pytorch]>=2.9.0a0,<2.10.0); Megatron asks for its version and
+#: its fused RoPE, which do not install without CUDA
+TE_VERSION = "2.9.0"
 
 
 class Refused(Exception):
@@ -415,15 +423,49 @@ def _torchrun_world(argv: list[str]) -> int:
     return int(a.nnodes) * int(a.nproc_per_node)
 
 
+def _with_transformer_engine(stack: contextlib.ExitStack) -> None:
+    """Megatron as on a node with Transformer Engine TE_VERSION: megatron.core.utils'
+    cached TE version, and rope_utils' fused RoPE functions present (never called: no
+    model is built). Nothing to do for a Megatron without megatron.core (a stand-in)."""
+    try:
+        import megatron.core.models.common.embeddings.rope_utils as rope
+        import megatron.core.utils as mcu
+    except ModuleNotFoundError as e:  # the tests' stand-in has no megatron.core models
+        if e.name not in ("megatron.core.models", "megatron.core.utils"):
+            raise
+        return
+    from packaging.version import Version
+
+    def fused_rope_stand_in(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("Transformer Engine's fused RoPE is not here: only checked for")
+
+    stack.enter_context(mock.patch.object(mcu, "_te_version", Version(TE_VERSION)))
+    for name in ("fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd"):
+        stack.enter_context(mock.patch.object(rope, name, fused_rope_stand_in))
+
+
 def check_megatron(item: Item) -> None:
     import megatron.training.arguments as margs
+    from megatron.core.num_microbatches_calculator import (init_num_microbatches_calculator,
+                                                           unset_num_microbatches_calculator)
 
-    with mock.patch.dict(os.environ, _script_env(item.env, item.world), clear=True), \
-            mock.patch.object(sys, "argv", ["pretrain_gpt.py", *item.payload, *USER_ARGS]), \
-            mock.patch.object(margs, "get_device_arch_version", lambda: H100_ARCH_MAJOR,
-                              create=True):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.dict(os.environ, _script_env(item.env, item.world),
+                                            clear=True))
+        stack.enter_context(mock.patch.object(
+            sys, "argv", ["pretrain_gpt.py", *item.payload, *USER_ARGS]))
+        stack.enter_context(mock.patch.object(margs, "get_device_arch_version",
+                                              lambda: H100_ARCH_MAJOR, create=True))
+        _with_transformer_engine(stack)
         args = margs.parse_args()
         margs.validate_args(args, {})
+        # what initialize_megatron's set_global_variables does next with the data-parallel
+        # size validate_args derived from WORLD_SIZE (megatron/training/global_vars.py)
+        init_num_microbatches_calculator(
+            args.rank, args.rampup_batch_size, args.global_batch_size,
+            args.micro_batch_size, args.data_parallel_size,
+            args.decrease_batch_size_if_needed)
+        unset_num_microbatches_calculator()
         margs.core_transformer_config_from_args(args)
 
 
@@ -550,9 +592,11 @@ CHECKERS: dict[str, Callable[[Item], None] | None] = {
 #: a message that says the machine, not the file, is at fault: torch's CUDA layer without a
 #: driver or GPU (torch/cuda/__init__.py _lazy_init: "Found no NVIDIA driver on your
 #: system", "Torch not compiled with CUDA enabled", "No CUDA GPUs are available"), a shared
-#: library that does not load
+#: library that does not load, a framework asking for a package (Megatron's "Please install
+#: TE >= 1.4", megatron/core/transformer/transformer_config.py, core_v0.15.3)
 ENV_MESSAGE = re.compile(r"no NVIDIA driver|not compiled with CUDA|No CUDA GPUs|CUDA driver"
-                         r"|libcuda|libnccl|cannot open shared object", re.IGNORECASE)
+                         r"|libcuda|libnccl|cannot open shared object|Please install",
+                         re.IGNORECASE)
 #: code whose failure is the machine's: torch's CUDA layer, its extension builder (which
 #: indexes an empty CUDA arch list on a machine without a GPU unless TORCH_CUDA_ARCH_LIST is
 #: set: torch/utils/cpp_extension.py _get_cuda_arch_flags)
