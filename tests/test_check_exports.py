@@ -166,9 +166,11 @@ def test_golden_files_are_launched_under_bash_and_read_from_what_the_launcher_go
     assert by["golden llama3-405b.torchtitan.toml"].world == 2048 * 8
     # the script's own export, recorded by the stand-in torchrun
     assert by["golden llama3-70b.megatron.sh"].env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    assert by["golden llama3-70b.megatron.sh"].payload[:2] == ["--num-layers", "80"]
+    assert by["golden llama3-70b.megatron.sh"].payload["args"][:2] == ["--num-layers", "80"]
     assert by["golden llama3-70b.torchtitan.toml"].payload["args"] == [
         "--job.config_file", "job.toml"]
+    assert by["golden llama3-70b.torchtitan.toml"].payload["launch"][:3] == [
+        "torchrun", "--nnodes", "128"]
 
 
 def test_the_world_is_the_launch_lines_not_the_files():
@@ -247,6 +249,17 @@ def test_negative_control_every_format_skipped_fails_the_run(monkeypatch, capsys
     assert ce.main(["--no-sample", "--only", "deepspeed", "--only", "torchtitan"]) == 2
     with pytest.raises(SystemExit):
         ce.main(["--sample", "0"])
+
+
+def test_files_named_on_the_command_line_are_checked_alone(monkeypatch, tmp_path, capsys):
+    """--file: a user's export, here the DeepSpeed negative control, fails the run."""
+    _fake_deepspeed(monkeypatch)
+    bad = tmp_path / "x.ds_config.json"
+    bad.write_text(_golden("llama3-70b.ds_config.json").replace("--num_nodes 64",
+                                                                "--num_nodes 32"))
+    assert ce.main(["--file", str(bad)]) == 1
+    assert "deepspeed: 0 accepted, 1 refused" in capsys.readouterr().out
+    assert ce.main(["--file", str(GOLDEN / "llama3-70b.ds_config.json")]) == 0
 
 
 def test_bash_refuses_before_any_framework_is_asked(monkeypatch):

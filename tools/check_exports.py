@@ -2,7 +2,7 @@
 per format, how many each accepts, refuses and could not check (and the first of each).
 
     python tools/check_exports.py [--sample N] [--seed S] [--only FMT ...]
-        [--python FMT=/venv/bin/python ...]
+        [--python FMT=/venv/bin/python ...] [--file EXPORT ...]
 
 Each framework lives in its own virtual environment (megatron-core pins numpy<2, the
 planner needs numpy>=2; docs/export.md "Checking exports" has the recipe): ``--python
@@ -23,7 +23,9 @@ How a file reaches its framework, as a user's launch would:
   what the stand-in recorded: the launcher's argv, the environment the script exported
   (this tool sets no variable of its own, e.g. not ``CUDA_DEVICE_MAX_CONNECTIONS``), and
   the world the launch line asks for (torchrun ``--nnodes`` x ``--nproc-per-node``,
-  DeepSpeed ``--num_nodes`` x ``--num_gpus``), never one recomputed from the file. A
+  DeepSpeed ``--num_nodes`` x ``--num_gpus``; the launchers' own parsers, torch's
+  get_args_parser and DeepSpeed's runner.parse_args, must read the same), never one
+  recomputed from the file. A
   script bash rejects, one that launches nothing or more than one process, or a launch
   whose world cannot be read, is refused before any framework is asked;
 - megatron: megatron.training.arguments parse_args and validate_args, the micro-batch
@@ -280,7 +282,7 @@ def megatron_item(label: str, text: str) -> Item:
         world, program = torchrun_launch(launch)
         if not program or not program[0].endswith(".py"):
             raise Refused(f"torchrun runs {program[:1]}, expected Megatron's pretrain_*.py")
-        return program[1:], world, launch.env
+        return {"args": program[1:], "launch": launch.argv}, world, launch.env
     return _launched("megatron", label, make)
 
 
@@ -308,7 +310,8 @@ def torchtitan_item(label: str, text: str) -> Item:
         world, program = torchrun_launch(launch)
         if program[:2] != ["-m", "torchtitan.train"]:
             raise Refused(f"torchrun runs {' '.join(program[:2])}, expected -m torchtitan.train")
-        return {"args": program[2:], "files": {"job.toml": text}}, world, launch.env
+        return ({"args": program[2:], "files": {"job.toml": text}, "launch": launch.argv},
+                world, launch.env)
     return _launched("torchtitan", label, make)
 
 
@@ -317,6 +320,14 @@ READERS: dict[str, Callable[[str, str], Item]] = {
     "megatron-bridge": lambda label, text: Item("megatron-bridge", label, text.splitlines(), 0)}
 SUFFIXES = {".megatron.sh": "megatron", ".ds_config.json": "deepspeed",
             ".torchtitan.toml": "torchtitan", ".bridge.txt": "megatron-bridge"}
+
+
+def file_item(path: Path) -> Item:
+    """The item of one exported file, its format named by its suffix."""
+    for suffix, fmt in SUFFIXES.items():
+        if path.name.endswith(suffix):
+            return READERS[fmt](str(path), path.read_text())
+    raise SystemExit(f"--file {path}: expected a name ending in {', '.join(SUFFIXES)}")
 
 
 def golden_items() -> Iterator[Item]:
@@ -414,13 +425,21 @@ def _script_env(env: dict[str, str], world: int) -> dict[str, str]:
     return {**ours, **env, "WORLD_SIZE": str(world), "RANK": "0", "LOCAL_RANK": "0"}
 
 
-def _torchrun_world(argv: list[str]) -> int:
-    """The world torch's own torchrun parser reads from a launch (torch is in every
-    framework's environment)."""
-    from torch.distributed.run import get_args_parser
-
+def _same_world_as_torchrun(item: Item) -> None:
+    """torch's own torchrun parser (torch/distributed/run.py get_args_parser) reads the
+    launch's world as this tool did; skipped only where torch is absent (the tests'
+    stand-in frameworks; every framework's environment has torch)."""
+    try:
+        from torch.distributed.run import get_args_parser
+    except ImportError:
+        return
+    argv = item.payload["launch"][1:]
+    if argv[:2] == ["-m", "torch.distributed.run"]:
+        argv = argv[2:]
     a = get_args_parser().parse_args(argv)
-    return int(a.nnodes) * int(a.nproc_per_node)
+    world = int(a.nnodes) * int(a.nproc_per_node)
+    if world != item.world:
+        raise AssertionError(f"torchrun reads a world of {world}, this tool {item.world}")
 
 
 def _with_transformer_engine(stack: contextlib.ExitStack) -> None:
@@ -449,11 +468,12 @@ def check_megatron(item: Item) -> None:
     from megatron.core.num_microbatches_calculator import (init_num_microbatches_calculator,
                                                            unset_num_microbatches_calculator)
 
+    _same_world_as_torchrun(item)
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.dict(os.environ, _script_env(item.env, item.world),
                                             clear=True))
         stack.enter_context(mock.patch.object(
-            sys, "argv", ["pretrain_gpt.py", *item.payload, *USER_ARGS]))
+            sys, "argv", ["pretrain_gpt.py", *item.payload["args"], *USER_ARGS]))
         stack.enter_context(mock.patch.object(margs, "get_device_arch_version",
                                               lambda: H100_ARCH_MAJOR, create=True))
         _with_transformer_engine(stack)
@@ -473,6 +493,7 @@ def check_torchtitan(item: Item) -> None:
     from torchtitan.config import ConfigManager
     from torchtitan.distributed import ParallelDims
 
+    _same_world_as_torchrun(item)
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in item.payload["files"].items():
@@ -743,6 +764,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="plans per framework space (default 100)")
     ap.add_argument("--seed", type=int, default=SEED, help=f"the sample's seed ({SEED})")
     ap.add_argument("--no-sample", action="store_true", help="golden files only")
+    ap.add_argument("--file", action="append", type=Path, default=[],
+                    help="check this exported file instead of the golden files and samples "
+                         f"(repeatable; its name ends in {', '.join(SUFFIXES)})")
     ap.add_argument("--only", action="append", choices=FORMATS, default=[],
                     help="check only this format (repeatable); its skip is a failure")
     ap.add_argument("--python", action="append", type=_python_option, default=[],
@@ -756,8 +780,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.sample < 1:
         ap.error(f"--sample: expected a positive number of plans, got {a.sample}")
     wanted = set(a.only or FORMATS)
-    items = [i for i in golden_items() if i.fmt in wanted]
-    if not a.no_sample:
+    if a.file:
+        items = [i for i in map(file_item, a.file) if i.fmt in wanted]
+    else:
+        items = [i for i in golden_items() if i.fmt in wanted]
+    if not a.no_sample and not a.file:
         profiles = {p: f for p, f in PROFILES.items() if f in wanted}
         items += list(space_items(a.sample, a.seed, profiles))
         if wanted & {"vllm", "sglang"}:
