@@ -295,6 +295,28 @@ def test_serving_commands_are_launched_under_bash():
     assert sglang.payload[:3] == ["python", "-m", "sglang.launch_server"]
 
 
+def test_a_serving_flag_the_engine_does_not_know_is_refused_saying_so(monkeypatch):
+    """SGLang's ServerArgs.add_cli_args (python/sglang/srt/server_args.py) declares the
+    flags; argparse refuses another on stderr and exits: the note keeps its words."""
+    class ServerArgs:
+        @staticmethod
+        def add_cli_args(parser) -> None:
+            for name in ("--model-path", "--tp-size", "--pp-size", "--max-running-requests",
+                         "--chunked-prefill-size", "--kv-cache-dtype", "--quantization",
+                         "--disaggregation-mode"):
+                parser.add_argument(name)
+
+    mods = [types.ModuleType(n) for n in ("sglang", "sglang.srt", "sglang.srt.server_args")]
+    mods[2].ServerArgs = ServerArgs  # type: ignore[attr-defined]
+    _modules(monkeypatch, *mods)
+    good = [i for i in ce.serving_items() if i.fmt == "sglang"]
+    typo = ce.serving_item("sglang", "typo", "python -m sglang.launch_server --model-path m "
+                           "--tp-sizes 2")
+    t = _check([*good, typo])["sglang"]
+    assert (t.accepted, t.refused, t.env_failed) == (len(good), 1, 0), t
+    assert "unrecognized arguments: --tp-sizes 2" in t.first[0]
+
+
 def test_the_sample_is_drawn_from_the_whole_space_with_a_fixed_seed():
     a = [i.label for i in ce.space_items(6, profiles={"torchtitan": "torchtitan"})]
     b = [i.label for i in ce.space_items(6, profiles={"torchtitan": "torchtitan"})]
@@ -332,6 +354,8 @@ def _raised_in(filename: str, exc: BaseException) -> BaseException:
     (_raised_in("/v/megatron/training/arguments.py", IndexError("list index out of range")),
      False),
     (ValueError("apply_rope_fusion is not available. Please install TE >= 1.4."), True),
+    (RuntimeError("Failed to infer device type, please set the environment variable "
+                  "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging"), True),
     (SystemExit(2), False),
     (FileNotFoundError("job.toml"), False),
 ])

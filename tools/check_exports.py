@@ -62,6 +62,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import json
 import os
 import random
@@ -614,10 +615,11 @@ CHECKERS: dict[str, Callable[[Item], None] | None] = {
 #: driver or GPU (torch/cuda/__init__.py _lazy_init: "Found no NVIDIA driver on your
 #: system", "Torch not compiled with CUDA enabled", "No CUDA GPUs are available"), a shared
 #: library that does not load, a framework asking for a package (Megatron's "Please install
-#: TE >= 1.4", megatron/core/transformer/transformer_config.py, core_v0.15.3)
+#: TE >= 1.4", megatron/core/transformer/transformer_config.py, core_v0.15.3), vLLM finding
+#: no platform ("Failed to infer device type", vllm/config/device.py DeviceConfig, v0.33.0)
 ENV_MESSAGE = re.compile(r"no NVIDIA driver|not compiled with CUDA|No CUDA GPUs|CUDA driver"
-                         r"|libcuda|libnccl|cannot open shared object|Please install",
-                         re.IGNORECASE)
+                         r"|libcuda|libnccl|cannot open shared object|Please install"
+                         r"|Failed to infer device type", re.IGNORECASE)
 #: code whose failure is the machine's: torch's CUDA layer, its extension builder (which
 #: indexes an empty CUDA arch list on a machine without a GPU unless TORCH_CUDA_ARCH_LIST is
 #: set: torch/utils/cpp_extension.py _get_cuda_arch_flags)
@@ -691,16 +693,20 @@ def run(items: list[Item]) -> dict[str, Tally]:
             t.env_failed += 1
             _note(t, "environment", item.label, broken[item.fmt] or "")
             continue
+        said = io.StringIO()  # argparse says why on stderr, then exits
         try:
-            CHECKERS[item.fmt](item)  # type: ignore[misc]
-        except (Exception, SystemExit) as e:  # argparse exits on a refusal
+            with contextlib.redirect_stderr(said):
+                CHECKERS[item.fmt](item)  # type: ignore[misc]
+        except (Exception, SystemExit) as e:
             why = environment_failure(e)
             if why is not None:
                 t.env_failed += 1
                 _note(t, "environment", item.label, why)
             else:
                 t.refused += 1
-                _note(t, "refused", item.label, f"{type(e).__name__}: {e}")
+                last = said.getvalue().strip().splitlines()[-1:] if isinstance(
+                    e, SystemExit) else []
+                _note(t, "refused", item.label, " ".join([f"{type(e).__name__}: {e}", *last]))
         else:
             t.accepted += 1
     return out
