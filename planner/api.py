@@ -579,8 +579,13 @@ def solve_mixed(model: ModelSpec | str, cluster: Any, *,
     _transformer(m)
     _callable("progress", progress)
     mc = load_mixed_cluster(cluster)
-    opts = _space_options(options, max_microbatch=max_microbatch, max_virtual_stages=None,
-                          allow_idle_gpus=None, even_pipeline=None, framework=framework)
+    opts = _space_options(options, framework=framework)
+    if max_microbatch is not None:
+        if isinstance(max_microbatch, bool) or not isinstance(max_microbatch, int) \
+                or max_microbatch < 1:
+            raise InputError(f"max_microbatch {_short(max_microbatch)}: expected a positive "
+                             "integer")
+        opts = replace(opts or SpaceOptions(), max_microbatch=max_microbatch)
     return _solve_mixed(m, mc, fixed=_fixed_fields(None, fix),
                         base=base_overrides(global_batch_size, seq_len, dtype),
                         backend=backend, time_limit_s=time_limit_s, options=opts,

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from planner.errors import InfeasibleError, InputError, PlannerError
+from planner.errors import InfeasibleError, PlannerError
 
 out = Console()
 err = Console(stderr=True)

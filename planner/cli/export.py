@@ -78,24 +78,33 @@ def write_launch(launcher: str, fmt: str, plan, model, cluster, folder: str,  # 
     (created; an existing file is replaced only with ``force``) and name each on stderr;
     the paths written. For ``planner solve --launcher`` as well (``option`` names the
     folder in errors)."""
+    from planner.export.launch import launch_files
+
+    files = launch_files(launcher, fmt, plan, model, cluster)  # refusals before any write
+    return write_folder(files, folder, force, option, f" ({fmt}, {launcher})")
+
+
+def write_folder(files: list[tuple[str, str]], folder: str, force: bool, option: str,
+                 label: str = "") -> list[str]:
+    """``files`` ((name, text) pairs) into ``folder`` (created; an existing file is replaced
+    only with ``force``), each named on stderr; the paths written. ``option`` names the
+    folder in errors."""
     import os
 
     from planner.errors import InputError
-    from planner.export.launch import launch_files
     from planner.fileio import write_output_atomic
 
-    files = launch_files(launcher, fmt, plan, model, cluster)  # refusals before any write
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
         raise InputError(f"{option} {folder}: cannot create the folder ({e.strerror})") from None
     if not os.path.isdir(folder):
-        raise InputError(f"{option} {folder}: not a folder (--launcher writes several files)")
+        raise InputError(f"{option} {folder}: not a folder (it takes several files)")
     written = []
     for name, text in files:
         path = os.path.join(folder, name)
         write_output_atomic(path, text, option, force=force)
-        err.print(escape(f"wrote {path} ({fmt}, {launcher})"), highlight=False)
+        err.print(escape(f"wrote {path}{label}"), highlight=False)
         written.append(path)
     return written
 

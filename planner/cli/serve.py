@@ -15,8 +15,10 @@ from planner.api import serve as run_serve
 from planner.api import serve_clusters
 from planner.cli.console import (_emit_json, check_files, err, out, say_failed_overrun,
                                  say_overrun)
+from planner.cli.export import write_folder
 from planner.cli.options import command
 from planner.errors import InfeasibleError, InputError
+from planner.export.launch import serve_launch_files
 from planner.report.serve import serve_notes, time_limit_line
 from planner.specs.loaders import load_model
 from planner.procurement.serve import ServeProcurement
@@ -33,6 +35,10 @@ def serve(request: ServeRequest, output: ServeOutput) -> None:
                 [("the model", name), *(("a cluster", c) for c in request.cluster)],
                 output.force)
     _simulate_bounds(output.simulate_requests, request.osl)
+    if (output.launcher or output.launch_out) and not (output.launch and output.launcher
+                                                       and output.launch_out):
+        raise InputError("--launcher and --launch-out go together, with --launch (the "
+                         "commands the jobs run)")
     eng, only = _engine(request.engine, output.launch)
     m = load_model(name)
     weights = _weights(name, m, output.model_path, output.launch)
@@ -57,6 +63,11 @@ def serve(request: ServeRequest, output: ServeOutput) -> None:
         plot_serve_pareto(res.pareto, output.plot_path,
                           f"{name}: ISL {request.isl}, OSL {request.osl}", force=output.force)
     cmds = _launch(weights, res.plan, only) if weights else None
+    if output.launcher and weights:
+        files = serve_launch_files(output.launcher, only or eng.launcher or "trtllm", weights,
+                                   res.plan, {c.gpu.name: c.node_size for c in clusters},
+                                   name=m.name)
+        write_folder(files, output.launch_out or "", output.force, "--launch-out")
     if output.as_json:
         _emit_json(_result_json(res, eng, calib, quant, request.pareto, sim, cmds))
     else:
@@ -267,3 +278,4 @@ def _short(plan) -> str:
         return one
     p = plan.prefill
     return f"decode {one} + prefill {p.replicas}x{p.gpu} tp{p.tp}pp{p.pp} {p.weight_dtype}"
+

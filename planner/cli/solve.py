@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 from rich.markup import escape
 
 from planner.api import solve as run_solve
-from planner.api import with_headroom
+from planner.api import solve_mixed, with_headroom
 from planner.cli.console import (
     LazyStatus,
     _emit_json,
@@ -18,19 +19,28 @@ from planner.cli.console import (
     warn_calibration,
     warn_context_length,
 )
+from planner.cli.export import write_export, write_launch
 from planner.cli.options import command
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, InputError
+from planner.report.text import print_mixed
 from planner.specs.dlrm import DLRMSpec
-from planner.specs.loaders import load_cluster, load_model
+from planner.specs.loaders import load_cluster, load_model, read_structured
+from planner.specs.mixed import is_mixed
 from planner.specs.requests import SolveOutput, SolveRequest
 
 
 @command(SolveRequest, SolveOutput)
 def solve(request: SolveRequest, output: SolveOutput) -> None:
     """Find the best parallelization plan, proven optimal over the search space."""
+    if _mixed_file(request.cluster):  # several GPU pools: docs/mixed.md
+        return _solve_mixed(request, output)
     profile, export = _check_export(output.export_format, output.export_path, output.as_json,
                                     request.framework)
-    check_files([("--out", output.out_path), ("--export-out", output.export_path)],
+    if output.launcher and not (export and output.export_path):
+        raise InputError(f"--launcher {output.launcher}: needs --export FORMAT and "
+                         "--export-out FOLDER (the job's files)")
+    check_files([("--out", output.out_path)]
+                + ([] if output.launcher else [("--export-out", output.export_path)]),
                 [("the model", request.model), ("the cluster", request.cluster),
                  ("the plan", request.plan)], output.force)
     # loaded here, once: the warnings and the report read them too
@@ -57,11 +67,58 @@ def solve(request: SolveRequest, output: SolveOutput) -> None:
     if output.out_path:
         _write_plan(res.best.plan, output.out_path, output.force)
     _report(res, m, c, output.out_path, output.as_json)
-    if export:
-        from planner.cli.export import write_export
-
+    if export and output.launcher:
+        write_launch(output.launcher, export, res.best.plan, m, c, output.export_path or "",
+                     output.force, "--export-out")
+    elif export:
         write_export(export, res.best.plan, m, c, output.export_path, output.force,
                      "--export-out")
+
+
+def _mixed_file(cluster: Any) -> bool:
+    """Whether ``cluster`` names a file of several GPU pools (a ``pools`` key)."""
+    if not isinstance(cluster, str) or not cluster.endswith((".yaml", ".yml", ".json")) \
+            or not Path(cluster).is_file():
+        return False
+    try:
+        return is_mixed(read_structured(Path(cluster)))
+    except InputError:
+        return False  # the single-cluster loader says what is wrong with it
+
+
+#: what a mixed-cluster solve does not take (its space: docs/mixed.md)
+_NOT_MIXED = {"gpus": "--gpus", "plan": "--plan", "tokens": "--tokens", "top_k": "--top",
+              "objective": "--objective", "max_virtual_stages": "--max-virtual-stages",
+              "allow_idle_gpus": "--allow-idle-gpus", "even_pipeline": "--even-pipeline",
+              "memory_headroom_gib": "--memory-headroom", "max_iteration_time_s": "",
+              "presolve": "--no-presolve"}
+
+
+def _solve_mixed(request: SolveRequest, output: SolveOutput) -> None:
+    """The fastest plan on a mixed cluster (each pool alone, and stages across pools)."""
+    given = [flag or name for name, flag in _NOT_MIXED.items()
+             if getattr(request, name) != SolveRequest.model_fields[name].default]
+    given += [flag for name, flag in (("out_path", "--out"), ("export_format", "--export"),
+                                      ("export_path", "--export-out"),
+                                      ("launcher", "--launcher")) if getattr(output, name)]
+    if given:
+        raise InputError(f"{', '.join(given)}: not taken on a mixed cluster "
+                         f"({request.cluster}): the mixed search minimizes iteration time "
+                         "over its own space (docs/mixed.md); planner.export.mixed writes "
+                         "Megatron-LM's arguments")
+    status = LazyStatus(err, not output.as_json)
+    try:
+        res = solve_mixed(request.model, request.cluster, fix=request.fix,
+                          global_batch_size=request.global_batch_size, seq_len=request.seq_len,
+                          dtype=request.dtype, backend=request.backend,
+                          time_limit_s=request.time_limit_s,
+                          max_microbatch=request.max_microbatch,
+                          framework=request.framework, progress=status)
+    finally:
+        status.stop()
+    if output.as_json:
+        return _emit_json(res.to_json())
+    print_mixed(out, res)
 
 
 def _report(res: Any, m: Any, c: Any, out_path: Optional[str], json_: bool) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -201,3 +204,29 @@ def solve_tables(console: Console, res) -> None:
                       _fmt_s(e.iteration_time_s), f"{e.mfu:.1%}",
                       f"{e.memory_per_gpu_bytes / GiB:.1f}")
         console.print(t)
+
+
+def print_mixed(console: Console, res: Any) -> None:
+    """A mixed-cluster solve (planner.orchestration.mixed.MixedSolveResult): each pool
+    alone, and the plan across pools with its stages."""
+    console.print(f"{res.status} ({'stages across pools' if res.best_kind == 'mixed' else 'one pool'}):"
+                  f" {res.iteration_time_s:.3f} s per iteration", highlight=False)
+    for pool, s in res.single.items():
+        if s is None:
+            console.print(f"  {escape(pool)} alone: nothing fits", highlight=False)
+            continue
+        p = s.plan
+        console.print(f"  {escape(pool)} alone: {s.estimate.iteration_time_s:.3f} s (tp={p.tp} "
+                      f"cp={p.cp} pp={p.pp} dp={p.dp} v={p.virtual_stages}; "
+                      f"{res.single_status[pool]})", highlight=False)
+    if res.mixed is None:
+        return
+    p, est = res.mixed.plan.plan, res.mixed.estimate
+    console.print(f"  across pools: tp={p.tp} cp={p.cp} pp={p.pp} dp={p.dp} "
+                  f"mbs={p.microbatch_size} zero={p.zero_stage} recompute={p.recompute} "
+                  f"({res.mixed_status})", highlight=False)
+    for st in est.stages:
+        console.print(f"    stage {st.rank}: {escape(st.pool)} ({st.gpu}) {st.layers} layers, "
+                      f"{st.stage_time_s * 1e3:.1f} ms per microbatch, "
+                      f"{st.memory_bytes / 2**30:.1f} of {st.hbm_bytes / 2**30:.0f} GiB",
+                      highlight=False)

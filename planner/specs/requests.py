@@ -272,6 +272,10 @@ class SolveOutput(OutputOptions):
         None, "Where --export writes (default: standard output after the tables).",
         "--export-out", metavar="FILE")
     verbose: bool = option(False, "Show the solver log.", "--verbose")
+    launcher: Literal["slurm", "kubernetes"] | None = option(
+        None, "With --export FORMAT: write the job that launches it instead, into the folder "
+        "--export-out names: an sbatch script (slurm) or a ConfigMap and PyTorchJob "
+        "(kubernetes) with the file (docs/export.md).", "--launcher")
 
 
 class PlotOutput(OutputOptions):
@@ -353,6 +357,12 @@ class ServeOutput(PlotOutput):
         None, "The weights the --launch commands load: a Hugging Face id or a checkpoint path "
         "(default: the folder of a config.json given as -m, else the model file's hf_id).",
         "--model-path")
+    launcher: Literal["slurm", "kubernetes"] | None = option(
+        None, "With --launch: also write the jobs that start the pools, into --launch-out: "
+        "an sbatch script per pool (slurm), or a Deployment (a replica within a node) or "
+        "LeaderWorkerSet per pool (kubernetes) (docs/export.md).", "--launcher")
+    launch_out: str | None = option(None, "The folder --launcher writes into.", "--launch-out",
+                                    metavar="FOLDER")
 
 
 # ---- procurement: planner procure -------------------------------------------------------
