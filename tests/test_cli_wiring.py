@@ -75,3 +75,21 @@ def test_procure_takes_the_owned_fleet_and_the_site(capsys, tmp_path):
     code, _, err = run(capsys, "procure", "-m", "llama3-8b", "--tokens", "15e12", "--days",
                        "90", "--gpus", "a100,h100", "--max-power-mw", "0.01")
     assert code != 0 and "the site has 0.01 MW" in err
+
+
+def test_serve_costs_a_vllm_command(capsys):
+    """--from-vllm costs the command's one replica under the workload, with vLLM's profile,
+    and lists what it did not read; a command without its batch limits is refused."""
+    args = ("serve", "-m", "llama3-8b", "-c", "dgx-h100-superpod", "--isl", "1024", "--osl",
+            "128", "--ttft-ms", "500", "--tpot-ms", "50", "--rate", "5")
+    code, out, err = run(capsys, *args, "--json", "--from-vllm",
+                         "--tensor-parallel-size 2 --max-num-seqs 64 "
+                         "--max-num-batched-tokens 8192 --gpu-memory-utilization 0.9")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["plan"]["tp"] == 2 and data["plan"]["concurrency"] == 64
+    assert data["engine"]["name"] == "vllm"
+    assert data["ignored_arguments"] == ["--gpu-memory-utilization", "0.9"]
+    assert data["estimate"]["feasible"] and data["estimate"]["ttft_ms"] < 500
+    code, _, err = run(capsys, *args, "--from-vllm", "--tensor-parallel-size 2")
+    assert code != 0 and "--max-num-seqs" in err

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from planner.api import evaluate_serve
 from planner.api import serve as run_serve
 from planner.api import serve_clusters
 from planner.cli.console import (_emit_json, check_files, err, out, say_failed_overrun,
@@ -19,11 +20,12 @@ from planner.cli.export import write_folder
 from planner.cli.options import command
 from planner.errors import InfeasibleError, InputError
 from planner.export.launch import serve_launch_files
+from planner.export.readback import serve_plan_from_vllm
 from planner.report.serve import serve_notes, time_limit_line
 from planner.specs.loaders import load_model
 from planner.procurement.serve import ServeProcurement
 from planner.specs.requests import ServeOutput, ServeRequest
-from planner.specs.serve import ServeEngine
+from planner.specs.serve import ServeEngine, load_engine
 from planner.validation.band import SERVING
 
 @command(ServeRequest, ServeOutput)
@@ -43,7 +45,11 @@ def serve(request: ServeRequest, output: ServeOutput) -> None:
     m = load_model(name)
     weights = _weights(name, m, output.model_path, output.launch)
     clusters = serve_clusters(request.cluster)
+    if request.from_vllm is not None:  # vLLM's own profile unless --engine names another
+        eng = eng if request.engine is not None else load_engine("vllm")
     request = request.model_copy(update={"model": m, "cluster": clusters, "engine": eng})
+    if request.from_vllm is not None:
+        return _from_vllm(request, m, clusters[0], eng, output.as_json)
     start = time.monotonic()
     try:
         res = run_serve(request)
@@ -279,3 +285,32 @@ def _short(plan) -> str:
     p = plan.prefill
     return f"decode {one} + prefill {p.replicas}x{p.gpu} tp{p.tp}pp{p.pp} {p.weight_dtype}"
 
+
+
+def _from_vllm(request: ServeRequest, m: Any, cluster: Any, eng: Any, json_: bool) -> None:
+    """One vLLM command's plan costed under the workload (``--from-vllm``), with the
+    arguments not read."""
+    plan, ignored = serve_plan_from_vllm(request.from_vllm or "", m, cluster)
+    w = request.workload
+    est = evaluate_serve(m, cluster, plan, w.isl, w.osl, rate_rps=w.rate_rps,
+                         ttft_ms=w.ttft_ms, tpot_ms=w.tpot_ms, percentile=w.percentile,
+                         engine=eng)
+    if json_:
+        _emit_json({"plan": plan.to_dict(), "estimate": {**est.to_json(), **SERVING.to_json()},
+                    "engine": _engine_json(eng), "ignored_arguments": ignored})
+    else:
+        out.print(f"vLLM command: {plan.gpus_per_replica} x {escape(cluster.gpu.name)}, tp "
+                  f"{plan.tp}, pp {plan.pp}, concurrency {plan.concurrency}, weights "
+                  f"{plan.weight_dtype}, KV {plan.kv_dtype} (engine {escape(eng.name)})",
+                  highlight=False)
+        ttft = "-" if est.ttft_ms is None else f"{est.ttft_ms:.1f} ms"
+        tpot = "-" if est.tpot_ms is None else f"{est.tpot_ms:.2f} ms"
+        out.print(f"TTFT {ttft}, TPOT {tpot} at P{100 * est.percentile:g}; capacity "
+                  f"{est.capacity_rps:.2f} requests/s, {est.output_tokens_per_s:,.0f} output "
+                  f"tokens/s", highlight=False)
+        for why in est.reasons:
+            out.print(f"[red]not met:[/] {escape(why)}")
+        if ignored:
+            err.print("[yellow]not read:[/] " + escape(" ".join(ignored)))
+    if not est.feasible:
+        raise typer.Exit(1)

@@ -330,6 +330,11 @@ class ServeRequest(Request):
     time_limit_s: float = option(
         60.0, "Seconds for the whole search, the tables included; when they run out, the "
         "best plan found so far (not proven optimal).", "--time-limit", gt=0, lt=1e7)
+    from_vllm: str | None = option(
+        None, "Cost the serving plan these vLLM arguments run (one replica of 'vllm serve "
+        "MODEL ARGS'; --max-num-seqs and --max-num-batched-tokens required) under the "
+        "workload, instead of searching; the arguments the planner does not read are "
+        "listed.", "--from-vllm", metavar="ARGS")
     weight_dtypes: str = option(
         "bf16,fp8", "Weight formats to search (comma-separated: bf16, fp8, int4, fp4); fp8 "
         "only where the GPU has it. int4 and fp4 change accuracy more: only when listed.",
