@@ -3,16 +3,21 @@ one the linear rows and the bounds use."""
 
 from __future__ import annotations
 
+import gc
+import inspect
 import math
 import random
+import types
 
 import numpy as np
 import pytest
 
+import planner
+import planner.costmodel.train.batch as batch_module
 from formulations.train.space import SearchSpace, SpaceOptions
 from planner.costmodel.train.batch import evaluate_many
 from planner.costmodel.compose import exposure_pieces, iteration_time_s, overlapped_s
-from planner.costmodel.train.evaluator import evaluate
+from planner.costmodel.train.evaluator import check_structure, evaluate
 from planner.costmodel.pipeline import bubble_factor
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan_base import model_defaults
@@ -71,6 +76,107 @@ def test_evaluate_many_outside_the_tables():
     assert not batch.costable[0] and math.isnan(batch.iteration_time_s[0])
     assert batch.costable[1] and not batch.feasible[1]
     assert np.all(np.isfinite(batch.iteration_time_s[batch.feasible]))
+
+
+def test_evaluate_many_mixed_list_equals_evaluate():
+    """One shuffled list mixing settings (dtype, attention), TP exchanges (rs_ag without
+    sp: its own table), per-type recomputation, sp at tp=1, placements with and without a
+    domain and plans outside the tables: every entry equals planner.evaluate on its plan."""
+    m, c, plans = _sample("mixtral-8x7b", "dgx-h100-superpod", 32, 60, seed=5)
+    rng = random.Random(7)
+    mixed = []
+    for i, p in enumerate(plans):
+        update: dict = {}
+        if i % 5 == 1:
+            update["dtype"] = "fp8"
+        if i % 7 == 2:
+            update["attention"] = "standard"
+        if i % 4 == 3 and not p.sequence_parallel:
+            update["tp_comm"] = "rs_ag"
+        if i % 6 == 4:
+            update["recompute"] = {"dense": "full", "moe": "selective"}
+        if i % 9 == 5:
+            update["placement"] = {"order": list(p.placement.order)}  # no domain given
+        if i % 11 == 6:
+            update["dp"] = p.dp * 2  # more GPUs than the cluster has
+        mixed.append(p.model_validate({**p.to_dict(), **update}) if update else p)
+    mixed.append(mixed[0].model_copy(update={"tp": 1, "sequence_parallel": True,
+                                             "tp_comm": "rs_ag", "dp": mixed[0].dp * mixed[0].tp}))
+    rng.shuffle(mixed)
+    batch = _check(m, c, mixed)
+    many = planner.evaluate_many(m, c, mixed)  # the public entry point, the same arrays
+    assert np.array_equal(many.feasible, batch.feasible)
+    assert np.array_equal(many.iteration_time_s, batch.iteration_time_s, equal_nan=True)
+    assert batch.feasible.any() and not batch.costable.all()
+
+
+def test_structural_rules_run_once_per_structure(monkeypatch):
+    """A list of plans that differ only in ZeRO stage, sp and recomputation runs the
+    structural rules once per degrees (not per plan); the answers still equal evaluate."""
+    m = load_model("llama3-8b")
+    c = load_cluster("dgx-h100-superpod", 16)
+    space = SearchSpace(m, c, model_defaults(m), {}, SpaceOptions(max_microbatch=2))
+    outers = space.outers[:6]
+    plans = [space.plan(o, d, i) for o, d, i in space if o in outers]
+    random.Random(4).shuffle(plans)
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[2])
+        return check_structure(*args, **kwargs)
+
+    monkeypatch.setattr(batch_module, "check_structure", counted)
+    _check(m, c, plans)
+    structures = {tuple(getattr(p, f) for f in batch_module.STRUCTURE) for p in plans}
+    assert len(calls) == len(structures) < len(plans) / 4
+
+
+class _Reads:
+    """A plan that records which of its fields are read."""
+
+    def __init__(self, plan, seen: set):
+        object.__setattr__(self, "_plan", plan)
+        object.__setattr__(self, "_seen", seen)
+
+    def __getattr__(self, name):
+        plan = self.__dict__["_plan"]
+        if name in type(plan).model_fields:
+            self.__dict__["_seen"].add(name)
+            return getattr(plan, name)
+        attr = getattr(type(plan), name)  # derived: read through the recorder too
+        if isinstance(attr, property):
+            return attr.fget(self)
+        return types.MethodType(attr, self) if inspect.isfunction(attr) else getattr(plan, name)
+
+
+@pytest.mark.parametrize("model,gpus", [("llama3-8b", 16), ("mixtral-8x7b", 32)])
+def test_structural_rules_read_only_the_structural_key(model, gpus):
+    """check_structure reads the settings, the STRUCTURE fields and (for combined 1F1B
+    only) the recomputation: the key evaluate_many checks it once per."""
+    m, c, plans = _sample(model, "dgx-h100-superpod", gpus, 80, seed=2)
+    allowed = set(batch_module.STRUCTURE) | set(batch_module.SETTINGS)
+    for overlap in (False, True):
+        seen: set = set()
+        for p in plans:
+            p = p.model_copy(update={"overlap_moe_ep_comm": overlap})
+            check_structure(m, c, _Reads(p, seen))
+        assert seen - allowed <= ({"recompute"} if overlap else set()), seen - allowed
+
+
+def test_evaluate_many_pauses_the_collector(monkeypatch):
+    """The garbage collector is off while the plans are read (and on again after)."""
+    m, c, plans = _sample("llama3-8b", "dgx-h100-superpod", 16, 20, seed=1)
+    states = []
+    real = batch_module._groups
+
+    def spy(*args):
+        states.append(gc.isenabled())
+        return real(*args)
+
+    monkeypatch.setattr(batch_module, "_groups", spy)
+    assert gc.isenabled()
+    evaluate_many(m, c, plans)
+    assert states == [False] and gc.isenabled()
 
 
 def test_exposure_pieces_reproduce_overlapped_s():

@@ -61,3 +61,33 @@ def test_every_timing_benchmark_reports_machine_and_repeats(path):
         pytest.skip("times nothing")
     assert "machine_line()" in src
     assert "add_repeats(" in src
+
+
+def _entry_points():
+    spec_ = importlib.util.spec_from_file_location(
+        "bench_entry_points", ROOT / "benchmarks" / "bench_entry_points.py")
+    mod = importlib.util.module_from_spec(spec_)
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # its `from _timing import ...`
+    try:
+        spec_.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return mod
+
+
+def test_entry_points_load_loops_are_started_and_stopped():
+    """bench_entry_points --load N: N busy loops run beside the rows and are stopped after."""
+    bench = _entry_points()
+    loops = bench.busy_loops(2)
+    assert [p.poll() for p in loops] == [None, None]  # running
+    bench.stop(loops)
+    assert all(p.poll() is not None for p in loops)
+
+
+def test_entry_points_refuse_an_unknown_row():
+    bench = _entry_points()
+    args = argparse.Namespace(only="nonsense", load=0, repeats=1, timeout=10.0,
+                              exhaustive_limit=1.0, plans=10, seed=0)
+    with pytest.raises(SystemExit, match="nonsense: unknown"):
+        bench.run(args)

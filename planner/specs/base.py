@@ -22,7 +22,7 @@ class Spec(BaseModel):
     # allow_inf_nan=False: an infinite or NaN number is never physics (latency, bandwidth,
     # peak FLOP/s, capacity); pydantic rejects it with the field's name
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True,
-                              allow_inf_nan=False)
+                              allow_inf_nan=False, defer_build=True)
     _hash: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")

@@ -10,7 +10,7 @@ import difflib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -125,6 +125,26 @@ def read_structured(path: Path) -> dict[str, Any]:
     return data
 
 
+T = TypeVar("T")
+#: Catalog entries already built in this process, by kind, file and the file's state:
+#: a solve looked up the same GPU, cluster and model files about 170 times (the validation
+#: corpus and the calibration each load them), parsing and validating each anew.
+_CATALOG_SPECS: dict[tuple[str, str, int, int], Any] = {}
+
+
+def _from_catalog(kind: str, path: Path, label: str,
+                  build: Callable[[dict[str, Any], str], T]) -> T:
+    """The spec ``build`` makes of catalog file ``path``, parsed and validated once per
+    process (again only when the file changes); specs are frozen, so one object serves every
+    caller. ``label`` names the entry in errors."""
+    st = path.stat()
+    key = (kind, str(path), st.st_mtime_ns, st.st_size)
+    spec = _CATALOG_SPECS.get(key)
+    if spec is None:
+        spec = _CATALOG_SPECS[key] = build(read_structured(path), label)
+    return spec
+
+
 def load_catalog_profile(cls: type, folder: str, ref: str, option: str, noun: str,
                          a_file: str) -> Any:
     """A profile of class ``cls`` (a framework, a serving engine): a YAML/JSON file when
@@ -139,7 +159,8 @@ def load_catalog_profile(cls: type, folder: str, ref: str, option: str, noun: st
         hint = f"; closest: {', '.join(near)}" if near else ""
         raise InputError(f"{option} '{ref}': unknown {noun}{hint}; expected one of "
                          f"{', '.join(catalog.names(folder))} or {a_file}")
-    return validate(cls, read_structured(path), f"catalog {noun.split()[-1]} '{ref}'")
+    return _from_catalog(f"{folder}:{cls.__name__}", path, f"catalog {noun.split()[-1]} '{ref}'",
+                         lambda data, label: validate(cls, data, label))
 
 
 def reference(ref: Any, what: str) -> str:
@@ -176,7 +197,8 @@ def load_gpu(ref: str | dict[str, Any]) -> GPUSpec:
     path = catalog.find("gpus", ref)
     if path is None:
         raise _unknown("gpus", "GPU", ref)
-    return validate(GPUSpec, read_structured(path), f"catalog gpu '{ref}'")
+    return _from_catalog("gpus", path, f"catalog gpu '{ref}'",
+                         lambda data, label: validate(GPUSpec, data, label))
 
 
 # ---- models ----------------------------------------------------------------------
@@ -195,8 +217,11 @@ def load_model(ref: str) -> ModelSpec | DLRMSpec:
     path = catalog.find("models", ref)
     if path is None:
         raise _unknown("models", "model", ref)
-    data = read_structured(path)
-    return validate(DLRMSpec if is_dlrm(data) else ModelSpec, data, f"catalog model '{ref}'")
+    return _from_catalog("models", path, f"catalog model '{ref}'", _model_from_data)
+
+
+def _model_from_data(data: dict[str, Any], label: str) -> ModelSpec | DLRMSpec:
+    return validate(DLRMSpec if is_dlrm(data) else ModelSpec, data, label)
 
 
 # ---- clusters --------------------------------------------------------------------
@@ -230,7 +255,7 @@ def load_cluster(ref: str, gpus: int | None = None) -> ClusterSpec:
         path = catalog.find("clusters", ref)
         if path is None:
             raise _unknown("clusters", "cluster", ref)
-        cluster = cluster_from_dict(read_structured(path), f"catalog cluster '{ref}'")
+        cluster = _from_catalog("clusters", path, f"catalog cluster '{ref}'", cluster_from_dict)
     if gpus is not None and gpus != cluster.num_gpus:
         try:
             cluster = cluster.resized(gpus)

@@ -13,10 +13,12 @@ evaluator, so every entry equals :func:`planner.costmodel.train.evaluator.evalua
 
 from __future__ import annotations
 
+import gc
 import itertools
-import json
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from operator import itemgetter
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -147,8 +149,12 @@ def _finish(tb: Tables, q, rc, sp, ok, t_iter, mem, host, busy) -> Estimates:
     counts = np.array([space.model.layer_counts()[t] for t in tb.layer_types], float)
     extra = _per_type(A.layer_extra_flops, q, rc, sp) @ counts  # per microbatch and replica
     model_flops = gb * model_flops_per_sequence(space.model, seq)
+    # the plans' kernel: a list's tables (and a space's --fix attention=...) carry it in the
+    # shared settings, not in the base
+    attention = (tb.settings.attention if tb.settings is not None
+                 else space.base.get("attention", "flash"))
     masked = (gb * masked_attention_flops_per_sequence(space.model, seq)
-              if space.base.get("attention", "flash") == "flash" else 0.0)
+              if attention == "flash" else 0.0)
     hw_flops = model_flops - masked + extra * replicas * A.m[q]
     world = A.world[q].astype(float)
     peak = cluster.gpu.peak_flops(dtype)
@@ -197,35 +203,25 @@ def inner_columns(tb: Tables, points: Sequence[int] | None = None
 
 # ---- lists of plans ----------------------------------------------------------------------
 class PlanSet:
-    """The points a list of plans with the same settings uses, as a point source for
-    :func:`build_tables` (every inner choice tabulated at each point)."""
+    """The points ``(outer, domain)`` a list of plans with the same settings uses, as a point
+    source for :func:`build_tables` (every inner choice tabulated at each point); ``first``
+    is one of the plans (its settings are every plan's); ``tp_comm`` the TP exchange every
+    plan uses, or None where each uses its sequence parallelism's default."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan]):
-        first = plans[0]
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, first: Plan,
+                 points: Sequence[tuple[Outer, tuple[int, ...] | None]],
+                 tp_comm: str | None = None):
         self.model, self.cluster, self._first = model, cluster, first
         self.base = {"seq_len": first.seq_len, "global_batch_size": first.global_batch_size,
                      "dtype": first.dtype}
-        self.fixed = {"tp_comm": first.tp_comm or "allreduce"}
+        # None: each plan's TP exchange is its sp's default (rs_ag with sp, else allreduce)
+        self.fixed = {} if tp_comm is None else {"tp_comm": tp_comm}
         self.order = tuple(first.placement.order)
         self.layer_types = model.layer_types
-        self.points: list[tuple[Outer, tuple[int, ...] | None]] = []
         self._domains: dict[Outer, list[tuple[int, ...] | None]] = {}
-        self.keys = [self._add(p) for p in plans]
+        for o, dom in points:
+            self._domains.setdefault(o, []).append(dom)
         self.outers = list(self._domains)
-
-    def _add(self, plan: Plan) -> tuple[int, tuple[int, ...], int, int]:
-        moe = self.model.moe is not None
-        o = Outer(plan.tp, plan.cp, plan.pp, plan.dp, plan.microbatch_size,
-                  plan.virtual_stages, self.model.num_layers % (plan.pp * plan.virtual_stages)
-                  != 0, plan.ep, plan.etp if moe else 1, plan.cp_comm)
-        given = plan.placement.domain
-        dom = tuple(int(given.get(d, 1)) for d in WORLD_DIMS) if given else None
-        doms = self._domains.setdefault(o, [])
-        if dom not in doms:
-            doms.append(dom)
-        rc = tuple(RECOMPUTE.index(plan.recompute_for(t)) for t in self.layer_types)
-        z = STATES.index((plan.zero_stage, plan.offload_optimizer, plan.offload_params))
-        return (o, dom), rc, int(plan.sequence_parallel and plan.tp > 1), z
 
     def placements(self, o: Outer) -> list[tuple[int, ...] | None]:
         return self._domains[o]
@@ -254,50 +250,162 @@ class PlanSet:
         return self._first
 
 
-def _settings_key(plan: Plan) -> str:
-    """What the plans of one table must share: every field that is not a decision, the
-    placement order and the TP exchange."""
-    data = plan.to_dict()
-    shared = {k: v for k, v in data.items() if k not in DECISIONS}
-    shared["order"] = list(plan.placement.order)
-    shared["tp_comm"] = plan.tp_comm or "allreduce"
-    return json.dumps(shared, sort_keys=True, default=str)
+#: What the plans of one table must share: every plan field that is not a decision (with
+#: the placement order and the TP exchange, read beside them).
+SETTINGS: tuple[str, ...] = tuple(f for f in Plan.model_fields if f not in DECISIONS)
+#: The decisions :func:`check_structure` may read (with the settings and the recomputation):
+#: never ``sequence_parallel``, ``zero_stage``, ``tp_comm`` or ``placement``, so plans that
+#: differ only in those share one structural check (tests/test_batch.py records the reads).
+STRUCTURE: tuple[str, ...] = ("tp", "cp", "pp", "dp", "microbatch_size", "virtual_stages",
+                              "ep", "expert_tp", "cp_comm", "uneven_pipeline",
+                              "offload_optimizer", "offload_params")
+# one C-level call per plan each, on the fields pydantic keeps in the instance's __dict__:
+# the settings; the structure, then recompute, sp, zero, tp_comm and the placement
+_settings_of = itemgetter(*SETTINGS)
+_row_of = itemgetter(*STRUCTURE, "recompute", "sequence_parallel", "zero_stage", "tp_comm",
+                     "placement")
+_NS = len(STRUCTURE)
+_STATE_INDEX = {s: k for k, s in enumerate(STATES)}
 
 
-def _tabulable(model: ModelSpec, cluster: ClusterSpec, plan: Plan, allow_idle: bool) -> bool:
-    if check_structure(model, cluster, plan, allow_idle):
-        return False
-    given = plan.placement.domain
-    dom = tuple(int(given.get(d, 1)) for d in WORLD_DIMS) if given else None
+@dataclass
+class _Group:
+    """The plans of one settings key. ``rows``: per plan, in order, its index in the list,
+    its point key (an index into ``point_keys``), sp, state option and recomputation (an
+    index into ``rcs``). A point key is a structural key (an index into ``keys``: the
+    :data:`STRUCTURE` fields, and the recomputation where the structural rules read it) and
+    a domain; ``first`` holds each structural key's first plan; ``tp_comm`` the TP exchange
+    of every plan, None where each has its sp's default."""
+
+    tp_comm: str | None
+    rc_in_key: bool
+    rows: list[tuple[int, int, int, int, int]]
+    keys: dict[tuple, int]
+    first: list[int]
+    point_keys: dict[tuple[int, tuple[int, ...] | None], int]
+
+
+def _groups(model: ModelSpec, plans: Sequence[Plan]) -> tuple[list[_Group], list[tuple]]:
+    """One pass over ``plans``, grouped by settings; and the recomputation choices seen
+    (per layer type, indices into :data:`RECOMPUTE`)."""
+    types = model.layer_types
+    rc_code = {(RECOMPUTE.index(m),) * len(types): k for k, m in enumerate(RECOMPUTE)}
+    of_str = {m: k for k, m in enumerate(RECOMPUTE)}  # "full" -> its code above
+    groups: dict[tuple, _Group] = {}
+    last_order: list[str] | None = None
+    order: tuple[str, ...] = ()
+    ones = (1,) * len(WORLD_DIMS)
+    for i, p in enumerate(plans):
+        fields_ = vars(p)
+        r = _row_of(fields_)
+        place = r[_NS + 4]
+        if place.order != last_order:  # a list: its tuple is made again only when it changes
+            last_order, order = place.order, tuple(place.order)
+        sp = 1 if r[_NS + 1] and r[0] > 1 else 0
+        tp_comm = r[_NS + 3] or "allreduce"
+        # plans on their sp's default exchange share one table whatever their sp
+        key = (_settings_of(fields_), order,
+               None if tp_comm == ("rs_ag" if sp else "allreduce") else tp_comm)
+        g = groups.get(key)
+        if g is None:
+            # the structural rules read the recomputation only for combined 1F1B
+            g = groups[key] = _Group(key[2], bool(fields_["overlap_moe_ep_comm"]), [], {}, [],
+                                     {})
+        rec = r[_NS]
+        if rec.__class__ is str:
+            rc = of_str[rec]
+        else:
+            rc = rc_code.setdefault(tuple(RECOMPUTE.index(rec.get(t, "none")) for t in types),
+                                    len(rc_code))
+        k = g.keys.setdefault((*r[:_NS], rc) if g.rc_in_key else r[:_NS], len(g.keys))
+        if k == len(g.first):
+            g.first.append(i)
+        given = place.domain
+        pk = (k, tuple(map(given.get, WORLD_DIMS, ones)) if given else None)
+        g.rows.append((i, g.point_keys.setdefault(pk, len(g.point_keys)), sp,
+                       _STATE_INDEX[(r[_NS + 2], r[_NS - 2], r[_NS - 1])], rc))
+    return list(groups.values()), list(rc_code)
+
+
+def _points(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], g: _Group,
+            allow_idle: bool) -> tuple[np.ndarray, list[tuple[Outer, tuple[int, ...] | None]]]:
+    """Per point key of ``g``, its point in the group's tables (-1 where the tables cannot
+    hold it: a structural rule broken, a placement that does not fit the topology), and the
+    points. The structural rules run once per structural key, on its first plan; the
+    placement once per point."""
+    moe = model.moe is not None
+    ok = [not check_structure(model, cluster, plans[i], allow_idle) for i in g.first]
+    outers = [Outer(s[0], s[1], s[2], s[3], s[4], s[5], model.num_layers % (s[2] * s[5]) != 0,
+                    s[6], (s[7] or s[0]) if moe else 1, s[8]) for s in g.keys]
+    order, levels = tuple(plans[g.rows[0][0]].placement.order), tuple(cluster.topology)
+    point_index: dict[tuple, int] = {}  # (outer, domain) -> point
+    points: list[tuple[Outer, tuple[int, ...] | None]] = []
+    q = np.full(len(g.point_keys), -1, np.int64)
+    for n, (k, dom) in enumerate(g.point_keys):
+        if not ok[k]:
+            continue
+        o = outers[k]
+        qi = point_index.get((o, dom))
+        if qi is None:
+            try:
+                spans_for((o.tp, o.cp, o.dp, o.pp), dom, order, levels)
+                qi = len(points)
+                points.append((o, dom))
+            except PlacementError:
+                qi = -1
+            point_index[(o, dom)] = qi
+        q[n] = qi
+    return q, points
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a while: a pass that makes a few small
+    tuples per plan (no cycles) would otherwise start full collections that walk every live
+    object, the plans included (on 100,000 plans they took as long as the pass itself)."""
+    was = gc.isenabled()
+    gc.disable()
     try:
-        spans_for(tuple(plan.degree(d) for d in WORLD_DIMS), dom, tuple(plan.placement.order),
-                  tuple(cluster.topology))
-    except PlacementError:
-        return False
-    return True
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def evaluate_many(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan],
                   allow_idle_gpus: bool = False) -> Estimates:
-    """Every plan of ``plans``, as arrays in the same order (see :class:`Estimates`)."""
+    """Every plan of ``plans``, as arrays in the same order (see :class:`Estimates`).
+
+    The plans are read in one pass and grouped by settings; each group becomes columns
+    (point, recomputation, sp, state option) into tables built for the points it uses and
+    goes through :func:`evaluate_columns` at once. Plans the tables cannot hold take the
+    scalar evaluator."""
     plans = list(plans)
+    with _collector_paused():
+        return _scatter(len(plans), _parts(model, cluster, plans, allow_idle_gpus))
+
+
+def _parts(model: ModelSpec, cluster: ClusterSpec, plans: list[Plan], allow_idle: bool
+           ) -> list[tuple[np.ndarray, Estimates]]:
+    """The estimates of ``plans`` in batches, each with the plans' indices."""
     parts: list[tuple[np.ndarray, Estimates]] = []
-    groups: dict[str, list[int]] = {}
-    for i, p in enumerate(plans):
-        if _tabulable(model, cluster, p, allow_idle_gpus):
-            groups.setdefault(_settings_key(p), []).append(i)
-        else:
-            parts.append((np.array([i]), _scalar(model, cluster, p, allow_idle_gpus)))
-    for idx in groups.values():
-        ps = PlanSet(model, cluster, [plans[i] for i in idx])
-        tb = build_tables(ps, TIME)
-        where = {pt: k for k, pt in enumerate(tb.points)}
-        keys = ps.keys
-        est = evaluate_columns(tb, np.array([where[k[0]] for k in keys]),
-                               np.array([k[1] for k in keys]).reshape(len(idx), -1),
-                               np.array([k[2] for k in keys]), np.array([k[3] for k in keys]))
-        parts.append((np.array(idx), est))
-    return _scatter(len(plans), parts)
+    groups, rcs = _groups(model, plans)
+    rc_table = np.array(rcs, np.int64).reshape(len(rcs), -1)
+    for g in groups:
+        q_of_key, points = _points(model, cluster, plans, g, allow_idle)
+        index, pkey, sp, z, rc = (np.array(c, np.int64) for c in zip(*g.rows))
+        q = q_of_key[pkey]
+        held = q >= 0
+        for i in index[~held].tolist():
+            parts.append((np.array([i]), _scalar(model, cluster, plans[i], allow_idle)))
+        if not points:
+            continue
+        tb = build_tables(PlanSet(model, cluster, plans[index[0]], points, g.tp_comm), TIME)
+        where = {pt: n for n, pt in enumerate(tb.points)}  # the tables order points by outer
+        q = np.array([where[pt] for pt in points], np.int64)[q[held]]
+        est = evaluate_columns(tb, q, rc_table[rc[held]], sp[held], z[held])
+        parts.append((index[held], est))
+    return parts
 
 
 def _scatter(size: int, parts: list[tuple[np.ndarray, Estimates]]) -> Estimates:
