@@ -113,3 +113,21 @@ def test_bad_inputs_name_the_field():
     with pytest.raises(InputError, match="--objective energy"):
         procure_train_serve(MODEL, TOKENS, serve=SERVE, serve_days=30, days=0.1,
                             objective="energy")
+
+
+def test_break_even_re_solves_the_fleet_to_buy():
+    """With H100s at $10,000 to buy, the fleet to buy depends on the period: over 10,000 days
+    1 A100 ($17,000 + $0.866/day) beats 1 H100 ($10,000 + 1.25 x 800 W x $0.082/kWh x 24 =
+    $1.968/day; they cross at 7,000 / 1.102 = 6,352 days), but near the crossing with reuse
+    it is the H100: 17,000 / (60 - 0.866) = 287.5 days is not where the answer flips; it
+    flips at 10,000 / (60 - 1.968) = 172.3 days."""
+    res = procure_train_serve(
+        MODEL, TOKENS, serve=SERVE, serve_days=10000.0, days=0.1, templates=TEMPLATES,
+        counts=(4, 8), options=OPTIONS, workers=1, goodput="off",
+        pricing=load_pricing(overrides={"gpus": {
+            "a100-sxm-80gb": {"price_per_gpu_hour": 5.0},
+            "h100-sxm": {"capex_usd": 10000.0}}}))
+    assert res.choice == "separate" and res.serving.result.plan.gpu == "a100-sxm-80gb"
+    h100_run = 1.25 * 800 / 1000 * 0.082 * 24
+    assert res.break_even_days == pytest.approx(10000 / (REUSE_PER_DAY - h100_run))
+    assert res.break_even_exact

@@ -198,7 +198,8 @@ def procure_train_serve(model: ModelSpec, tokens: float, *, serve: ServeWorkload
 
 def _check(serve: Any, serve_days: Any, objective: Any) -> None:
     if not isinstance(serve, ServeWorkload):
-        raise InputError(f"serve {serve!r}: expected a ServeWorkload (isl, osl, rate_rps, SLOs)"[:300])
+        raise InputError(f"serve {serve!r}: expected a ServeWorkload (isl, osl, rate_rps, "
+                         "SLOs)"[:300])
     if serve.rate_rps is None:
         raise InputError("train and serve needs --serve-rate (the requests/s to serve)")
     if isinstance(serve_days, bool) or not isinstance(serve_days, (int, float)) or not (
