@@ -131,3 +131,17 @@ def test_break_even_re_solves_the_fleet_to_buy():
     h100_run = 1.25 * 800 / 1000 * 0.082 * 24
     assert res.break_even_days == pytest.approx(10000 / (REUSE_PER_DAY - h100_run))
     assert res.break_even_exact
+
+
+def test_reuse_is_limited_to_the_training_fleet():
+    """Trained on one H100 (the only count allowed, no deadline), the fleet cannot serve
+    5,000 requests/s: one H100 saturates at about 4,100 (the serving evaluator's capacity),
+    so reuse has no answer and a separate fleet (at least two GPUs) is chosen."""
+    res = procure_train_serve(
+        MODEL, TOKENS, serve=workload(512, 128, 5000.0, 1000.0, 50.0), serve_days=30.0,
+        templates=TEMPLATES, counts=(1,), options=OPTIONS, workers=1, goodput="off",
+        pricing=load_pricing(overrides=A100_RENT))
+    assert res.training.choice.num_gpus == 1
+    assert res.reuse is None and "does not serve 5000 requests/s" in res.why_not["reuse"]
+    assert res.choice == "separate" and res.serving.num_gpus >= 2
+    assert res.break_even_days is None
