@@ -145,3 +145,19 @@ def test_reuse_is_limited_to_the_training_fleet():
     assert res.reuse is None and "does not serve 5000 requests/s" in res.why_not["reuse"]
     assert res.choice == "separate" and res.serving.num_gpus >= 2
     assert res.break_even_days is None
+
+
+def test_break_even_looks_past_the_fleet_bought_for_the_period():
+    """A bought training fleet (--pricing own) of 4 H100 serves at $1.968/day. With H100s at
+    $1,000 to buy, the cheapest fleet to buy for 30 days is one H100 ($1,000 + $1.968/day),
+    never cheaper than reuse; but one A100 ($17,000 + $0.866/day) is, past 17,000 / (1.968 -
+    0.86592) = 15,426 days: the break-even is found from the fleet cheapest over a century."""
+    res = procure_train_serve(
+        MODEL, TOKENS, serve=SERVE, serve_days=30.0, days=0.1, templates=TEMPLATES,
+        counts=(4, 8), options=OPTIONS, workers=1, goodput="off",
+        pricing=load_pricing(mode="own", overrides={"gpus": {"h100-sxm": {"capex_usd": 1000.0}}}))
+    assert res.holding == "bought" and res.choice == "reuse"
+    assert res.separate["buy"].result.plan.gpu == "h100-sxm"
+    h100_run = 1.25 * 800 / 1000 * 0.082 * 24
+    assert res.break_even_days == pytest.approx(17000 / (h100_run - A100_RUN_PER_DAY))
+    assert res.break_even_exact

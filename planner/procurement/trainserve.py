@@ -52,6 +52,9 @@ from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload, load_engi
 HOLDINGS = ("rented", "owned", "bought")
 #: At most this many re-solves of the bought serving fleet while locating the break-even.
 MAX_BREAK_EVEN_SOLVES = 6
+#: The longest serving period asked or searched for a break-even: a century, beyond any
+#: hardware's life (a longer one is a unit mistake).
+MAX_SERVE_DAYS = 36500.0
 
 
 def running_usd_per_gpu_hour(cluster: ClusterSpec, pricing: PricingSpec) -> float:
@@ -172,7 +175,7 @@ def procure_train_serve(model: ModelSpec, tokens: float, *, serve: ServeWorkload
         r = plan_serve(model, [cluster.model_copy(update={"price_per_gpu_hour": reuse_price})],
                        serve, objective="cost", gpus=c.num_gpus, engine=engine,
                        time_limit_s=serve_time_limit_s)
-        out.reuse = _fleet("reuse", r, serve_days, 0.0)
+        out.reuse = _fleet("reuse", r, serve_days)
     except InfeasibleError as e:
         out.why_not["reuse"] = (f"the training fleet ({c.num_gpus:,}x {c.gpu}) does not serve "
                                 f"{serve.rate_rps:g} requests/s within the SLOs: {e}")
@@ -203,9 +206,9 @@ def _check(serve: Any, serve_days: Any, objective: Any) -> None:
     if serve.rate_rps is None:
         raise InputError("train and serve needs --serve-rate (the requests/s to serve)")
     if isinstance(serve_days, bool) or not isinstance(serve_days, (int, float)) or not (
-            0 < serve_days <= 36500 and math.isfinite(serve_days)):
+            0 < serve_days <= MAX_SERVE_DAYS and math.isfinite(serve_days)):
         raise InputError(f"--serve-days {serve_days!r}: expected a positive number of days "
-                         "(at most 36,500)")
+                         f"(at most {MAX_SERVE_DAYS:,.0f})")
     if objective not in (None, "cost"):
         raise InputError(f"--objective {objective}: training and serving together minimize "
                          "the cost of both (expected cost)")
@@ -254,18 +257,20 @@ def _separate(model: ModelSpec, pool: list[ClusterSpec], serve: ServeWorkload,
         raise InputError(f"no GPU type has a price to {how}: {missing[0]}")
     r = plan_serve(model, priced, serve, objective="cost", engine=engine,
                    time_limit_s=time_limit_s)
-    capital = 0.0
-    if how == "buy":
-        by_gpu = {t.gpu.name: t for t in pool}
-        capital = sum(k * capital_per_gpu(by_gpu[g], pricing, by_gpu[g].name)
-                      for g, k in _pools(r.plan, pool[0].gpu.name))
-    return _fleet(how, r, serve_days, capital)
+    if how == "rent":
+        return _fleet(how, r, serve_days)
+    by_gpu = {t.gpu.name: t for t in pool}
+    pools = _pools(r.plan, pool[0].gpu.name)
+    capital = sum(k * capital_per_gpu(by_gpu[g], pricing, by_gpu[g].name) for g, k in pools)
+    running = sum(k * running_usd_per_gpu_hour(by_gpu[g], pricing) for g, k in pools)
+    return ServeFleet(how, r, serve_days, capital, running * 24.0)
 
 
-def _fleet(how: str, r: ServeResult, serve_days: float, capital: float) -> ServeFleet:
+def _fleet(how: str, r: ServeResult, serve_days: float) -> ServeFleet:
+    """A fleet paid by the hour, nothing up front."""
     usd_h = r.estimate.usd_per_hour
     assert usd_h is not None  # every pool is priced
-    return ServeFleet(how, r, serve_days, capital, usd_h * 24.0 - capital / serve_days)
+    return ServeFleet(how, r, serve_days, 0.0, usd_h * 24.0)
 
 
 def _pools(plan: ServePlan, default_gpu: str) -> list[tuple[str, int]]:
@@ -290,15 +295,25 @@ def _break_even(out: TrainServeResult, model: ModelSpec, pool: list[ClusterSpec]
                 time_limit_s: float) -> None:
     """The serving period past which a separate fleet beats reusing the training fleet
     (module docstring); None when the answer is the same for every period: no reuse, a
-    rented serving fleet cheaper per day than reusing (it wins from the first day), or
-    reusing no dearer per day than any bought fleet (it wins for good)."""
+    rented serving fleet cheaper per day than reusing (it wins from the first day), or no
+    bought fleet cheaper than reusing within :data:`MAX_SERVE_DAYS` (the cheapest bought
+    fleet's cost less reuse's is concave in the period and positive at 0: at least 0 at
+    both ends means at least 0 between)."""
     reuse, rent = out.reuse, out.separate.get("rent")
-    buy = out.separate.get("buy")
+    start = out.separate.get("buy")
     if reuse is None or (rent is not None and rent.usd_per_day < reuse.usd_per_day):
         return
-    if buy is None or buy.usd_per_day >= reuse.usd_per_day:
-        return
-    d = buy.capital_usd / (reuse.usd_per_day - buy.usd_per_day)
+    if start is None or start.usd_per_day >= reuse.usd_per_day * (1 - 1e-9):
+        # the fleet bought for this period never catches up; one with a lower running cost
+        # (more capital) may, over a longer period
+        try:
+            start = _separate(model, pool, serve, MAX_SERVE_DAYS, pricing, engine, "buy",
+                              time_limit_s)
+        except (InfeasibleError, InputError):
+            return
+        if start.cost_usd >= reuse.usd_per_day * MAX_SERVE_DAYS * (1 - 1e-9):
+            return
+    d = start.capital_usd / (reuse.usd_per_day - start.usd_per_day)
     for _ in range(MAX_BREAK_EVEN_SOLVES):
         try:
             at = _separate(model, pool, serve, d, pricing, engine, "buy", time_limit_s)
