@@ -178,7 +178,8 @@ def procure_train_serve(model: ModelSpec, tokens: float, *, serve: ServeWorkload
         out.reuse = _fleet("reuse", r, serve_days)
     except InfeasibleError as e:
         out.why_not["reuse"] = (f"the training fleet ({c.num_gpus:,}x {c.gpu}) does not serve "
-                                f"{serve.rate_rps:g} requests/s within the SLOs: {e}")
+                                f"{serve.rate_rps:g} requests/s within the SLOs: "
+                                + str(e).split("\n")[0])
     pool = _distinct_gpus(list(serve_templates) if serve_templates is not None else templates)
     for how in ("rent", "buy"):
         try:
