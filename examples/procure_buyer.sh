@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# A buyer's questions (docs/procure.md, Sec. 9): a power-limited site, a fleet already owned,
-# and rent against buy. Each answer is one call of planner.procurement.procure on the DGX H100
+# A buyer's questions (docs/procure.md, Sec. 9 and 10): a power-limited site, a fleet already
+# owned, rent against buy, and training then serving on one fleet or two. Each answer is one call of planner.procurement.procure on the DGX H100
 # and DGX B200 SuperPOD templates (up to 8,192 GPUs), rented at the catalog's prices, goodput
-# on. Run from the repository root (about 80 s on one core):
+# on. Run from the repository root (about 2 minutes on one core):
 #   bash examples/procure_buyer.sh
-# (planner procure's --max-power-mw, --max-racks, --max-ports and --owned flags come with the
-# request spec; until then the Python call takes them.)
+# (planner procure's --max-power-mw, --max-racks, --max-ports, --owned, --serve-rate and
+# --serve-days flags come with the request spec; until then the Python calls take them.)
 set -euo pipefail
 python - <<'EOF'
 from __future__ import annotations
 
 from planner.errors import InfeasibleError
-from planner.procurement import named_templates, procure
+from planner.orchestration.serve import workload
+from planner.procurement import named_templates, procure, procure_train_serve
 from planner.specs.loaders import load_model
 
 TEMPLATES = named_templates(["dgx-h100-superpod", "dgx-b200-superpod"])
+#: what a separate serving fleet may be built of
+SERVING = named_templates(["dgx-a100-superpod", "dgx-h100-superpod", "dgx-h200-superpod",
+                           "dgx-b200-superpod"])
 
 
 def ask(model: str, **kw):
@@ -49,6 +53,17 @@ def main() -> None:
     print(f"    prices: ${rb['on_demand_usd_per_gpu_hour']:.2f}/GPU-hour ({rb['price_source']}); "
           f"${rb['capex_usd_per_gpu']:,.0f}/GPU ({rb['capex_source']}); dated "
           f"{rb['pricing_date']}")
+    print("4. Llama 3 70B, 15T tokens, 90 days, then 20 requests/s (1,024 in, 256 out; TTFT "
+          "1 s, TPOT 50 ms at P99)")
+    w = workload(1024, 256, 20.0, 1000.0, 50.0)
+    for serve_days in (30, 730):
+        ts = procure_train_serve(load_model("llama3-70b"), 15e12, days=90, serve=w,
+                                 serve_days=serve_days, templates=TEMPLATES,
+                                 serve_templates=SERVING, max_gpus=8192, workers=1)
+        print(f"   serve {serve_days} days:", ts.summary)
+        for name, f in (("reuse", ts.reuse), *ts.separate.items()):
+            print(f"      {name:5s}: {f.label()}, ${f.capital_usd:,.0f} up front + "
+                  f"${f.usd_per_day:,.1f}/day = ${f.cost_usd:,.0f}")
 
 
 main()

@@ -367,3 +367,45 @@ def test_each_point_key_is_computed_once(tmp_path, monkeypatch):
     rows = run_sweep(pts, out=str(out), workers=1, runner=lambda s: {"status": "optimal"})
     assert len(rows) == len(read_rows(out)) == 60
     assert len(calls) == 60
+
+
+def test_procure_points_vary_the_power_cap_and_the_owned_fleet(tmp_path):
+    """The tiny catalog of tests/test_procure_site.py as cluster files, within 0.1 days: at
+    no cap 4 rented H100 (peak 1.25 x (4 x 700 + 400) W = 4.0 kW); capped at 3.8 kW, 8 rented
+    A100 (1.1 x 8 x 400 W = 3.52 kW, $1.60 x 8 x 24 x days); with 8 A100 owned (an inventory
+    file, relative to the sweep file), those, at their electricity only, capped or not."""
+    import yaml
+
+    from test_procure import MODEL, TEMPLATES
+
+    for t in TEMPLATES:
+        (tmp_path / f"{t.name}.yaml").write_text(
+            yaml.safe_dump(t.model_dump(mode="json", exclude_none=True)))
+    (tmp_path / "tiny.yaml").write_text(
+        yaml.safe_dump(MODEL.model_dump(mode="json", exclude_none=True)))
+    (tmp_path / "inventory.yaml").write_text("beta: 8\n")
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "command": "procure", "base": {"model": "tiny.yaml", "tokens": 2e10, "days": 0.1,
+                                       "clusters": "alpha.yaml,beta.yaml", "max_gpus": 8},
+        "axes": {"max_power_mw": [None, 0.0038],
+                 "fleet": {"new": {"owned": None}, "a100": {"owned": "inventory.yaml"}}}}))
+    from planner.sweep.spec import load_sweep
+
+    rows = {(r["max_power_mw"], r["fleet"]): r
+            for r in run_sweep(expand(load_sweep(tmp_path / "sweep.yaml")), workers=1)}
+    keys = [(None, "new"), (None, "a100"), (0.0038, "new"), (0.0038, "a100")]
+    got = [(rows[k]["gpu_name"], rows[k]["num_gpus"], rows[k]["choice_owned"]) for k in keys]
+    assert got == [("h100-sxm", 4, False), ("a100-sxm-80gb", 8, True),
+                   ("a100-sxm-80gb", 8, False), ("a100-sxm-80gb", 8, True)]
+    assert [rows[k]["facility_power_mw"] for k in keys] == pytest.approx(
+        [0.004, 0.00352, 0.00352, 0.00352], rel=1e-12)
+    capped, owned = rows[(0.0038, "new")], rows[(None, "a100")]
+    assert capped["cost_usd"] == pytest.approx(1.60 * 8 * 24 * capped["train_days"])
+    assert owned["cost_usd"] == pytest.approx(0.082 * owned["energy_mwh"] * 1000)
+
+
+def test_site_fields_are_procure_fields():
+    pt = expand(sweep_from_dict({"base": {**BASE, "max_power_mw": 1.0},
+                                 "axes": {"objective": ["time"]}}, "s"))[0]
+    with pytest.raises(InputError, match="max_power_mw: procure fields"):
+        run_point(pt.spec.model_dump())

@@ -2,7 +2,8 @@
 
 ``templates`` (what can be bought), ``metrics`` (what an option costs, its bound),
 ``option`` (the proven-optimal inner solve of one option), ``search`` (the branch and
-bound over options), ``explain`` (why nothing meets the limits), ``results``.
+bound over options), ``explain`` (why nothing meets the limits), ``results``;
+``trainserve``: a training campaign then serving, on one fleet or two.
 docs/procure.md states the semantics and the argument for optimality.
 """
 
@@ -20,6 +21,7 @@ from planner.procurement.metrics import (
 from planner.procurement.option import Answer, Inputs, OptionSolver, answer_option
 from planner.procurement.results import ProcureResult, Procured, pareto_front
 from planner.procurement.train import procure
+from planner.procurement.trainserve import TrainServeResult, procure_train_serve
 from planner.procurement.templates import (
     DEFAULT_MAX_GPUS,
     DERIVE_FROM,
@@ -29,7 +31,8 @@ from planner.procurement.templates import (
     named_templates,
 )
 
-__all__ = ["procure", "ProcureResult", "Procured", "pareto_front", "Linear", "Option", "TIME",
+__all__ = ["procure", "procure_train_serve", "TrainServeResult",
+           "ProcureResult", "Procured", "pareto_front", "Linear", "Option", "TIME",
            "METRICS", "OBJECTIVE_METRIC", "option_metrics", "network_capex", "price_keys",
            "gemm_time_lower_bound_s", "Answer", "Inputs", "OptionSolver", "answer_option",
            "DEFAULT_MAX_GPUS", "DERIVE_FROM", "candidate_counts", "catalog_templates",

@@ -70,6 +70,12 @@ class PointSpec(Spec):
     clusters: str | None = Field(None, description="procure: cluster templates, comma-separated")
     max_gpus: PositiveInt | None = Field(None, description="procure: largest GPU count")
     pricing: Literal["rent", "own"] | None = None
+    max_power_mw: PositiveFloat | None = Field(
+        None, le=1e5, description="procure: the site's facility power, MW (peak draw with "
+        "PUE; planner/procurement/site.py)")
+    owned: dict[Name, PositiveInt] | str | None = Field(
+        None, description="procure: GPUs already owned, {cluster: count}, or an inventory "
+        "file (docs/procure.md Sec. 9); their capital is sunk")
     fix: dict[str, Any] = Field(default_factory=dict, description="solve: pinned plan fields")
     framework: str | None = Field(None, description="the training framework whose plans are "
                                   "searched (planner catalog frameworks); none: any plan")
@@ -99,8 +105,9 @@ class PointSpec(Spec):
     def key(self) -> str:
         """A stable hash of the point's settings: the row's identity when resuming."""
         data = self.model_dump(mode="json")
-        if data.get("framework") is None:  # the keys of sweeps written before the field
-            data.pop("framework", None)
+        for f in ("framework", "max_power_mw", "owned"):
+            if data.get(f) is None:  # the keys of sweeps written before the field
+                data.pop(f, None)
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -165,7 +172,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
 
 
 #: the fields that name files (or catalog entries); ``clusters`` lists several
-PATH_FIELDS = ("model", "cluster", "clusters")
+PATH_FIELDS = ("model", "cluster", "clusters", "owned")
 
 
 def _is_path(ref: str) -> bool:
@@ -291,8 +298,8 @@ def check_point(spec: PointSpec, where: str) -> None:
         raise InputError(f"{where}: days {_short(spec.days)}: a deadline needs tokens (the "
                          "budget it is a deadline for)")
     if spec.command == "solve":
-        bad = [f for f in ("budget_usd", "gpu_types", "clusters", "max_gpus", "pricing")
-               if getattr(spec, f) is not None]
+        bad = [f for f in ("budget_usd", "gpu_types", "clusters", "max_gpus", "pricing",
+                           "max_power_mw", "owned") if getattr(spec, f) is not None]
         if bad:
             raise InputError(f"{where}: {', '.join(bad)}: procure fields; set command: procure")
     else:

@@ -30,6 +30,7 @@ RESULT_COLUMNS: dict[str, str] = {
     "t_memory_s": "float64", "t_network_s": "float64", "t_bubble_s": "float64",
     "t_straggler_s": "float64", "bottleneck": "string", "train_days": "float64",
     "gpu_hours": "float64", "cost_usd": "float64", "energy_mwh": "float64",
+    "facility_power_mw": "float64", "choice_owned": "bool",
 }
 FORMATS = (".parquet", ".csv")
 #: a resumed CSV table is read whole: 100,000 points at ~1 KB a row, with room to spare
