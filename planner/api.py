@@ -29,6 +29,7 @@ from planner.procurement import (
 from planner.procurement import procure as _procure
 from planner.procurement.dlrm import DLRM_MAX_GPUS, DLRMProcureResult, procure_dlrm
 from planner.procurement.serve import ServeProcurement, procure_serve
+from planner.procurement.trainserve import TrainServeResult, procure_train_serve
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec
 from planner.specs.framework import FrameworkProfile, load_framework
@@ -299,7 +300,7 @@ def _space_options(options: SpaceOptions | None, req: SolveRequest | None = None
 def procure(request: ProcureRequest | ModelSpec | DLRMSpec | str | None = None,
             tokens: float | None = None, /, *, options: SpaceOptions | None = None,
             progress: Callable[[str], None] | None = None, **fields: Any
-            ) -> ProcureResult | DLRMProcureResult | ServeProcurement:
+            ) -> ProcureResult | DLRMProcureResult | ServeProcurement | TrainServeResult:
     """The cheapest (``objective``) cluster and plan that train a model on ``tokens``
     tokens within ``days`` (and ``budget_usd``); see docs/procure.md. Takes a
     :class:`planner.specs.requests.ProcureRequest` (its fields described there), or the
@@ -343,6 +344,23 @@ def procure(request: ProcureRequest | ModelSpec | DLRMSpec | str | None = None,
     templates = named_templates(req.clusters, req.gpus) if req.clusters else \
         catalog_templates(req.gpus)
     assert req.tokens is not None  # the request requires it without serve
+    if req.serve_rate_rps is not None:  # train, then serve (procurement/trainserve.py)
+        if not isinstance(m, ModelSpec):
+            raise InputError(f"--serve-rate: model {m.name!r} is a DLRM; training then "
+                             "serving is planned for transformer models")
+        assert req.serve_days is not None  # the request pairs them
+        return procure_train_serve(
+            m, req.tokens, serve=req.workload, serve_days=req.serve_days, days=req.days,
+            budget_usd=req.budget_usd, templates=templates, pricing=spec,
+            engine=load_engine(req.engine), owned=_inventory(req.owned),
+            objective=req.objective, counts=req.counts,
+            max_gpus=DEFAULT_MAX_GPUS if req.max_gpus is None else req.max_gpus,
+            base=_checked_base(m, base_overrides(req.global_batch_size, req.seq_len,
+                                                 req.dtype)),
+            options=_space_options(options, framework=req.framework),
+            time_limit_s=req.time_limit_s, workers=req.workers, progress=progress,
+            goodput=req.goodput, max_power_mw=req.max_power_mw, max_racks=req.max_racks,
+            max_ports=req.max_ports)
     if isinstance(m, DLRMSpec):  # ``tokens`` counts training samples (procurement/dlrm.py)
         return procure_dlrm(m, req.tokens, templates=templates, pricing=spec, days=req.days,
                             budget_usd=req.budget_usd, objective=req.objective,
@@ -359,7 +377,12 @@ def procure(request: ProcureRequest | ModelSpec | DLRMSpec | str | None = None,
                     time_limit_s=req.time_limit_s, workers=req.workers, progress=progress,
                     goodput=req.goodput, max_power_mw=req.max_power_mw,
                     max_racks=req.max_racks, max_ports=req.max_ports,
-                    owned=load_inventory(req.owned) if isinstance(req.owned, str) else req.owned)
+                    owned=_inventory(req.owned))
+
+
+def _inventory(owned: Any) -> Any:
+    """The owned fleet: an inventory file's, or the mapping or spec given."""
+    return load_inventory(owned) if isinstance(owned, str) else owned
 
 
 def _serve_templates(clusters: list[ClusterSpec | str] | None, gpus: list[str] | None

@@ -93,3 +93,21 @@ def test_serve_costs_a_vllm_command(capsys):
     assert data["estimate"]["feasible"] and data["estimate"]["ttft_ms"] < 500
     code, _, err = run(capsys, *args, "--from-vllm", "--tensor-parallel-size 2")
     assert code != 0 and "--max-num-seqs" in err
+
+
+@pytest.mark.slow(reason="a procurement, then a serving search per fleet")
+def test_procure_trains_then_serves(capsys):
+    """--serve-rate and --serve-days reach the joint procurement: the training choice, the
+    serving fleet (the training one here: a short period) and the break-even."""
+    code, out, err = run(capsys, "procure", "-m", "llama3-8b", "--tokens", "1e12", "--days",
+                         "30", "--gpus", "h100", "--counts", "64", "--serve-rate", "10",
+                         "--serve-days", "30", "--isl", "1024", "--osl", "256", "--ttft-ms",
+                         "1000", "--tpot-ms", "50", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["choice"] == "reuse" and data["serve_days"] == 30
+    assert data["total_usd"] == pytest.approx(data["training_cost_usd"]
+                                              + data["reuse"]["cost_usd"])
+    code, _, err = run(capsys, "procure", "-m", "llama3-8b", "--tokens", "1e12",
+                       "--serve-rate", "10", "--isl", "1024", "--osl", "256")
+    assert code != 0 and "--serve-rate and --serve-days go together" in err

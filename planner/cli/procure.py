@@ -8,6 +8,8 @@ from __future__ import annotations
 import signal
 from typing import Any, Optional
 
+from rich.markup import escape
+
 from planner.api import procure as run_procure
 from planner.cli.console import (
     ProgressLine,
@@ -20,6 +22,7 @@ from planner.cli.console import (
 from planner.cli.options import command
 from planner.cli.serve import show_procure_serve
 from planner.errors import InfeasibleError
+from planner.procurement.trainserve import TrainServeResult
 from planner.specs.requests import ProcureOutput, ProcureRequest
 from planner.specs.serve import load_engine
 from planner.workers import signals_raise
@@ -48,6 +51,8 @@ def procure(request: ProcureRequest, output: ProcureOutput) -> None:
         failure, result = e, getattr(e, "result", None)
     finally:
         status.stop()
+    if isinstance(result, TrainServeResult):  # train, then serve
+        return _show_train_serve(result, output.as_json)
     if result is not None:
         _show(result, failure, plot=output.plot_path, json_=output.as_json,
               csv_=output.as_csv, fronts=fronts, force=output.force)
@@ -82,3 +87,14 @@ def _show(result: Any, failure: InfeasibleError | None, *, plot: Optional[str], 
         print_procurement(out, result, fronts)
         if plot:
             out.print(f"wrote {plot}")
+
+
+def _show_train_serve(res: TrainServeResult, json_: bool) -> None:
+    """A training campaign followed by serving: the training choice, the serving fleets
+    considered, the answer and its break-even (one JSON object with --json)."""
+    if json_:
+        return _emit_json(res.to_json())
+    from planner.report.procure import print_procurement
+
+    print_procurement(out, res.training, False)
+    out.print(escape(res.summary), highlight=False, soft_wrap=True)

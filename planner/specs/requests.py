@@ -30,6 +30,7 @@ from planner.specs.dlrm import DLRMSpec
 from planner.specs.framework import FrameworkProfile
 from planner.specs.model import ModelSpec
 from planner.specs.serve import ServeEngine, ServeWorkload
+from planner.specs.site import InventorySpec
 from planner.specs.validate import _short, unknown_key_message, validate
 
 #: ``solve --objective`` (planner.costmodel.objective.NAMES, in its order)
@@ -430,20 +431,29 @@ class ProcureRequest(Request):
                                    "gpus_per_rack, rounded up.", "--max-racks", gt=0)
     max_ports: int | None = option(None, "Compute-fabric switch ports available: GPUs x the "
                                    "cluster's scale_out_ports_per_gpu.", "--max-ports", gt=0)
-    owned: Union[str, Mapping[str, int], None] = option(
+    owned: Union[str, Mapping[str, int], InventorySpec, None] = option(
         None, "GPUs already owned: an inventory YAML mapping catalog cluster names (or "
         "cluster files) to counts, e.g. 'dgx-a100-superpod: 1024'; their capital is sunk, "
         "only power and operating cost are charged (docs/procure.md).", "--owned",
         metavar="FILE")
     serve: bool = option(False, "Serving: cheapest fleet (docs/serving.md).", "--serve")
     rate_rps: float | None = option(None, "--serve: requests/s to serve.", "--rate")
-    isl: int | None = option(None, "--serve: input tokens per request.", "--isl")
-    osl: int | None = option(None, "--serve: output tokens per request.", "--osl")
-    ttft_ms: float | None = option(None, "--serve: P99 TTFT SLO.", "--ttft-ms")
-    tpot_ms: float | None = option(None, "--serve: P99 TPOT SLO.", "--tpot-ms")
+    serve_rate_rps: float | None = option(
+        None, "Train, then serve the trained model at this many requests/s (with --isl, "
+        "--osl and the SLOs) for --serve-days: the cheapest campaign, on the training fleet "
+        "or a separate one, and the serving period where the answer flips "
+        "(docs/procure.md).", "--serve-rate", gt=0, le=1e7)
+    serve_days: float | None = option(None, "With --serve-rate: days of serving after "
+                                      "training.", "--serve-days", gt=0, le=36500)
+    isl: int | None = option(None, "--serve, --serve-rate: input tokens per request.",
+                             "--isl")
+    osl: int | None = option(None, "--serve, --serve-rate: output tokens per request.",
+                             "--osl")
+    ttft_ms: float | None = option(None, "--serve, --serve-rate: P99 TTFT SLO.", "--ttft-ms")
+    tpot_ms: float | None = option(None, "--serve, --serve-rate: P99 TPOT SLO.", "--tpot-ms")
     engine: Union[str, ServeEngine, None] = option(
-        None, "--serve: the serving engine (planner catalog engines; default trtllm).",
-        "--engine", metavar="NAME|PATH")
+        None, "--serve, --serve-rate: the serving engine (planner catalog engines; default "
+        "trtllm).", "--engine", metavar="NAME|PATH")
 
     @field_validator("objective", mode="before")
     @classmethod
@@ -467,7 +477,17 @@ class ProcureRequest(Request):
 
     @model_validator(mode="after")
     def _serve_or_train(self) -> "ProcureRequest":
-        if self.serve:
+        if (self.serve_rate_rps is None) != (self.serve_days is None):
+            raise ValueError("--serve-rate and --serve-days go together (train, then serve)")
+        if self.serve_rate_rps is not None:
+            if self.serve or self.rate_rps is not None:
+                raise ValueError("--serve-rate (train, then serve) or --serve --rate (serve "
+                                 "only), not both")
+            if self.isl is None or self.osl is None:
+                raise ValueError("--serve-rate needs --isl and --osl")
+            if self.tokens is None:
+                raise ValueError("--tokens: required (the tokens to train on), unless --serve")
+        elif self.serve:
             if self.rate_rps is None or self.isl is None or self.osl is None:
                 raise ValueError("procure --serve needs --rate, --isl and --osl")
         else:
@@ -480,8 +500,10 @@ class ProcureRequest(Request):
 
     @property
     def workload(self) -> ServeWorkload:
-        """The serving load of ``serve`` (P99 SLOs), checked as a ServeWorkload."""
-        return validate(ServeWorkload, dict(isl=self.isl, osl=self.osl, rate_rps=self.rate_rps,
+        """The serving load of ``serve`` or ``serve_rate_rps`` (P99 SLOs), checked as a
+        ServeWorkload."""
+        rate = self.rate_rps if self.serve_rate_rps is None else self.serve_rate_rps
+        return validate(ServeWorkload, dict(isl=self.isl, osl=self.osl, rate_rps=rate,
                                             ttft_ms=self.ttft_ms, tpot_ms=self.tpot_ms,
                                             percentile=0.99), "serve")
 

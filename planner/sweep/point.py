@@ -104,14 +104,11 @@ def _procure_row(p: PointSpec) -> dict[str, Any]:
     templates = named_templates(p.clusters.split(","), names) if p.clusters else \
         catalog_templates(names)
     scaled = [scaled_cluster(t, p) for t in templates]
-    if p.max_power_mw is None and p.owned is None:
-        res = procure(model, p.tokens, days=p.days,  # type: ignore[arg-type]
-                      budget_usd=p.budget_usd, objective=p.objective, clusters=scaled,
-                      max_gpus=p.max_gpus, pricing=p.pricing, global_batch_size=p.global_batch_size,
-                      seq_len=p.seq_len, dtype=p.dtype, time_limit_s=p.time_limit_s, workers=1,
-                      framework=p.framework)
-    else:
-        res = _procure_site(p, model, scaled)
+    res = procure(model, p.tokens, days=p.days,  # type: ignore[arg-type]
+                  budget_usd=p.budget_usd, objective=p.objective, clusters=scaled,
+                  max_gpus=p.max_gpus, pricing=p.pricing, global_batch_size=p.global_batch_size,
+                  seq_len=p.seq_len, dtype=p.dtype, time_limit_s=p.time_limit_s, workers=1,
+                  framework=p.framework, max_power_mw=p.max_power_mw, owned=_owned(p))
     c = res.choice
     assert c is not None  # procure raises InfeasibleError otherwise
     tpl = next((t for t in scaled if t.name == c.cluster), None)
@@ -138,29 +135,6 @@ def _fleet(p: PointSpec, templates: list[ClusterSpec]) -> list[tuple[ClusterSpec
     from planner.procurement.train import _owned_templates
 
     return _owned_templates(_owned(p), templates)
-
-
-def _procure_site(p: PointSpec, model: Any, templates: list[ClusterSpec]) -> Any:
-    """A point with a site power limit or an owned fleet: the procurement layer, which takes
-    them (planner.api.procure does not yet: its request spec is being rewritten); the other
-    arguments as planner.api.procure passes them."""
-    from formulations.train.space import SpaceOptions
-    from planner.procurement import DEFAULT_MAX_GPUS, procure
-    from planner.specs.framework import load_framework
-    from planner.specs.plan_base import base_overrides
-    from planner.specs.pricing import load_pricing
-
-    if not isinstance(model, ModelSpec):
-        raise InputError(f"model {model.name}: max_power_mw and owned apply to transformer "
-                         "procurements (a DLRM procurement takes neither)")
-    options = (SpaceOptions() if p.framework is None
-               else SpaceOptions(framework=load_framework(p.framework)))
-    return procure(model, p.tokens, days=p.days, budget_usd=p.budget_usd,  # type: ignore[arg-type]
-                   objective=p.objective, templates=templates,
-                   max_gpus=p.max_gpus or DEFAULT_MAX_GPUS, pricing=load_pricing(None, p.pricing),
-                   base=base_overrides(p.global_batch_size, p.seq_len, p.dtype),
-                   options=options, time_limit_s=p.time_limit_s, workers=1,
-                   max_power_mw=p.max_power_mw, owned=_owned(p))
 
 
 def run_point(settings: dict[str, Any]) -> dict[str, Any]:
