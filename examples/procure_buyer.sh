@@ -4,8 +4,8 @@
 # and DGX B200 SuperPOD templates (up to 8,192 GPUs), rented at the catalog's prices, goodput
 # on. Run from the repository root (about 2 minutes on one core):
 #   bash examples/procure_buyer.sh
-# (planner procure's --max-power-mw, --max-racks, --max-ports, --owned, --serve-rate and
-# --serve-days flags come with the request spec; until then the Python calls take them.)
+# (planner procure takes the same as --max-power-mw, --max-racks, --max-ports, --owned,
+# --serve-rate and --serve-days.)
 set -euo pipefail
 python - <<'EOF'
 from __future__ import annotations
