@@ -345,22 +345,7 @@ def procure(request: ProcureRequest | ModelSpec | DLRMSpec | str | None = None,
         catalog_templates(req.gpus)
     assert req.tokens is not None  # the request requires it without serve
     if req.serve_rate_rps is not None:  # train, then serve (procurement/trainserve.py)
-        if not isinstance(m, ModelSpec):
-            raise InputError(f"--serve-rate: model {m.name!r} is a DLRM; training then "
-                             "serving is planned for transformer models")
-        assert req.serve_days is not None  # the request pairs them
-        return procure_train_serve(
-            m, req.tokens, serve=req.workload, serve_days=req.serve_days, days=req.days,
-            budget_usd=req.budget_usd, templates=templates, pricing=spec,
-            engine=load_engine(req.engine), owned=_inventory(req.owned),
-            objective=req.objective, counts=req.counts,
-            max_gpus=DEFAULT_MAX_GPUS if req.max_gpus is None else req.max_gpus,
-            base=_checked_base(m, base_overrides(req.global_batch_size, req.seq_len,
-                                                 req.dtype)),
-            options=_space_options(options, framework=req.framework),
-            time_limit_s=req.time_limit_s, workers=req.workers, progress=progress,
-            goodput=req.goodput, max_power_mw=req.max_power_mw, max_racks=req.max_racks,
-            max_ports=req.max_ports)
+        return _train_serve(req, m, templates, spec, options, progress)
     if isinstance(m, DLRMSpec):  # ``tokens`` counts training samples (procurement/dlrm.py)
         return procure_dlrm(m, req.tokens, templates=templates, pricing=spec, days=req.days,
                             budget_usd=req.budget_usd, objective=req.objective,
@@ -378,6 +363,27 @@ def procure(request: ProcureRequest | ModelSpec | DLRMSpec | str | None = None,
                     goodput=req.goodput, max_power_mw=req.max_power_mw,
                     max_racks=req.max_racks, max_ports=req.max_ports,
                     owned=_inventory(req.owned))
+
+
+def _train_serve(req: ProcureRequest, m: ModelSpec | DLRMSpec, templates: list[ClusterSpec],
+                 spec: Any, options: SpaceOptions | None,
+                 progress: Callable[[str], None] | None) -> TrainServeResult:
+    """``procure`` with ``serve_rate_rps``: the training campaign, then the serving period."""
+    if not isinstance(m, ModelSpec):
+        raise InputError(f"--serve-rate: model {m.name!r} is a DLRM; training then "
+                         "serving is planned for transformer models")
+    assert req.tokens is not None and req.serve_days is not None  # the request pairs them
+    return procure_train_serve(
+        m, req.tokens, serve=req.workload, serve_days=req.serve_days, days=req.days,
+        budget_usd=req.budget_usd, templates=templates, pricing=spec,
+        engine=load_engine(req.engine), owned=_inventory(req.owned),
+        objective=req.objective, counts=req.counts,
+        max_gpus=DEFAULT_MAX_GPUS if req.max_gpus is None else req.max_gpus,
+        base=_checked_base(m, base_overrides(req.global_batch_size, req.seq_len, req.dtype)),
+        options=_space_options(options, framework=req.framework),
+        time_limit_s=req.time_limit_s, workers=req.workers, progress=progress,
+        goodput=req.goodput, max_power_mw=req.max_power_mw, max_racks=req.max_racks,
+        max_ports=req.max_ports)
 
 
 def _inventory(owned: Any) -> Any:

@@ -39,6 +39,7 @@ def _load_example(path: Path) -> str:
     """Load an example file by what it is; the kind, for the test's coverage check."""
     from planner.export.megatron import tokenize
     from planner.specs.loaders import plan_from_dict
+    from planner.specs.mixed import load_mixed_cluster
     from planner.specs.pricing import load_pricing
     from planner.sweep.spec import load_sweep
 
@@ -48,6 +49,7 @@ def _load_example(path: Path) -> str:
     data = read_structured(path)
     for key, kind, load in (("command", "sweep", lambda: load_sweep(path)),
                             ("gpu", "cluster", lambda: load_cluster(str(path))),
+                            ("pools", "mixed cluster", lambda: load_mixed_cluster(str(path))),
                             ("num_layers", "model", lambda: load_model(str(path))),
                             ("mode", "pricing", lambda: load_pricing(str(path))),
                             ("tp", "plan", lambda: plan_from_dict(data, str(path)))):
@@ -59,19 +61,22 @@ def _load_example(path: Path) -> str:
 
 #: example files that are no planner input: shell scripts that run the planner, and the
 #: launch files `planner export` writes (checked by tests/test_check_exports.py)
-NOT_INPUTS = (".md", ".toml", ".txt", ".json")
+NOT_INPUTS = (".md", ".toml", ".txt", ".json", ".py")
+#: the jobs that launch an export (Slurm, Kubernetes): the cluster's inputs, not the planner's
+LAUNCH_FILES = (".sbatch", ".k8s.yaml")
 
 
 def test_every_example_file_loads():
     files = sorted(p for p in EXAMPLES.rglob("*") if p.is_file())
     loaded = {}
     for p in files:
-        if p.suffix in NOT_INPUTS or (p.suffix == ".sh" and ".megatron" not in p.name):
+        if p.suffix in NOT_INPUTS or p.name.endswith(LAUNCH_FILES) or (
+                p.suffix == ".sh" and ".megatron" not in p.name):
             continue
         loaded[p.name] = _load_example(p)
     # every kind of input is among them (a loader that found nothing would pass vacuously)
     assert set(loaded.values()) == {"megatron script", "sweep", "cluster", "model",
-                                    "pricing", "plan"}
+                                    "pricing", "plan", "mixed cluster"}
     assert len(loaded) >= 20
 
 

@@ -162,60 +162,63 @@ def _terms(model: ModelSpec, mc: MixedClusterSpec, plan: Plan, order: tuple[str,
     return out
 
 
-def best_split(model: ModelSpec, plan: Plan, terms: dict[str, PoolTerms],
-               pools: list[str], best_s: float, stats: MixedSearchStats,
-               straggler: float) -> tuple[float, list[int]] | None:
-    """The least iteration time over the layer splits of ``pools`` (one entry per stage),
-    and that split; None when no split fits or none beats ``best_s``."""
+def _stage_tables(model: ModelSpec, plan: Plan, terms: dict[str, PoolTerms], pools: list[str],
+                  stats: MixedSearchStats) -> tuple[np.ndarray, np.ndarray]:
+    """S[r][t, n], R[r][t, n]: the time per microbatch and the per-iteration tail of stage
+    r holding n layers from layer t (inf: no such stage, or it does not fit in memory)."""
     L, pp = model.num_layers, len(pools)
-    m = max(1, math.ceil(plan.num_microbatches))
     top = L - (pp - 1)  # most layers one stage can hold
     kinds = model.layer_kinds()
-    homogeneous = len(set(kinds)) == 1
-    inf = math.inf
-    # S[r][t, n], R[r][t, n]: stage r holding n layers from layer t (inf: no such stage
-    # or not in memory)
-    S = np.full((pp, L + 1, top + 1), inf)
-    R = np.full((pp, L + 1, top + 1), inf)
-    if homogeneous:
+    S = np.full((pp, L + 1, top + 1), math.inf)
+    R = np.full((pp, L + 1, top + 1), math.inf)
+    if len(set(kinds)) == 1:
         _tabulate_homogeneous(model, plan, terms, pools, S, R, stats)
-    else:
-        memo: dict[tuple, tuple[float, float, bool]] = {}
-        for r in range(pp):
-            for t in range(r, L - (pp - r) + 1):  # layers before stage r
-                for n in range(1, min(top, L - t - (pp - r - 1)) + 1):
-                    seg = kinds[t:t + n]
-                    key = (r, tuple(sorted((k, seg.count(k)) for k in set(seg))))
-                    if key not in memo:
-                        res = mixed_stage_result(model, plan, terms, pools, r, t, n)
-                        stats.stage_evaluations += 1
-                        memo[key] = (float(res.total_s), float(sum(res.tail.values())),
-                                     _fits(res, terms[pools[r]]))
-                    s, rr, fits = memo[key]
-                    if fits:
-                        S[r, t, n], R[r, t, n] = s, rr
-    ok = np.isfinite(S)
-    if not ok.any():
-        return None
-    b = bubble_coefficient(pp, 1)
+        return S, R
+    memo: dict[tuple, tuple[float, float, bool]] = {}
+    for r in range(pp):
+        for t in range(r, L - (pp - r) + 1):  # layers before stage r
+            for n in range(1, min(top, L - t - (pp - r - 1)) + 1):
+                seg = kinds[t:t + n]
+                key = (r, tuple(sorted((k, seg.count(k)) for k in set(seg))))
+                if key not in memo:
+                    res = mixed_stage_result(model, plan, terms, pools, r, t, n)
+                    stats.stage_evaluations += 1
+                    memo[key] = (float(res.total_s), float(sum(res.tail.values())),
+                                 _fits(res, terms[pools[r]]))
+                s, rr, fits = memo[key]
+                if fits:
+                    S[r, t, n], R[r, t, n] = s, rr
+    return S, R
 
-    tot_i = np.arange(L + 1)[:, None]
-    n_i = np.arange(top + 1)[None, :]
-    t_i = tot_i - n_i
-    valid = (n_i >= 1) & (t_i >= 0)
-    t_c = np.where(valid, t_i, 0)
-    n_c = np.broadcast_to(n_i, t_c.shape)
 
-    def programme(X: float, Y: float) -> tuple[float, list[int]] | None:
+class _Splits:
+    """The dynamic programme over the layer splits of tables S and R (:func:`_stage_tables`)
+    and the composition of a split's iteration time."""
+
+    def __init__(self, S: np.ndarray, R: np.ndarray, m: int, straggler: float,
+                 stats: MixedSearchStats) -> None:
+        self.S, self.R, self.m, self.straggler, self.stats = S, R, m, straggler, stats
+        self.pp, self.L = S.shape[0], S.shape[1] - 1
+        self.ok = np.isfinite(S)
+        tot_i = np.arange(self.L + 1)[:, None]
+        n_i = np.arange(S.shape[2])[None, :]
+        t_i = tot_i - n_i
+        self.valid = (n_i >= 1) & (t_i >= 0)
+        self.t_c = np.where(self.valid, t_i, 0)
+        self.n_c = np.broadcast_to(n_i, self.t_c.shape)
+
+    def least_sum(self, X: float, Y: float) -> tuple[float, list[int]] | None:
         """Least sum of stage times with every S <= X, R <= Y; the split."""
-        stats.programmes += 1
-        allowed = ok & (S <= X) & (R <= Y)
-        f = np.full(L + 1, inf)
+        self.stats.programmes += 1
+        S, L, pp = self.S, self.L, self.pp
+        allowed = self.ok & (S <= X) & (self.R <= Y)
+        f = np.full(L + 1, math.inf)
         f[0] = 0.0
         choice = np.zeros((pp, L + 1), dtype=int)
+        t_c, n_c = self.t_c, self.n_c
         for r in range(pp):
             # a[tot, n]: the first r + 1 stages hold tot layers, stage r holds n of them
-            a = np.where(valid & allowed[r][t_c, n_c], f[t_c] + S[r][t_c, n_c], inf)
+            a = np.where(self.valid & allowed[r][t_c, n_c], f[t_c] + S[r][t_c, n_c], math.inf)
             choice[r] = np.argmin(a, axis=1)
             f = a[np.arange(L + 1), choice[r]]
             if not np.isfinite(f).any():
@@ -229,48 +232,61 @@ def best_split(model: ModelSpec, plan: Plan, terms: dict[str, PoolTerms],
             tot -= n
         return float(f[L]), split[::-1]
 
-    def least(values: np.ndarray, feasible: Callable[[float], bool]) -> int:
-        """Index of the least value at which ``feasible`` holds (monotone), len if none."""
-        lo, hi = 0, len(values)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if feasible(float(values[mid])):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    def composed(split: list[int]) -> float:
+    def composed(self, split: list[int]) -> float:
+        """The split's iteration time, through the cost model's composition."""
         starts = np.cumsum([0] + split[:-1])
-        s = np.array([S[r, starts[r], split[r]] for r in range(pp)])
-        rr = np.array([R[r, starts[r], split[r]] for r in range(pp)])
-        return iteration_time_s(m, pp, 1, s, np.ones(pp), rr, straggler=straggler)
+        s = np.array([self.S[r, starts[r], split[r]] for r in range(self.pp)])
+        rr = np.array([self.R[r, starts[r], split[r]] for r in range(self.pp)])
+        return iteration_time_s(self.m, self.pp, 1, s, np.ones(self.pp), rr,
+                                straggler=self.straggler)
 
-    base = programme(inf, inf)
+
+def _least(values: np.ndarray, feasible: Callable[[float], bool]) -> int:
+    """Index of the least value at which ``feasible`` holds (monotone), len if none."""
+    lo, hi = 0, len(values)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if feasible(float(values[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def best_split(model: ModelSpec, plan: Plan, terms: dict[str, PoolTerms],
+               pools: list[str], best_s: float, stats: MixedSearchStats,
+               straggler: float) -> tuple[float, list[int]] | None:
+    """The least iteration time over the layer splits of ``pools`` (one entry per stage),
+    and that split; None when no split fits or none beats ``best_s``."""
+    S, R = _stage_tables(model, plan, terms, pools, stats)
+    dp = _Splits(S, R, max(1, math.ceil(plan.num_microbatches)), straggler, stats)
+    if not dp.ok.any():
+        return None
+    b, m, ok = bubble_coefficient(len(pools), 1), dp.m, dp.ok
+    base = dp.least_sum(math.inf, math.inf)
     if base is None:
         return None
     sum_min = base[0]
-    xs = np.unique(S[ok])
-    ys = np.unique(R[ok])
-    y_min = float(np.max(np.min(np.where(ok, R, inf).reshape(pp, -1), axis=1)))
+    xs, ys = np.unique(S[ok]), np.unique(R[ok])
+    y_min = float(np.max(np.min(np.where(ok, R, math.inf).reshape(len(pools), -1), axis=1)))
     goal = best_s / (1 + straggler)
     found: tuple[float, list[int]] | None = None
-    x0 = least(xs, lambda X: programme(X, inf) is not None)
+    x0 = _least(xs, lambda X: dp.least_sum(X, math.inf) is not None)
     for X in xs[x0:]:
         if m * X + b * sum_min + y_min >= goal * (1 + REL):
             break
-        first = programme(X, inf)
+        first = dp.least_sum(X, math.inf)
         assert first is not None  # feasibility grows with X
         sum_x = first[0]
         cands = ys[ys >= y_min]
-        y0 = least(cands, lambda Y: programme(X, Y) is not None)
+        y0 = _least(cands, lambda Y: dp.least_sum(X, Y) is not None)
         for Y in cands[y0:]:
             if m * X + b * sum_x + Y >= goal * (1 + REL):
                 break
-            got = programme(X, Y)
+            got = dp.least_sum(X, Y)
             if got is None:
                 continue
-            t = composed(got[1])
+            t = dp.composed(got[1])
             if t < best_s:
                 best_s, goal, found = t, t / (1 + straggler), (t, got[1])
     return found

@@ -337,7 +337,7 @@ def prefill_capacity_rps(perf: ReplicaPerf, w: ServeWorkload, transfer_s: float)
         return 0.0
     no_tpot = w.model_copy(update={"tpot_ms": None})
     return _largest(lambda lam: not slo_reasons(
-        disaggregated_latency(perf, perf, _ONE, no_tpot, lam, 0.0, transfer_s), no_tpot),
+        disaggregated_latency(perf, perf, _one(), no_tpot, lam, 0.0, transfer_s), no_tpot),
         prefill_rps(perf))
 
 
@@ -352,7 +352,11 @@ def decode_capacity_rps(perf: ReplicaPerf, plan: ServePlan, w: ServeWorkload) ->
         decode_rps(perf, plan, w.osl))
 
 
-_ONE = ServePlan()  # a placeholder decode plan for prefill-only checks (no decode load)
+@lru_cache(maxsize=1)
+def _one() -> ServePlan:
+    """A placeholder decode plan for prefill-only checks (no decode load); built on first
+    use, not at import (planner --help builds no spec)."""
+    return ServePlan()
 
 
 @dataclass

@@ -300,23 +300,7 @@ def compose_mixed(model: ModelSpec, mc: MixedClusterSpec, mp: MixedPlan,
     breakdown["dp_comm"] += tail.tail["dp_comm"]
     breakdown["optimizer"] = tail.tail["optimizer"]
 
-    reports = []
-    worst, worst_share = None, -1.0
-    for r, res in zip(range(pp), results):
-        gpu = terms[pools[r]].cluster.gpu
-        mem = sum(res.memory.values())
-        if mem > gpu.hbm_bytes:
-            top = ", ".join(f"{k} {v / C.GiB:.1f}" for k, v in
-                            sorted(res.memory.items(), key=lambda kv: -kv[1])[:3])
-            reasons.append(f"needs {mem / C.GiB:.1f} GiB per GPU on pipeline stage {r} (pool "
-                           f"'{pools[r]}', {top}); {gpu.name} HBM is {gpu.hbm_gib:g} GiB")
-        if mem / gpu.hbm_bytes > worst_share:
-            worst, worst_share = r, mem / gpu.hbm_bytes
-        reports.append(MixedStageReport(
-            rank=r, pool=pools[r], gpu=gpu.name, layers=res.stage.num_layers,
-            stage_time_s=float(res.total_s), tail_s=float(sum(res.tail.values())),
-            p2p_s=stage_p2p_s(terms, pools, r), memory_bytes=mem, hbm_bytes=gpu.hbm_bytes))
-    assert worst is not None
+    reports, worst = _stage_reports(terms, pools, results, reasons)
     wres = results[worst]
 
     busy_by_pool, energy, peak = {}, 0.0, 0.0
@@ -359,3 +343,26 @@ def compose_mixed(model: ModelSpec, mc: MixedClusterSpec, mp: MixedPlan,
         gpus_per_pool={p: t.num_gpus for p, t in terms.items()},
         **base,
     )
+
+
+def _stage_reports(terms: dict[str, PoolTerms], pools: list[str], results: list[StageResult],
+                   reasons: list[str]) -> tuple[list[MixedStageReport], int]:
+    """Each stage's report, its memory checked against its own GPU's HBM (a reason added
+    per stage that does not fit), and the stage fullest for its HBM."""
+    reports = []
+    worst, worst_share = 0, -1.0
+    for r, res in enumerate(results):
+        gpu = terms[pools[r]].cluster.gpu
+        mem = sum(res.memory.values())
+        if mem > gpu.hbm_bytes:
+            top = ", ".join(f"{k} {v / C.GiB:.1f}" for k, v in
+                            sorted(res.memory.items(), key=lambda kv: -kv[1])[:3])
+            reasons.append(f"needs {mem / C.GiB:.1f} GiB per GPU on pipeline stage {r} (pool "
+                           f"'{pools[r]}', {top}); {gpu.name} HBM is {gpu.hbm_gib:g} GiB")
+        if mem / gpu.hbm_bytes > worst_share:
+            worst, worst_share = r, mem / gpu.hbm_bytes
+        reports.append(MixedStageReport(
+            rank=r, pool=pools[r], gpu=gpu.name, layers=res.stage.num_layers,
+            stage_time_s=float(res.total_s), tail_s=float(sum(res.tail.values())),
+            p2p_s=stage_p2p_s(terms, pools, r), memory_bytes=mem, hbm_bytes=gpu.hbm_bytes))
+    return reports, worst
