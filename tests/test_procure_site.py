@@ -192,3 +192,25 @@ def test_port_limit_binds():
     assert "needs 8 ports; the site has 6 (--max-ports)" in " ".join(e.value.reasons)
     with pytest.raises(InputError, match="cluster 'alpha' has no scale_out_ports_per_gpu"):
         ask(days=DAYS, max_ports=4)
+
+
+def test_the_pareto_plot_shows_owned_apart_from_new(tmp_path, monkeypatch):
+    """Owned options are their own legend entry, drawn hollow: what was already bought
+    against what would be (matplotlib's legend labels, read back from the figure)."""
+    from planner.report import plots
+
+    saved = {}
+
+    def keep(fig, plt, path, **kw):
+        saved["labels"] = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        saved["hollow"] = [c.get_facecolors().size == 0 or (c.get_facecolors()[:, 3] == 0).all()
+                           for c in fig.axes[0].collections if c.get_label().endswith("(owned)")]
+        return path
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    res = ask(days=DAYS, owned={"beta": 8}, pareto=True)
+    plots.plot_pareto(res, tmp_path / "p.png")
+    assert any(label.endswith("(owned)") for label in saved["labels"])
+    assert any(not label.endswith("(owned)") and label not in ("choice", "deadline",
+               "Pareto front") for label in saved["labels"])
+    assert saved["hollow"] and all(saved["hollow"])

@@ -90,7 +90,8 @@ def plot_pareto(result: Any, path: str | Path, title: str | None = None, *,
     by_template = len({r.cluster for r in records}) > len({r.gpu for r in records})
 
     def group(r) -> str:
-        return r.cluster if by_template else r.gpu
+        """The legend entry: the GPU type (or template), owned apart from new."""
+        return (r.cluster if by_template else r.gpu) + (" (owned)" if r.owned else "")
 
     groups = sorted({group(r) for r in records})
     cmap = plt.get_cmap("tab10")
@@ -101,8 +102,10 @@ def plot_pareto(result: Any, path: str | Path, title: str | None = None, *,
     for ax, key, front, scale, label in panels:
         for g in groups:
             pts = [r for r in records if group(r) == g]
+            owned = g.endswith(" (owned)")  # hollow squares: capital already spent
             ax.scatter([r.days for r in pts], [r.value(key) * scale for r in pts], s=28,
-                       color=color[g], label=g, alpha=0.85, zorder=3)
+                       marker="s" if owned else "o", facecolors="none" if owned else color[g],
+                       edgecolors=color[g], label=g, alpha=0.85, zorder=3)
         if front:
             xs = [r.days for r in front]
             ys = [r.value(key) * scale for r in front]
@@ -110,7 +113,7 @@ def plot_pareto(result: Any, path: str | Path, title: str | None = None, *,
                     label="Pareto front")
             for r in front:
                 ax.annotate(f"{r.num_gpus:,}x {r.gpu}" + (f" ({r.cluster})" if by_template
-                                                          else ""),
+                                                          else "") + (", owned" if r.owned else ""),
                             (r.days, r.value(key) * scale),
                             textcoords="offset points", xytext=(4, 4), fontsize=7)
         if result.choice is not None:
