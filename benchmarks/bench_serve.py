@@ -28,7 +28,8 @@ from formulations.serve.space import SCALE, ServeSpace, tables
 from planner import catalog
 from planner.orchestration.serve import _candidates, plan_serve
 from planner.specs.loaders import load_cluster, load_model
-from planner.specs.serve import ServeWorkload, load_engine
+from planner.specs.requests import engine_profile
+from planner.specs.serve import ServeWorkload
 
 CASES = {"llama3-70b": "llama3-70b", "mixtral-8x22b": "mixtral-8x22b"}
 WORKLOAD = ServeWorkload(isl=2048, osl=256, rate_rps=200, ttft_ms=500, tpot_ms=30)
@@ -47,7 +48,7 @@ def run_case(name: str, backends: list[str], repeats: int) -> dict:
     """``planner serve``'s answer first (a cold cost model: its time is the time to
     answer), then each backend on the same tables (tabulated again, from the warm cache)."""
     model, clusters = load_model(CASES[name]), catalog_clusters()
-    engine = load_engine()  # planner serve's default engine profile
+    engine = engine_profile(None)  # planner serve's default engine profile
     t0 = time.perf_counter()
     res = plan_serve(model, clusters, WORKLOAD, objective="cost", engine=engine)
     est = res.estimate

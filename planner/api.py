@@ -12,6 +12,8 @@ from formulations.serve.space import ServeSpace
 from formulations.serve.space import weight_dtypes as parse_weight_dtypes
 from formulations.train.space import SpaceOptions
 import planner.catalog as catalog
+from planner.costmodel.frameworks import frameworks_running
+from planner.costmodel.runtime import apply_profile
 from planner.costmodel.train.evaluator import Estimate
 from planner.costmodel.train.evaluator import evaluate as _evaluate
 from planner.costmodel.train.goodput import training_goodput
@@ -32,7 +34,7 @@ from planner.procurement.serve import ServeProcurement, procure_serve
 from planner.procurement.trainserve import TrainServeResult, procure_train_serve
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec
-from planner.specs.framework import FrameworkProfile, load_framework
+from planner.specs.framework import FrameworkProfile
 from planner.specs.loaders import (
     apply_overrides,
     load_cluster,
@@ -56,8 +58,10 @@ from planner.specs.requests import (
     Request,
     ServeRequest,
     SolveRequest,
+    engine_profile,
+    framework_profile,
 )
-from planner.specs.serve import ServeEngine, load_engine
+from planner.specs.serve import ServeEngine
 from planner.specs.site import load_inventory
 from planner.specs.validate import _short
 from planner.validation.band import with_band
@@ -134,13 +138,8 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Plan | di
     ``planner evaluate --framework`` reports the ones the plan breaks)."""
     m, c = _resolve(model, cluster)
     _flag("allow_idle_gpus", allow_idle_gpus)
-    name = None
-    if framework is not None:
-        from planner.costmodel.frameworks import framework_cluster
-        from planner.specs.framework import load_framework
-
-        profile = load_framework(framework)
-        c, name = framework_cluster(c, profile), profile.name
+    profile = framework_profile(framework)
+    c, name = apply_profile(c, profile), profile.name if profile is not None else None
     p = _plan(plan, "plan")
     return with_band(_evaluate(m, c, p, allow_idle_gpus=allow_idle_gpus), m, c, p, name)
 
@@ -212,6 +211,8 @@ def solve(request: SolveRequest | ModelSpec | DLRMSpec | str | None = None,
                  time_limit_s=req.time_limit_s, presolve=req.presolve,
                  options=_space_options(options, req), tokens=req.tokens, progress=progress,
                  log=log, max_iteration_time_s=req.max_iteration_time_s)
+    runs, closest = frameworks_running(res.best.plan, m, c)
+    res = replace(res, frameworks_that_run_it=runs, closest_framework=closest)
     if not req.tokens:
         return res
     best = res.best.plan
@@ -289,9 +290,9 @@ def _space_options(options: SpaceOptions | None, req: SolveRequest | None = None
         if name in req.model_fields_set and getattr(req, name) is not None}
     if "allow_uneven" in given:
         given["allow_uneven"] = not given["allow_uneven"]  # the request's even_pipeline
-    framework = req.framework if req is not None else framework
-    if framework is not None:
-        given["framework"] = load_framework(framework)
+    profile = framework_profile(req.framework if req is not None else framework)
+    if profile is not None:
+        given["framework"] = profile
     if not given:
         return options
     return replace(options or SpaceOptions(), **given)
@@ -340,7 +341,7 @@ def procure(request: ProcureRequest | ModelSpec | DLRMSpec | str | None = None,
                         prices if isinstance(prices, dict) else None)
     if req.serve:
         return procure_serve(m, _serve_templates(req.clusters, req.gpus),  # type: ignore[arg-type]
-                             req.workload, spec, load_engine(req.engine))
+                             req.workload, spec, engine_profile(req.engine))
     templates = named_templates(req.clusters, req.gpus) if req.clusters else \
         catalog_templates(req.gpus)
     assert req.tokens is not None  # the request requires it without serve
@@ -376,7 +377,7 @@ def _train_serve(req: ProcureRequest, m: ModelSpec | DLRMSpec, templates: list[C
     return procure_train_serve(
         m, req.tokens, serve=req.workload, serve_days=req.serve_days, days=req.days,
         budget_usd=req.budget_usd, templates=templates, pricing=spec,
-        engine=load_engine(req.engine), owned=_inventory(req.owned),
+        engine=engine_profile(req.engine), owned=_inventory(req.owned),
         objective=req.objective, counts=req.counts,
         max_gpus=DEFAULT_MAX_GPUS if req.max_gpus is None else req.max_gpus,
         base=_checked_base(m, base_overrides(req.global_batch_size, req.seq_len, req.dtype)),
@@ -461,7 +462,7 @@ def serve(request: ServeRequest | ModelSpec | str | None = None,
                       objective=req.objective, gpus=req.gpus, fix=dict(req.fix),
                       backend=req.backend, pareto=req.pareto, time_limit_s=req.time_limit_s,
                       space=_serve_space(req.weight_dtypes, req.fix),
-                      engine=load_engine(req.engine))
+                      engine=engine_profile(req.engine))
 
 
 def serve_clusters(refs: list[ClusterSpec | str]) -> list[ClusterSpec]:
@@ -500,7 +501,7 @@ def evaluate_serve(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Any
     p = plan if isinstance(plan, ServePlan) else validate(ServePlan, plan, "serve plan")
     return _evaluate_serve(transformer(m), c, p,
                            workload(isl, osl, rate_rps, ttft_ms, tpot_ms, percentile),
-                           load_engine(engine))
+                           engine_profile(engine))
 
 
 # ---- launchers and read-back (issue 40; docs/export.md) ------------------------------------

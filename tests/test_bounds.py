@@ -180,11 +180,12 @@ def test_rate_units_round_up_the_decimal():
 def test_tiny_rate_is_served():
     from planner.orchestration.serve import plan_serve, workload
     from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.serve import load_engine
 
     res = plan_serve(load_model("llama3-70b"), [load_cluster("dgx-h100-superpod")],
                      workload(2048, 256, 5e-7, 500, 30),
                      fix={"kv_dtype": "fp8", "pp": 1, "tp": 4, "weight_dtype": "fp8",
-                          "mode": "aggregated"})
+                          "mode": "aggregated"}, engine=load_engine("trtllm"))
     assert res.solver["status"] == "optimal" and res.plan.replicas == 1
     assert res.estimate.feasible and res.estimate.requests_per_s == pytest.approx(5e-7)
 
@@ -418,6 +419,7 @@ def test_serve_modes_share_the_time_limit(monkeypatch):
     """Each mode's solve got the whole limit; now the time left of one deadline."""
     import planner.orchestration.serve as serve
     from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.serve import load_engine
 
     limits = []
     real = serve.solve
@@ -430,7 +432,7 @@ def test_serve_modes_share_the_time_limit(monkeypatch):
     monkeypatch.setattr(serve, "solve", spy)
     serve.plan_serve(load_model("llama3-70b"), [load_cluster("dgx-h100-superpod")],
                      serve.workload(2048, 256, 20.0, None, 30), time_limit_s=30.0,
-                     fix={"kv_dtype": "fp8", "pp": 1})
+                     fix={"kv_dtype": "fp8", "pp": 1}, engine=load_engine("trtllm"))
     assert len(limits) >= 2 and all(b < a - 0.25 for a, b in zip(limits, limits[1:]))
     assert limits[0] <= 30.0
 

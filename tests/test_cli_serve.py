@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from formulations.serve.space import ServeSpace
 from planner.orchestration.serve import plan_serve
 from planner.specs.loaders import load_cluster, load_model
-from planner.specs.serve import ServeWorkload
+from planner.specs.serve import ServeWorkload, load_engine
 
 from conftest import DATA
 from test_cli import run
@@ -134,7 +134,8 @@ def test_a_looser_slo_never_needs_more_gpus(ttft, tpot, loose, rate):
     def gpus(t1, t2):
         w = ServeWorkload(isl=1024, osl=128, rate_rps=rate, ttft_ms=t1, tpot_ms=t2)
         try:
-            return plan_serve(L8, [H100], w, space=TINY).estimate.num_gpus
+            return plan_serve(L8, [H100], w, space=TINY,
+                              engine=load_engine("trtllm")).estimate.num_gpus
         except Exception as e:  # infeasible: needs "infinitely many"
             assert "no fleet" in str(e)
             return float("inf")
@@ -362,7 +363,7 @@ def test_tabulating_stops_at_the_limit_once_a_plan_is_possible():
     w = workload(1024, 128, 5.0, 500, 50)
     space = ServeSpace(weight_dtype=weight_dtypes("fp8,int4,fp4,bf16"))
     res = plan_serve(load_model("llama3-8b"), [load_cluster("dgx-h100-superpod")], w,
-                     space=space, time_limit_s=1e-6)
+                     space=space, time_limit_s=1e-6, engine=load_engine("trtllm"))
     s = res.solver
     assert s["tables_complete"] is False and s["status"] == "time_limit" and s["gap"] is None
     assert 0 < s["rows"] < 2203 and res.estimate.feasible

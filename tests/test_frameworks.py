@@ -18,13 +18,14 @@ from formulations.train.exhaustive import run_exhaustive
 from formulations.train.search import run_search
 from formulations.train.space import SearchSpace, SpaceOptions
 from planner.costmodel.train.tables import build_tables
-from planner.costmodel.frameworks import MODEL_RULES, RULES, violations
+from planner.costmodel.frameworks import MODEL_RULES, RULES, framework_defaults, violations
 from planner.errors import InputError
 from planner.export import export_plan
 from planner.specs.cluster import OffloadTier
 from planner.specs.framework import FrameworkProfile, load_framework
 from planner.specs.plan import Plan
 from planner.specs.plan_base import model_defaults
+from planner.specs.requests import DEFAULT_FRAMEWORK, framework_profile
 
 from conftest import small_cluster, tiny_model
 from instances import instances
@@ -33,14 +34,21 @@ PROFILES = ("megatron-core", "nemo", "torchtitan", "deepspeed", "pytorch")
 OPTS = SpaceOptions(max_microbatch=2, max_virtual_stages=2, min_cp_tokens=256)
 
 
+def _filled(profile: FrameworkProfile, base: dict, fixed: dict | None = None) -> dict:
+    """``base`` with the framework's defaults for the settings neither it nor ``fixed``
+    states (what build_space fills before it builds a space)."""
+    return framework_defaults(profile, base, set(base) | set(fixed or {}))
+
+
 def _space(name: str, model=None, cluster=None, fixed=None, base=None) -> SearchSpace:
     model = model or tiny_model(num_layers=6, hidden_size=512, num_attention_heads=8,
                                 num_kv_heads=4, ffn_hidden_size=1024, seq_len=1024,
                                 global_batch_size=16)
     cluster = cluster or small_cluster(16, domain=4)
     profile = load_framework(name)
-    return SearchSpace(model, cluster, {**model_defaults(model), **(base or {})},
-                       dict(fixed or {}), replace(OPTS, framework=profile))
+    return SearchSpace(model, cluster, _filled(profile, {**model_defaults(model), **(base or {})},
+                                               fixed), dict(fixed or {}),
+                       replace(OPTS, framework=profile))
 
 
 def _walk(space: SearchSpace, fmt: str) -> int:
@@ -59,7 +67,10 @@ def test_catalog_lists_the_five_profiles():
         p = load_framework(name)
         assert p.kernels.attention_backend in ("cudnn", "flash2", "flash3", "unfused")
         assert p.export_format is not None
-    assert load_framework(None).name == "megatron-core"  # the default
+    # no default below the request: a request without a framework runs none
+    assert framework_profile(None) is None and DEFAULT_FRAMEWORK is None
+    with pytest.raises(InputError, match="framework None: expected a catalog name"):
+        load_framework(None)
     assert load_framework("megatron-bridge").name == "nemo"
 
 
@@ -170,8 +181,8 @@ def test_a_broken_rule_is_refused_and_absent_from_the_space(name, change, needle
         "dtype", "grad_reduce_dtype", "attention", "fused_elementwise", "overlap_p2p_comm",
         "overlap_param_gather", "overlap_dp_grad_reduce", "overlap_tp_comm")}
     try:
-        space = SearchSpace(model, cluster, {**model_defaults(model), **settings}, {},
-                            replace(OPTS, framework=profile))
+        space = SearchSpace(model, cluster, _filled(profile, {**model_defaults(model), **settings}),
+                            {}, replace(OPTS, framework=profile))
     except InputError as e:  # a setting the framework never runs: no space at all
         assert needle.split("=")[0] in str(e)
         return
@@ -249,8 +260,9 @@ def test_backends_agree_on_framework_spaces(case, name):
     space, objective, top_k = case
     fixed = {k: v for k, v in space.fixed.items() if k not in ("zero_stage", "tp")}
     try:
-        space = SearchSpace(space.model, space.cluster, space.base, fixed,
-                            replace(space.options, framework=load_framework(name)))
+        profile = load_framework(name)
+        space = SearchSpace(space.model, space.cluster, _filled(profile, space.base, fixed),
+                            fixed, replace(space.options, framework=profile))
     except InputError:
         return
     ref = run_exhaustive(space, objective, top_k)

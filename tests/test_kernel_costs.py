@@ -11,7 +11,7 @@ import yaml
 
 from planner.costmodel.attention import attention_core
 from planner.costmodel.compute import elementwise_time_s, flash_attention_time_s, gemm_time_s
-from planner.costmodel.frameworks import framework_cluster
+from planner.costmodel.runtime import apply_profile
 from planner.costmodel.shapes import LayerShape, LayerStrategy
 from planner.specs.framework import load_framework
 from planner.specs.loaders import load_cluster, load_gpu, load_model
@@ -80,8 +80,8 @@ def test_the_framework_picks_the_attention_kernel():
     layers' host time (the GPU file's default: grouped experts launched ahead)."""
     model = load_model("llama3-8b")
     base = load_cluster("dgx-h100-superpod")
-    titan = framework_cluster(base, load_framework("torchtitan"))
-    mcore = framework_cluster(base, load_framework("megatron-core"))
+    titan = apply_profile(base, load_framework("torchtitan"))
+    mcore = apply_profile(base, load_framework("megatron-core"))
     assert mcore.gpu.efficiency.moe_expert_host_us > 0 == base.gpu.efficiency.moe_expert_host_us
     assert mcore.gpu.efficiency.model_copy(update={"moe_expert_host_us": 0.0}) == \
         base.gpu.efficiency
@@ -116,11 +116,11 @@ def test_a_frameworks_own_fit_replaces_the_gpus_on_that_gpu_only():
     titan = load_framework("torchtitan")
     fitted = titan.model_copy(update={"fit": {"h100-sxm": FrameworkFit(
         kernel_fraction=0.5, overlap_slowdown=0.4, source="test")}})
-    h100 = framework_cluster(load_cluster("dgx-h100-superpod"), fitted)
+    h100 = apply_profile(load_cluster("dgx-h100-superpod"), fitted)
     assert (h100.gpu.efficiency.kernel_fraction, h100.gpu.efficiency.overlap_slowdown) == \
         (0.5, 0.4)
     b200 = load_cluster("dgx-b200-superpod")
-    assert framework_cluster(b200, fitted).gpu.efficiency.kernel_fraction == \
+    assert apply_profile(b200, fitted).gpu.efficiency.kernel_fraction == \
         b200.gpu.efficiency.kernel_fraction
     base = load_cluster("dgx-h100-superpod")
     plan = dict(tp=1, pp=1, dp=8, cp=1, microbatch_size=1, global_batch_size=8,
@@ -128,8 +128,8 @@ def test_a_frameworks_own_fit_replaces_the_gpus_on_that_gpu_only():
     from planner.api import evaluate
 
     small = base.resized(8)
-    slow = evaluate("llama3-8b", framework_cluster(small, fitted), plan).iteration_time_s
-    fast = evaluate("llama3-8b", framework_cluster(small, titan), plan).iteration_time_s
+    slow = evaluate("llama3-8b", apply_profile(small, fitted), plan).iteration_time_s
+    fast = evaluate("llama3-8b", apply_profile(small, titan), plan).iteration_time_s
     assert slow > 1.25 * fast  # compute at 0.8/0.5 of the speed; communication unchanged
 
 

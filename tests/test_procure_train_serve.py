@@ -25,11 +25,13 @@ from planner.errors import InputError
 from planner.orchestration.serve import workload
 from planner.procurement.trainserve import procure_train_serve
 from planner.specs.pricing import load_pricing
+from planner.specs.serve import load_engine
 
 from test_procure import MODEL, OPTIONS, TEMPLATES, TOKENS
 
 A100_RENT = {"gpus": {"a100-sxm-80gb": {"price_per_gpu_hour": 5.0}}}
 SERVE = workload(512, 128, 1.0, 1000.0, 50.0)
+TRT = load_engine("trtllm")  # planner serve's default engine (the request's)
 REUSE_PER_DAY = 2.50 * 24
 A100_RUN_PER_DAY = 1.1 * 400 / 1000 * 24 * 0.082
 BREAK_EVEN = 17000 / (REUSE_PER_DAY - A100_RUN_PER_DAY)
@@ -38,7 +40,7 @@ BREAK_EVEN = 17000 / (REUSE_PER_DAY - A100_RUN_PER_DAY)
 @lru_cache(maxsize=None)
 def ask(serve_days: float, mode: str = "rent", owned: tuple = ()):
     return procure_train_serve(
-        MODEL, TOKENS, serve=SERVE, serve_days=serve_days, days=0.1, templates=TEMPLATES,
+        MODEL, TOKENS, engine=TRT, serve=SERVE, serve_days=serve_days, days=0.1, templates=TEMPLATES,
         counts=(4, 8), options=OPTIONS, workers=1, goodput="off",
         pricing=load_pricing(mode=mode, overrides=A100_RENT), owned=dict(owned) or None)
 
@@ -107,11 +109,11 @@ def test_bought_training_fleet_is_charged_its_capital_once():
 
 def test_bad_inputs_name_the_field():
     with pytest.raises(InputError, match="--serve-days"):
-        procure_train_serve(MODEL, TOKENS, serve=SERVE, serve_days=0, days=0.1)
+        procure_train_serve(MODEL, TOKENS, engine=TRT, serve=SERVE, serve_days=0, days=0.1)
     with pytest.raises(InputError, match="--serve-rate"):
-        procure_train_serve(MODEL, TOKENS, serve=workload(512, 128), serve_days=30, days=0.1)
+        procure_train_serve(MODEL, TOKENS, engine=TRT, serve=workload(512, 128), serve_days=30, days=0.1)
     with pytest.raises(InputError, match="--objective energy"):
-        procure_train_serve(MODEL, TOKENS, serve=SERVE, serve_days=30, days=0.1,
+        procure_train_serve(MODEL, TOKENS, engine=TRT, serve=SERVE, serve_days=30, days=0.1,
                             objective="energy")
 
 
@@ -122,7 +124,7 @@ def test_break_even_re_solves_the_fleet_to_buy():
     it is the H100: 17,000 / (60 - 0.866) = 287.5 days is not where the answer flips; it
     flips at 10,000 / (60 - 1.968) = 172.3 days."""
     res = procure_train_serve(
-        MODEL, TOKENS, serve=SERVE, serve_days=10000.0, days=0.1, templates=TEMPLATES,
+        MODEL, TOKENS, engine=TRT, serve=SERVE, serve_days=10000.0, days=0.1, templates=TEMPLATES,
         counts=(4, 8), options=OPTIONS, workers=1, goodput="off",
         pricing=load_pricing(overrides={"gpus": {
             "a100-sxm-80gb": {"price_per_gpu_hour": 5.0},
@@ -138,7 +140,7 @@ def test_reuse_is_limited_to_the_training_fleet():
     5,000 requests/s: one H100 saturates at about 4,100 (the serving evaluator's capacity),
     so reuse has no answer and a separate fleet (at least two GPUs) is chosen."""
     res = procure_train_serve(
-        MODEL, TOKENS, serve=workload(512, 128, 5000.0, 1000.0, 50.0), serve_days=30.0,
+        MODEL, TOKENS, engine=TRT, serve=workload(512, 128, 5000.0, 1000.0, 50.0), serve_days=30.0,
         templates=TEMPLATES, counts=(1,), options=OPTIONS, workers=1, goodput="off",
         pricing=load_pricing(overrides=A100_RENT))
     assert res.training.choice.num_gpus == 1
@@ -153,7 +155,7 @@ def test_break_even_looks_past_the_fleet_bought_for_the_period():
     never cheaper than reuse; but one A100 ($17,000 + $0.866/day) is, past 17,000 / (1.968 -
     0.86592) = 15,426 days: the break-even is found from the fleet cheapest over a century."""
     res = procure_train_serve(
-        MODEL, TOKENS, serve=SERVE, serve_days=30.0, days=0.1, templates=TEMPLATES,
+        MODEL, TOKENS, engine=TRT, serve=SERVE, serve_days=30.0, days=0.1, templates=TEMPLATES,
         counts=(4, 8), options=OPTIONS, workers=1, goodput="off",
         pricing=load_pricing(mode="own", overrides={"gpus": {"h100-sxm": {"capex_usd": 1000.0}}}))
     assert res.holding == "bought" and res.choice == "reuse"

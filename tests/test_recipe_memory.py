@@ -8,7 +8,8 @@ from importlib import resources
 import pytest
 import yaml
 
-from planner.costmodel.frameworks import framework_cluster, plan_violations, unstated_defaults
+from planner.costmodel.frameworks import plan_violations, unstated_defaults
+from planner.costmodel.runtime import apply_profile
 from planner.costmodel.train.evaluator import evaluate
 from planner.costmodel.numerics import Numerics
 from planner.costmodel.train.stage import state_bytes
@@ -37,7 +38,7 @@ def _setup(row: dict):
     # --framework` costs it (the NVIDIA performance recipes' sequence parallelism and TP
     # overlap with tp > 1: the file's header)
     profile = load_framework(row["framework"])
-    cluster = framework_cluster(cluster, profile)
+    cluster = apply_profile(cluster, profile)
     fields = dict(row["plan"])
     tp = fields.get("tp", 1)
     if row["framework"] in ("nemo", "megatron-core"):
@@ -168,7 +169,7 @@ def test_torchtitan_measured_peak_is_not_under_counted():
         update={"cross_entropy": "fused"})})
     base = load_cluster(row["cluster"], row["gpus"])
     base = base.model_copy(update={"gpu": base.gpu.model_copy(update={"hbm_gib": row["hbm_gib"]})})
-    one_buffer = evaluate(model, framework_cluster(base, fused), plan)
+    one_buffer = evaluate(model, apply_profile(base, fused), plan)
     assert one_buffer.memory_per_gpu_bytes / GiB < 0.9 * row["measured_peak_gib"]
     # the difference is the loss's two extra fp32 buffers per local logit
     extra = 8.0 * plan.microbatch_size * plan.seq_len * model.vocab_size

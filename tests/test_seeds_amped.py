@@ -13,7 +13,7 @@ import pytest
 
 from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.costmodel.pipeline import bubble_factor
-from planner.costmodel.frameworks import framework_cluster
+from planner.costmodel.runtime import apply_profile
 from planner.specs.framework import load_framework
 from planner.specs.loaders import cluster_from_dict, load_cluster, load_model
 
@@ -31,7 +31,7 @@ def amped_system(gpus: int):
 def selene(gpus: int):
     """Selene as Megatron-LM runs on it (the megatron-core profile: its kernels and its fit
     on NVIDIA's own A100 runs), the system AMPeD validates against."""
-    return framework_cluster(load_cluster("dgx-a100-superpod", gpus),
+    return apply_profile(load_cluster("dgx-a100-superpod", gpus),
                              load_framework("megatron-core"))
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan

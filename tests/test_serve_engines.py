@@ -10,6 +10,7 @@ import pytest
 import planner
 import planner.catalog as catalog
 from planner.errors import InputError
+from planner.specs.requests import DEFAULT_ENGINE, engine_profile
 from planner.specs.serve import ENGINE_FIELDS, ServeEngine, load_engine
 
 from test_cli import run
@@ -37,7 +38,10 @@ def test_each_profile_loads_and_cites_every_field():
     trt = load_engine("trtllm")
     assert [f for f in ENGINE_FIELDS if trt.sources[f].startswith("fitted")] == [
         "request_overhead_ms", "kernel_fraction"]
-    assert load_engine(None).name == "trtllm" and load_engine("TensorRT-LLM").name == "trtllm"
+    assert engine_profile(None).name == DEFAULT_ENGINE == "trtllm"
+    assert load_engine("TensorRT-LLM").name == "trtllm"
+    with pytest.raises(InputError, match="--engine None: expected a catalog name"):
+        load_engine(None)  # no default below the request
 
 
 def test_a_bad_engine_name_lists_the_choices(capsys):
@@ -107,23 +111,28 @@ def test_procure_serve_uses_the_engine(capsys, tmp_path):
     assert code == 1 and "no GPU type serves 2 requests/s" in err
 
 
-def test_the_orchestration_defaults_to_planner_serves_engine():
-    """plan_serve and procure_serve without an engine cost with the default profile, as the
-    CLI and planner.serve do; the v0.6.1 class defaults (the validation engine) differ."""
+def test_the_api_costs_with_the_requests_default_engine():
+    """planner.evaluate_serve and planner.serve without an engine cost with the one default,
+    the request's (DEFAULT_ENGINE); the orchestration below takes the engine explicitly, so
+    it cannot fall back on the v0.6.1 class defaults (the validation engine), which differ."""
     from formulations.serve.space import ServeSpace
     from planner.orchestration.serve import plan_serve
     from planner.specs.loaders import load_cluster, load_model
     from planner.specs.serve import ServeWorkload
 
+    plan = {"tp": 2, "pp": 1, "concurrency": 16, "weight_dtype": "fp8", "kv_dtype": "fp8",
+            "prefill_chunk": 2048}
+    args = ("llama3-8b", "dgx-h100-superpod", plan, 1024, 128)
+    plain = planner.evaluate_serve(*args, rate_rps=5.0)
+    named = planner.evaluate_serve(*args, rate_rps=5.0, engine=DEFAULT_ENGINE)
+    old = planner.evaluate_serve(*args, rate_rps=5.0, engine=ServeEngine())
+    assert plain.tpot_ms == named.tpot_ms and plain.ttft_ms == named.ttft_ms
+    assert old.tpot_ms != named.tpot_ms
     m, c = load_model("llama3-8b"), load_cluster("dgx-h100-superpod")
     space = ServeSpace(tp=(2,), pp=(1,), concurrency=(16,), weight_dtype=("fp8",),
                        kv_dtype=("fp8",), prefill_chunk=(2048,))
-    w = ServeWorkload(isl=1024, osl=128, rate_rps=5.0)
-    plain = plan_serve(m, [c], w, space=space).estimate
-    named = plan_serve(m, [c], w, space=space, engine=load_engine()).estimate
-    old = plan_serve(m, [c], w, space=space, engine=ServeEngine()).estimate
-    assert plain.tpot_ms == named.tpot_ms and plain.ttft_ms == named.ttft_ms
-    assert old.tpot_ms != named.tpot_ms
+    with pytest.raises(TypeError, match="engine"):
+        plan_serve(m, [c], ServeWorkload(isl=1024, osl=128, rate_rps=5.0), space=space)
 
 
 def test_the_serving_cost_model_requires_its_engine():

@@ -115,11 +115,12 @@ def test_a_fleet_mixing_gpu_types_is_evaluated_on_each_types_own_cluster():
     model, clusters = load_model("llama3-70b"), list(seen.values())
     w = ServeWorkload(isl=2048, osl=256, rate_rps=200, ttft_ms=500, tpot_ms=30)
     pools = {g: plan_serve(model, clusters, w, objective="cost",
-                           fix={"gpu": g, "mode": "disaggregated"}).plan
+                           fix={"gpu": g, "mode": "disaggregated"},
+                           engine=load_engine("trtllm")).plan
              for g in ("mi300x", "b200")}
     mixed = pools["mi300x"].model_copy(update={"prefill": pools["b200"].prefill})
     assert mixed.prefill is not None and mixed.prefill.gpu != mixed.gpu
-    est = evaluate_serve(model, seen["mi300x"], mixed, w, load_engine(), tuple(clusters))
+    est = evaluate_serve(model, seen["mi300x"], mixed, w, load_engine("trtllm"), tuple(clusters))
     assert est.feasible, est.reasons
 
 

@@ -288,12 +288,12 @@ def _kernel_fraction() -> str:
     """The share of the kernel table's speeds each framework's training step sustains on
     the README's H100s, as the cost model applies it (the GPU file's value, or the
     framework profile's fit on that GPU)."""
-    from planner.costmodel.frameworks import framework_cluster
+    from planner.costmodel.runtime import apply_profile
     from planner.specs.framework import load_framework
     from planner.specs.loaders import load_cluster
 
     c = load_cluster("dgx-h100-superpod")
-    kf = {f: framework_cluster(c, load_framework(f)).gpu.efficiency.kernel_fraction
+    kf = {f: apply_profile(c, load_framework(f)).gpu.efficiency.kernel_fraction
           for f in ("megatron-core", "torchtitan")}
     return (f"`kernel_fraction`: {kf['megatron-core']:.2f} for Megatron-Core on NVIDIA's NeMo "
             f"runs, {kf['torchtitan']:.2f} for torchtitan on its own")

@@ -347,6 +347,7 @@ def space_items(n: int, seed: int = SEED, profiles: dict[str, str] | None = None
     from dataclasses import replace
 
     from formulations.train.space import SearchSpace, SpaceOptions
+    from planner.costmodel.frameworks import framework_defaults
     from planner.errors import InputError
     from planner.export import export_plan
     from planner.specs.framework import load_framework
@@ -357,9 +358,10 @@ def space_items(n: int, seed: int = SEED, profiles: dict[str, str] | None = None
     cluster = load_cluster("dgx-h100-superpod").resized(16)
     base = {**model_defaults(model), "seq_len": 4096, "global_batch_size": 64}
     for name, fmt in (PROFILES if profiles is None else profiles).items():
-        opts = replace(SpaceOptions(max_microbatch=2, max_virtual_stages=2),
-                       framework=load_framework(name))
-        space = SearchSpace(model, cluster, base, {}, opts)
+        profile = load_framework(name)
+        opts = replace(SpaceOptions(max_microbatch=2, max_virtual_stages=2), framework=profile)
+        space = SearchSpace(model, cluster, framework_defaults(profile, base, set(base)), {},
+                            opts)
         plans = list(space)
         order = random.Random(seed).sample(range(len(plans)), len(plans))
         taken = 0

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from planner.costmodel.train.evaluator import check_structure
 from planner.costmodel.frameworks import (
-    framework_defaults,
+    SETTINGS,
     plan_violations,
     recompute_ok,
     setting_problems,
@@ -70,7 +70,12 @@ class SearchSpace:
         fw = self.options.framework
         if fw is not None:
             given = fw.order(tuple(given) if given else None)
-            self.base = framework_defaults(fw, self.base, set(self.base) | set(self.fixed))
+            # ``base`` comes with the framework's defaults filled, once, by
+            # planner.orchestration.train.build_space; here they are only checked
+            unfilled = [k for k in SETTINGS if k not in self.base and k not in self.fixed]
+            if unfilled:
+                raise ValueError(f"SearchSpace: base lacks {fw.name}'s {', '.join(unfilled)}: "
+                                 "build it with build_space (or framework_defaults)")
             problems = setting_problems(fw, {**self.base, **self.fixed})
             if problems:
                 raise InputError(f"--framework {fw.name}: {problems[0]}; `planner catalog "

@@ -148,10 +148,10 @@ def _framework_kernels(name: Optional[str], cluster: Any) -> Any:
     """The cluster costed with framework ``name``'s kernels (itself without a framework)."""
     if name is None:
         return cluster
-    from planner.costmodel.frameworks import framework_cluster
+    from planner.costmodel.runtime import apply_profile
     from planner.specs.framework import load_framework
 
-    return framework_cluster(cluster, load_framework(name))
+    return apply_profile(cluster, load_framework(name))
 
 
 def _framework_fill(name: Optional[str], notes: list[str]) -> Any:

@@ -23,8 +23,7 @@ from planner.cli.options import command
 from planner.cli.serve import show_procure_serve
 from planner.errors import InfeasibleError
 from planner.procurement.trainserve import TrainServeResult
-from planner.specs.requests import ProcureOutput, ProcureRequest
-from planner.specs.serve import load_engine
+from planner.specs.requests import ProcureOutput, ProcureRequest, engine_profile
 from planner.workers import signals_raise
 
 
@@ -32,7 +31,7 @@ from planner.workers import signals_raise
 def procure(request: ProcureRequest, output: ProcureOutput) -> None:
     """Buy or rent: the cheapest cluster and plan to train by a deadline, or fastest in a budget."""
     if request.serve:  # the cheapest serving fleet (planner/cli/serve.py prints it)
-        eng = load_engine(request.engine)
+        eng = engine_profile(request.engine)
         res = run_procure(request.model_copy(update={"engine": eng}))
         return show_procure_serve(res, eng, request.rate_rps, output.as_json)
     check_files([("--plot", output.plot_path)],

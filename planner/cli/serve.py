@@ -24,7 +24,7 @@ from planner.export.readback import serve_plan_from_vllm
 from planner.report.serve import serve_notes, time_limit_line
 from planner.specs.loaders import load_model
 from planner.procurement.serve import ServeProcurement
-from planner.specs.requests import ServeOutput, ServeRequest
+from planner.specs.requests import ServeOutput, ServeRequest, engine_profile
 from planner.specs.serve import ServeEngine, load_engine
 from planner.validation.band import SERVING
 
@@ -110,12 +110,10 @@ def _engine_json(eng: Any) -> dict:
 
 
 def _engine(ref: str | None, launch: bool) -> tuple[Any, str | None]:
-    """--engine's profile (default trtllm) and the engine whose launch command --launch
-    prints: None (all of them) unless --engine was given; an engine file that names no
-    launcher is refused then, not guessed."""
-    from planner.specs.serve import load_engine
-
-    eng = load_engine(ref)
+    """--engine's profile (default: the request's, DEFAULT_ENGINE) and the engine whose
+    launch command --launch prints: None (all of them) unless --engine was given; an
+    engine file that names no launcher is refused then, not guessed."""
+    eng = engine_profile(ref)
     if ref is None or not launch:
         return eng, None
     if eng.launcher is None:

@@ -125,29 +125,16 @@ def _report(res: Any, m: Any, c: Any, out_path: Optional[str], json_: bool) -> N
     """The answer as JSON or tables, with its calibration notes and the frameworks that
     run it."""
     notes = warn_calibration(c, res.best.plan)
-    runs_on, closest = _runs_on(res, m, c)
     if json_:
-        _emit_json({**res.to_json(), "calibration_notes": notes,
-                    "frameworks_that_run_it": runs_on})
+        _emit_json({**res.to_json(), "calibration_notes": notes})
         return
     _print_result(res, m, c, out_path)
     if res.published and res.published["note"]:
         out.print(f"[yellow]trust:[/] {escape(res.published['note'])}", soft_wrap=True)
     if res.framework is None:
-        out.print("frameworks that run this plan: " + (", ".join(runs_on) or (
-            f"none of the catalog's as it stands (closest: {closest}); "
+        out.print("frameworks that run this plan: " + (", ".join(res.frameworks_that_run_it or []) or (
+            f"none of the catalog's as it stands (closest: {escape(res.closest_framework)}); "
             "--framework NAME searches only the plans NAME runs")), highlight=False)
-
-
-def _runs_on(res: Any, m: Any, c: Any) -> tuple[list[str], str]:
-    """The catalog frameworks whose rules the best plan breaks none of, and the closest
-    one with the first rule it breaks (for when none runs it)."""
-    from planner.costmodel.frameworks import catalog_violations
-
-    broken = catalog_violations(res.best.plan, m, c)
-    name = min(broken, key=lambda n: len(broken[n]))
-    closest = f"{name}: {broken[name][0]}" if broken[name] else name
-    return [n for n, v in broken.items() if not v], escape(closest)
 
 
 def _check_export(fmt: Optional[str], path: Optional[str], json_: bool,
@@ -158,11 +145,11 @@ def _check_export(fmt: Optional[str], path: Optional[str], json_: bool,
     from planner.errors import InputError
     from planner.export import FORMATS
     from planner.export.common import FORMAT_FRAMEWORK
-    from planner.specs.framework import load_framework
+    from planner.specs.requests import framework_profile
 
     # `is None`, not `or`: --framework '' is an empty name (refused), not "no framework"
-    name = framework if framework is not None else FORMAT_FRAMEWORK.get(fmt or "")
-    profile = None if name is None else load_framework(name)
+    profile = framework_profile(framework if framework is not None
+                                else FORMAT_FRAMEWORK.get(fmt or ""))
     if fmt == "framework":  # the format of the framework's exporter
         if profile is None:
             raise InputError("--export framework: needs --framework NAME")

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from planner.costmodel.constants import LOSS_PEAK_BYTES_PER_LOGIT
 from planner.costmodel.network import PlacementError, domain_factors, fill_level
 from planner.costmodel.pipeline import block_recompute_runs_half, chunk_sizes
 from planner.specs.cluster import ClusterSpec
@@ -50,33 +49,6 @@ def _cite(profile: FrameworkProfile, key: str) -> str:
 
 def _values(vals: list[Any]) -> str:
     return ", ".join(show(v) for v in vals)
-
-
-def framework_cluster(cluster: ClusterSpec, profile: FrameworkProfile | None) -> ClusterSpec:
-    """``cluster`` as ``profile`` runs it: the GPU's kernels become the framework's (its
-    fused-attention backend, read from the GPU's kernel table; whether its sharding
-    prefetches; its loss's fp32 buffers) and, where the profile was fitted on runs on this
-    GPU, its framework-level parameters. ``None``, or a framework that changes none of
-    them, returns ``cluster`` itself."""
-    if profile is None:
-        return cluster
-    eff = cluster.gpu.efficiency
-    update: dict[str, Any] = {}
-    backend = profile.kernels.attention_backend
-    if backend != "unfused":  # unfused attention is the plan's attention=standard
-        update["attention_backend"] = backend
-    update["sharded_overlap"] = profile.kernels.fsdp_prefetch
-    update["loss_bytes_per_logit"] = LOSS_PEAK_BYTES_PER_LOGIT[profile.kernels.cross_entropy]
-    update["moe_expert_host_us"] = profile.kernels.moe_expert_host_us
-    fit = profile.fit.get(cluster.gpu.name)
-    if fit is not None:
-        update["kernel_fraction"] = fit.kernel_fraction
-        if fit.overlap_slowdown is not None:
-            update["overlap_slowdown"] = fit.overlap_slowdown
-    if all(getattr(eff, k) == v for k, v in update.items()):
-        return cluster
-    gpu = cluster.gpu.model_copy(update={"efficiency": eff.model_copy(update=update)})
-    return cluster.model_copy(update={"gpu": gpu})
 
 
 # ---- relevance: when a field changes what runs ------------------------------------------
@@ -317,6 +289,17 @@ def catalog_violations(plan: Plan, model: ModelSpec, cluster: ClusterSpec
 
     return {name: violations(load_framework(name), plan, model, cluster)
             for name in catalog.names("frameworks")}
+
+
+def frameworks_running(plan: Plan, model: ModelSpec, cluster: ClusterSpec
+                       ) -> tuple[list[str], str]:
+    """The catalog frameworks whose rules ``plan`` breaks none of, and the one breaking
+    the fewest with the first rule it breaks (``"name: field=value: why"``; the name
+    alone when it breaks none)."""
+    broken = catalog_violations(plan, model, cluster)
+    name = min(broken, key=lambda n: len(broken[n]))
+    closest = f"{name}: {broken[name][0]}" if broken[name] else name
+    return [n for n, v in broken.items() if not v], closest
 
 
 def plan_violations(profile: FrameworkProfile, plan: Plan, model: ModelSpec

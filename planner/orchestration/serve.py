@@ -26,7 +26,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.orchestration.overrun import overrun_fields
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
-from planner.specs.serve import MAX_REPLICAS, ServeEngine, ServePlan, ServeWorkload, load_engine
+from planner.specs.serve import MAX_REPLICAS, ServeEngine, ServePlan, ServeWorkload
 
 #: A mode's solve starts with at least this much time, even past the deadline (it then
 #: stops at its first plan; the overrun is reported).
@@ -277,14 +277,13 @@ def rate_units(rate_rps: float) -> int:
 def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, *,
                objective: str | None = None, gpus: int | None = None, fix: dict | None = None,
                backend: str = "cpsat", space: ServeSpace = ServeSpace(),
-               engine: ServeEngine | None = None, time_limit_s: float = 60.0,
+               engine: ServeEngine, time_limit_s: float = 60.0,
                pareto: bool = False) -> ServeResult:
     """The best plan (module docstring), its estimate from the evaluator and the solver's
-    report, costed with ``engine`` (default: ``planner serve``'s default profile). The
+    report, costed with ``engine`` (required: the request's, resolved by planner.api). The
     arguments are a :class:`planner.specs.requests.ServeRequest`'s, checked there
     (planner.api.serve builds it); raises InputError when they do not fit together,
     InfeasibleError when nothing meets them."""
-    engine = load_engine() if engine is None else engine
     objective = _check_args(w, objective)
     transformer(model)
     fix = dict(fix or {})

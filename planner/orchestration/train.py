@@ -21,7 +21,8 @@ from planner.costmodel.energy import price_per_gpu_hour
 from planner.costmodel.objective import Objective
 from planner.costmodel.train.evaluator import Estimate, check_structure, evaluate
 from planner.costmodel.train.goodput import Goodput
-from planner.costmodel.frameworks import framework_cluster, framework_defaults
+from planner.costmodel.frameworks import framework_defaults
+from planner.costmodel.runtime import apply_profile
 from planner.costmodel.train.offload import missing_tier_reason
 from planner.errors import InfeasibleError, InputError
 from planner.orchestration.overrun import overrun_fields
@@ -69,6 +70,11 @@ class SolveResult:
     goodput: Goodput | None = None  # failures and checkpoints over the token budget; None: ideal
     #: the best similar published run and the optimum's gain over it (planner.validation.trust)
     published: dict[str, Any] | None = None
+    #: the catalog frameworks whose rules the best plan breaks none of, worked out once by
+    #: planner.api.solve (None: not worked out, as inside a procurement)
+    frameworks_that_run_it: list[str] | None = None
+    #: the framework whose rules it breaks fewest, with the first it breaks ("name: rule")
+    closest_framework: str | None = None
 
     @property
     def best(self) -> SolvedPlan:
@@ -133,6 +139,8 @@ class SolveResult:
             },
             "alternatives": [p.to_json() for p in self.plans[1:]],
             **({"totals": self.totals()} if self.tokens else {}),
+            **({} if self.frameworks_that_run_it is None
+               else {"frameworks_that_run_it": self.frameworks_that_run_it}),
         }
 
     def totals(self, cluster_price_per_gpu_hour: float | None = None) -> dict[str, Any]:
@@ -195,7 +203,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, fixed: dict[str, Any] | 
     base_data = _validated(base_data, plan)
     if opts.framework is not None:  # settings the caller left open: the framework's defaults
         base_data = framework_defaults(opts.framework, base_data, set(base or {}) | set(fixed))
-    return SearchSpace(model, framework_cluster(cluster, opts.framework), base_data, fixed, opts)
+    return SearchSpace(model, apply_profile(cluster, opts.framework), base_data, fixed, opts)
 
 
 def _validated(fields: dict[str, Any], plan: Plan) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from planner.orchestration.serve import ServeResult, plan_serve
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.pricing import PricingSpec
-from planner.specs.serve import ServeEngine, ServeWorkload, load_engine
+from planner.specs.serve import ServeEngine, ServeWorkload
 
 HOURS_PER_YEAR = 8760.0
 
@@ -59,10 +59,9 @@ class ServeProcurement:
 
 
 def procure_serve(model: ModelSpec, templates: list[ClusterSpec], w: ServeWorkload,
-                  pricing: PricingSpec, engine: ServeEngine | None = None) -> ServeProcurement:
+                  pricing: PricingSpec, engine: ServeEngine) -> ServeProcurement:
     """The cheapest fleet per GPU type and overall (module docstring), costed with
-    ``engine`` (default: ``planner serve``'s default profile)."""
-    engine = load_engine() if engine is None else engine
+    ``engine`` (the request's, resolved by planner.api)."""
     if w.rate_rps is None:
         raise InputError("procure --serve needs --rate (the requests/s to serve)")
     priced = []

@@ -47,7 +47,7 @@ from planner.procurement.train import _owned_templates, _templates, procure
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.pricing import PricingSpec
-from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload, load_engine
+from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
 
 HOLDINGS = ("rented", "owned", "bought")
 #: At most this many re-solves of the bought serving fleet while locating the break-even.
@@ -143,7 +143,7 @@ def procure_train_serve(model: ModelSpec, tokens: float, *, serve: ServeWorkload
                         budget_usd: float | None = None,
                         templates: Sequence[ClusterSpec] | None = None,
                         serve_templates: Sequence[ClusterSpec] | None = None,
-                        pricing: PricingSpec | None = None, engine: ServeEngine | None = None,
+                        pricing: PricingSpec | None = None, engine: ServeEngine,
                         owned: Mapping[str, int] | None = None,
                         serve_time_limit_s: float = 60.0, **procure_kw: Any) -> TrainServeResult:
     """The cheapest campaign: train ``model`` on ``tokens`` (within ``days``, ``budget_usd``)
@@ -154,7 +154,6 @@ def procure_train_serve(model: ModelSpec, tokens: float, *, serve: ServeWorkload
     fleet serves the rate."""
     _check(serve, serve_days, procure_kw.get("objective"))
     templates, pricing = _templates(templates, pricing)
-    engine = load_engine() if engine is None else engine
     res = procure(model, tokens, days=days, budget_usd=budget_usd, templates=templates,
                   pricing=pricing, owned=owned, **procure_kw)
     c = res.choice

@@ -243,16 +243,13 @@ class FrameworkProfile(Spec):
         return self.grad_reduce_default.get(dtype, self.grad_reduce_dtypes[0])  # type: ignore[call-overload]
 
 
-DEFAULT_FRAMEWORK = "megatron-core"
-
-
-def load_framework(ref: str | FrameworkProfile | None = None) -> FrameworkProfile:
-    """A catalog profile by name or alias (default :data:`DEFAULT_FRAMEWORK`), a profile
-    YAML file, or a profile object as is."""
+def load_framework(ref: str | FrameworkProfile) -> FrameworkProfile:
+    """A catalog profile by name or alias, a profile YAML file, or a profile object as is.
+    No default here: a request without a framework runs none
+    (:data:`planner.specs.requests.DEFAULT_FRAMEWORK`)."""
     if isinstance(ref, FrameworkProfile):
         return ref
     from planner.specs.loaders import load_catalog_profile, reference
 
-    return load_catalog_profile(FrameworkProfile, "frameworks",
-                                reference(DEFAULT_FRAMEWORK if ref is None else ref, "framework"),
+    return load_catalog_profile(FrameworkProfile, "frameworks", reference(ref, "framework"),
                                 "--framework", "framework", "a profile YAML file")

@@ -27,9 +27,9 @@ from planner.errors import InputError
 from planner.specs.base import Spec
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMSpec
-from planner.specs.framework import FrameworkProfile
+from planner.specs.framework import FrameworkProfile, load_framework
 from planner.specs.model import ModelSpec
-from planner.specs.serve import ServeEngine, ServeWorkload
+from planner.specs.serve import ServeEngine, ServeWorkload, load_engine
 from planner.specs.site import InventorySpec
 from planner.specs.validate import _short, unknown_key_message, validate
 
@@ -58,6 +58,28 @@ FRAMEWORK_HELP = ("The training framework the plan is for (planner catalog frame
                   "only plans it can run are searched. Default: the framework of --export "
                   "FORMAT, else none: every plan the cost model accepts, and the output "
                   "names the frameworks that run the best one.")
+
+#: The runtime profile each workload runs when its request names none, declared once,
+#: here; the layers below take the resolved profile explicitly (issue 37 item 2).
+#: Training: no framework, i.e. the cost model's own kernels and every plan it accepts.
+DEFAULT_FRAMEWORK: str | None = None
+#: Serving: TensorRT-LLM, the engine planner serve's fit was made on
+#: (hardware_catalog/calibration/trtllm_serving_h100.yaml; docs/serving.md, Calibration).
+DEFAULT_ENGINE = "trtllm"
+
+
+def framework_profile(ref: str | FrameworkProfile | None) -> FrameworkProfile | None:
+    """The training framework a request's ``framework`` names, or the workload's default
+    (:data:`DEFAULT_FRAMEWORK`) when it names none."""
+    ref = DEFAULT_FRAMEWORK if ref is None else ref
+    return None if ref is None else load_framework(ref)
+
+
+def engine_profile(ref: str | ServeEngine | None) -> ServeEngine:
+    """The serving engine a request's ``engine`` names, or the workload's default
+    (:data:`DEFAULT_ENGINE`) when it names none."""
+    return load_engine(DEFAULT_ENGINE if ref is None else ref)
+
 
 _UNSET: Any = object()
 
@@ -287,7 +309,7 @@ class PlotOutput(OutputOptions):
 ServeObjective = Literal["throughput", "cost", "gpus", "energy"]
 SERVE_ENGINE_HELP = ("The serving engine (planner catalog engines): its decode attention, "
                      "host overheads and kernel speed; --launch then prints its command only. "
-                     "Default trtllm (and --launch prints every engine's).")
+                     f"Default {DEFAULT_ENGINE} (and --launch prints every engine's).")
 
 
 def _one_or_many(value: Any) -> Any:
@@ -453,7 +475,7 @@ class ProcureRequest(Request):
     tpot_ms: float | None = option(None, "--serve, --serve-rate: P99 TPOT SLO.", "--tpot-ms")
     engine: Union[str, ServeEngine, None] = option(
         None, "--serve, --serve-rate: the serving engine (planner catalog engines; default "
-        "trtllm).", "--engine", metavar="NAME|PATH")
+        f"{DEFAULT_ENGINE}).", "--engine", metavar="NAME|PATH")
 
     @field_validator("objective", mode="before")
     @classmethod

@@ -126,17 +126,17 @@ class ServeEngine(Spec):
 #: the ServeEngine fields that change an estimate: a catalog profile cites each
 ENGINE_FIELDS = ("gqa_kv_shared", "request_overhead_ms", "collective_overhead_us",
                  "kernel_fraction", "fp8_act_quant_kernels")
-DEFAULT_ENGINE = "trtllm"
 
 
-def load_engine(ref: "str | ServeEngine | None" = None) -> ServeEngine:
-    """A catalog serving-engine profile by name or alias (default :data:`DEFAULT_ENGINE`),
-    an engine YAML file, or an engine object as is."""
+def load_engine(ref: "str | ServeEngine") -> ServeEngine:
+    """A catalog serving-engine profile by name or alias, an engine YAML file, or an engine
+    object as is. No default here: a request without an engine runs
+    :data:`planner.specs.requests.DEFAULT_ENGINE`."""
     if isinstance(ref, ServeEngine):
         return ref
     from planner.specs.loaders import load_catalog_profile, reference
 
-    ref = reference(DEFAULT_ENGINE if ref is None else ref, "--engine")
+    ref = reference(ref, "--engine")
     engine = load_catalog_profile(ServeEngine, "engines", ref, "--engine", "serving engine",
                                   "an engine YAML file")
     check_cited(engine, ref)

@@ -29,7 +29,8 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import Field
 
-from planner.costmodel.frameworks import framework_cluster, unstated_defaults
+from planner.costmodel.frameworks import unstated_defaults
+from planner.costmodel.runtime import apply_profile
 from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.errors import InputError
 from planner.specs.base import Spec
@@ -140,7 +141,7 @@ class Run:
         prof = load_framework(self.profile)
         if not profile_fit:
             prof = prof.model_copy(update={"fit": {}})
-        return framework_cluster(self.cluster, prof)
+        return apply_profile(self.cluster, prof)
 
     def estimate(self, cluster: ClusterSpec | None = None, plan: Plan | None = None) -> Estimate:
         return evaluate(self.model, cluster or self.costed_cluster(), plan or self.plan)

@@ -19,7 +19,7 @@ from planner.costmodel.constants import GiB
 from planner.costmodel.train.evaluator import evaluate, prepare
 from planner.costmodel.layer import dense_layer_params
 from planner.costmodel.train.stage import state_bytes
-from planner.costmodel.frameworks import framework_cluster
+from planner.costmodel.runtime import apply_profile
 from planner.specs.framework import load_framework
 from planner.specs.loaders import load_cluster, load_model
 from planner.specs.plan import Plan
@@ -106,7 +106,7 @@ FRAMEWORK = "megatron-core"
 
 def run_validation(cluster_name: str = "dgx-a100-superpod") -> ValidationReport:
     data = calibration_data()
-    base = framework_cluster(load_cluster(cluster_name), load_framework(FRAMEWORK))
+    base = apply_profile(load_cluster(cluster_name), load_framework(FRAMEWORK))
     time_rows: list[TimeRow] = []
     memory_rows: list[MemoryRow] = []
     for name, run in data["runs"].items():

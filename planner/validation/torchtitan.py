@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from planner.costmodel.train.evaluator import Estimate, evaluate
-from planner.costmodel.frameworks import framework_cluster
+from planner.costmodel.runtime import apply_profile
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.framework import FrameworkProfile, load_framework
@@ -139,7 +139,7 @@ def run_estimate(run: dict, cluster: ClusterSpec | None = None,
     """``run`` costed as torchtitan runs it (the profile's kernels and, where fitted, its
     framework-level parameters)."""
     model = run_model(run)
-    c = framework_cluster(cluster or run_cluster(run), load_framework(profile))
+    c = apply_profile(cluster or run_cluster(run), load_framework(profile))
     return evaluate(model, c, run_plan(run, model))
 
 

@@ -21,6 +21,7 @@ from planner.costmodel.compose import headroom_bytes
 from planner.costmodel.compute import elementwise_time_s, flash_attention_time_s, gemm_time_s
 from planner.costmodel.layer import embedding_params, head_params, layer_params
 from planner.costmodel.moe import shared_ffn
+from planner.costmodel.runtime import apply_profile
 from planner.costmodel.network import PlacementError, collective_time_s, p2p_time_s, spans_for
 from planner.costmodel.shapes import local_dims
 from planner.specs.cluster import ClusterSpec
@@ -198,16 +199,6 @@ class ReplicaNet:
     quant_kernels: int = 0  # per FP8 GEMM input (ServeEngine.fp8_act_quant_kernels)
 
 
-def engine_gpu(cluster: ClusterSpec, engine: ServeEngine):
-    """The cluster's GPU running the engine's kernels: the engine's ``kernel_fraction`` of
-    the measured kernel speeds (the GPU file's is the training framework's)."""
-    eff = cluster.gpu.efficiency
-    if eff.kernel_fraction == engine.kernel_fraction:
-        return cluster.gpu
-    return cluster.gpu.model_copy(update={"efficiency": eff.model_copy(
-        update={"kernel_fraction": engine.kernel_fraction})})
-
-
 def replica_net(cluster: ClusterSpec, plan: ServePlan,
                 engine: ServeEngine) -> ReplicaNet:
     from planner.costmodel.network import subgroup
@@ -324,7 +315,7 @@ def decode_step_s(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan,
     stages the batch runs as ``pp`` microbatches in flight, so a token passes every stage
     once: pp x the stage time of batch/pp sequences, at least one (pipelining adds
     capacity, not speed). Includes the LM head (bf16)."""
-    gpu, net = engine_gpu(cluster, engine), replica_net(cluster, plan, engine)
+    gpu, net = apply_profile(cluster, engine).gpu, replica_net(cluster, plan, engine)
     size = plan.concurrency if batch is None else batch
     mb = max(size / plan.pp, 1.0)  # fewer sequences than stages: one each
     attn = decode_attention_s(model, gpu, plan, mb, context, engine.gqa_kv_shared)
@@ -345,7 +336,7 @@ class Prefill:
 
 def prefill(model: ModelSpec, cluster: ClusterSpec, plan: ServePlan, isl: int,
             engine: ServeEngine) -> Prefill:
-    gpu, net = engine_gpu(cluster, engine), replica_net(cluster, plan, engine)
+    gpu, net = apply_profile(cluster, engine).gpu, replica_net(cluster, plan, engine)
     budget = plan.prefill_chunk
     chunks = math.ceil(isl / budget)
     alone = min(isl, budget) if chunks == 1 else isl / chunks
