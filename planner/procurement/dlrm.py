@@ -117,20 +117,21 @@ def procure_dlrm(model: DLRMSpec, samples: float, *, templates: Sequence[Cluster
     iterations = samples / model.global_batch_size
     todo = [(tpl, n) for tpl in templates
             for n in counts or candidate_counts(tpl, min(max_gpus, DLRM_MAX_GPUS))]
-    bounds = [_bound(model, tpl, n, iterations, pricing) for tpl, n in todo]
+    bounds = [_bound(model, tpl, n, iterations, pricing) if prune else None for tpl, n in todo]
     # best bound first (ties: the given order), so that the incumbent prunes early
     order = sorted(range(len(todo)), key=lambda i: (
-        bounds[i][1][obj] if prune and bounds[i] is not None else 0.0, i))
+        bounds[i][1][obj] if bounds[i] is not None else 0.0, i))
     solved: dict[int, DLRMOption] = {}
-    skipped, pruned = [], {}
+    failed: dict[int, list[str]] = {}  # why an option has no plan, by its index
+    pruned: dict[int, DLRMBound] = {}
     best: float | None = None  # the objective of the best option within the limits
     for i in order:
         tpl, n = todo[i]
-        why = _pruned(bounds[i], obj, best, days, budget_usd) if prune else None
+        why = _pruned(bounds[i], obj, best, days, budget_usd)
         if why is not None:
             pruned[i] = DLRMBound(tpl.name, bounds[i][0], bounds[i][2], bounds[i][1], why)
             continue
-        opt = _option(model, samples, tpl, n, pricing, time_limit_s, skipped)
+        opt = _option(model, samples, tpl, n, pricing, time_limit_s, failed.setdefault(i, []))
         if opt is None:
             continue
         solved[i] = opt
@@ -141,6 +142,7 @@ def procure_dlrm(model: DLRMSpec, samples: float, *, templates: Sequence[Cluster
     if progress and pruned:
         progress(f"{len(pruned)} options bounded out unsolved (their lower bound cannot win)")
     options = [solved[i] for i in sorted(solved)]  # the given order, as before
+    skipped = [why for i in sorted(failed) for why in failed[i]]
     ok = [o for o in options if _within(o, days, budget_usd)]
     choice = min(ok, key=lambda o: (o.values[obj], o.values["days"])) if ok else None
     result = DLRMProcureResult(model, float(samples), obj, choice, options, skipped,
