@@ -446,12 +446,18 @@ def test_procure_dlrm_cheapest_within_days(capsys):
     assert code == 0
     data = json.loads(out)
     opts = {o["num_gpus"]: o for o in data["options"]}
-    # 4 GPUs of 80 GB cannot hold 332B fp16 parameters (664 GB); 16 and 32 can
-    assert set(opts) == {16, 32} and any("4x" in s for s in data["skipped"])
+    cut = {b["num_gpus"]: b for b in data["pruned"]}
+    # 4 GPUs of 80 GB cannot hold 332B fp16 parameters (664 GB); 16 and 32 can (solved,
+    # or bounded out unsolved: procurement/dlrm.py)
+    assert set(opts) | set(cut) == {16, 32} and not set(opts) & set(cut)
+    assert any("4x" in s for s in data["skipped"])
     for o in opts.values():  # days = samples / samples per second
         assert o["days"] == pytest.approx(2e10 / o["samples_per_s"] / 86400, rel=1e-9)
     ok = [o for o in opts.values() if o["days"] <= 1]
     assert data["choice"]["cost_usd"] == min(o["cost_usd"] for o in ok)
+    for b in cut.values():  # no plan of a pruned option is within the limits and cheaper
+        assert (b["lower_bounds"]["cost_usd"] > data["choice"]["cost_usd"]
+                or b["lower_bounds"]["days"] > 1)
     code, _, err = run(capsys, "procure", "-m", "dlrm-b", "--tokens", "1e15", "--days", "1",
                        "--cluster", "dgx-a100-superpod", "--counts", "32")
     assert code == 1 and "within the limits" in err
