@@ -155,6 +155,10 @@ def show_procure_dlrm(res: Any, json_: bool) -> None:
                   f"{o.values['cost_usd']:,.0f}", f"{o.values['energy_mwh']:.1f}",
                   f"{o.values['gpu_hours']:,.0f}")
     out.print(t)
+    pruned = getattr(res, "pruned", [])
+    if pruned:
+        out.print(f"{len(pruned)} options bounded out unsolved (their lower bounds miss the "
+                  "limits or the best answer; --json lists them)", highlight=False)
     if res.choice is not None:
         c = res.choice
         out.print(f"[bold]choice:[/] {c.cluster.num_gpus}x {escape(c.cluster.gpu.name)} "
