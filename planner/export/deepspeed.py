@@ -12,12 +12,25 @@ parallelism of these models need Megatron-DeepSpeed's own arguments, so plans wi
 them > 1 are refused, as are FP8, selective recomputation (HF models checkpoint whole
 layers) and a stage-0 gradient all-reduce overlapped with backward (DeepSpeed reduces after
 backward without ZeRO).
+
+The file has no ``optimizer`` section: ``train.py`` passes its own (a client optimizer).
+What DeepSpeed wraps it in (:func:`built_optimizer`,
+:func:`planner.costmodel.frameworks.deepspeed_optimizer`) is what the cost model charges for
+every config written here: ``FP16_UnfusedOptimizer`` (``FP16_Optimizer`` for FusedAdam) at
+ZeRO stage 0 with bf16 accumulation (full fp32 master weights and Adam states per rank, the
+bf16 ``.grad`` all-reduced in ``communication_data_type`` after backward: the cost model's
+stage 0), ``DeepSpeedZeroOptimizer`` at stages 1 and 2 (with fp32 accumulation at stage 1
+only with the optimizer offloaded, where a client optimizer must be DeepSpeedCPUAdam) and
+``DeepSpeedZeroOptimizer_Stage3`` at 3; the combinations that build an unsharded wrapper at
+stage 1, or accumulate in bf16 where fp32 was costed, are refused (rule
+``bf16_fp32_accum_below_zero2_runs_fp16_optimizer``).
 """
 
 from __future__ import annotations
 
 import json
 
+from planner.costmodel.frameworks import deepspeed_optimizer
 from planner.export.common import (
     Target,
     as_run,
@@ -67,6 +80,21 @@ def config(plan: Plan, target: Target) -> dict:
         "zero_optimization": zero,
     }
     return cfg
+
+
+def built_optimizer(cfg: dict, fused_adam: bool = False) -> str:
+    """The class of ``engine.optimizer`` DeepSpeed v0.18.0 builds from ds_config ``cfg``
+    around a client optimizer (FusedAdam when ``fused_adam``; DeepSpeedCPUAdam when the
+    optimizer is offloaded), read from the keys DeepSpeed reads: ``bf16``/``fp16``
+    ``enabled``, ``data_types.grad_accum_dtype`` (the model dtype when absent,
+    engine.get_data_types), ``zero_optimization.stage`` and ``offload_optimizer.device``
+    (engine.zero_cpu_offload)."""
+    dtype = ("bf16" if cfg.get("bf16", {}).get("enabled") else
+             "fp16" if cfg.get("fp16", {}).get("enabled") else "fp32")
+    accum = (cfg.get("data_types") or {}).get("grad_accum_dtype") or dtype
+    zero = cfg.get("zero_optimization") or {}
+    offload = (zero.get("offload_optimizer") or {}).get("device") == "cpu"
+    return deepspeed_optimizer(dtype, accum, int(zero.get("stage", 0)), offload, fused_adam)
 
 
 def render(plan: Plan, target: Target) -> str:
