@@ -206,8 +206,8 @@ def deepspeed_optimizer(dtype: str, grad_accum_dtype: str, zero_stage: int,
     ``BFLOAT16`` for bf16 with fp32 accumulation at ZeRO stage 1 without CPU offload
     (l. 1407-1409) and without ZeRO (l. 1433-1434), ``ZERO_OPTIMIZATION`` for any other ZeRO
     config (l. 1410), ``DDP_BFLOAT16``/``FP16`` when the dtypes agree without ZeRO
-    (l. 1432) and raises for fp16 with another accumulation dtype without ZeRO (l. 1436);
-    ``_configure_optimizer`` (l. 1476-1484) tests ``in [FP16, DDP_BFLOAT16]`` before
+    (l. 1432) and raises for fp16 with another accumulation dtype without ZeRO (l. 1435-1436);
+    ``_configure_optimizer`` (l. 1469-1486) tests ``in [FP16, DDP_BFLOAT16]`` before
     ``== BFLOAT16``, and ``BFLOAT16 == DDP_BFLOAT16 == "bf16"`` (runtime/constants.py
     l. 127, 141), so every "bf16" answer goes to ``_configure_fp16_optimizer``:
     ``FP16_Optimizer`` for FusedAdam (l. 1666-1698), ``FP16_UnfusedOptimizer`` otherwise
@@ -215,6 +215,8 @@ def deepspeed_optimizer(dtype: str, grad_accum_dtype: str, zero_stage: int,
     unreachable with an optimizer; the engine builds it only without one (l. 361-362).
     ZeRO 1/2 build ``DeepSpeedZeroOptimizer`` (l. 1771), 3 ``DeepSpeedZeroOptimizer_Stage3``
     (l. 1844-1846)."""
+    if dtype not in ("bf16", "fp16"):  # an fp32 model runs the client optimizer unwrapped
+        raise ValueError(f"expected a bf16 or fp16 model, got {dtype}")
     if zero_stage >= 1 and not (dtype == "bf16" and grad_accum_dtype == "fp32"
                                 and zero_stage == 1 and not offload_optimizer):
         return DS_ZERO_OPTIMIZERS[min(zero_stage, 3)]
