@@ -426,6 +426,10 @@ def test_deepspeed_fp32_accumulation_at_dp1_is_refused_with_the_bytes_it_would_m
         export_plan("deepspeed", fp32, model, cluster)
     cfg = json.loads(export_plan("deepspeed", bf16, model, cluster))
     assert cfg["zero_optimization"]["stage"] == 0 and cfg["data_types"]["grad_accum_dtype"] == "bf16"
+    # the header says which wrapper was costed (the file has no optimizer section)
+    assert cfg["planner_export"][-1].endswith(
+        "wraps it in FP16_UnfusedOptimizer (FP16_Optimizer for FusedAdam), whose memory and "
+        "gradient reduction are costed")
 
 
 @pytest.mark.parametrize("dtype,accum,stage,offload,fused,expect", [

@@ -97,6 +97,19 @@ def built_optimizer(cfg: dict, fused_adam: bool = False) -> str:
     return deepspeed_optimizer(dtype, accum, int(zero.get("stage", 0)), offload, fused_adam)
 
 
+def optimizer_line(cfg: dict) -> str:
+    """The header's statement of the optimizer costed: the file has no ``optimizer``
+    section, so train.py passes one (without it DeepSpeed v0.18.0 asserts "zero stage
+    {1,2} requires an optimizer", engine._configure_zero_optimizer)."""
+    offload = ((cfg["zero_optimization"].get("offload_optimizer") or {}).get("device")
+               == "cpu")
+    client = "DeepSpeedCPUAdam" if offload else "torch.optim.AdamW or FusedAdam"
+    built, fused = built_optimizer(cfg), built_optimizer(cfg, fused_adam=True)
+    wrap = built if built == fused else f"{built} ({fused} for FusedAdam)"
+    return (f"optimizer: train.py passes Adam ({client}) to deepspeed.initialize; DeepSpeed "
+            f"v0.18.0 wraps it in {wrap}, whose memory and gradient reduction are costed")
+
+
 def render(plan: Plan, target: Target) -> str:
     """JSON has no comments: the header goes in a ``planner_export`` key, which DeepSpeed's
     config reader does not look up."""
@@ -107,5 +120,6 @@ def render(plan: Plan, target: Target) -> str:
     lines += [f"launch: deepspeed --num_nodes {nodes} --num_gpus {per_node} train.py "
               "--deepspeed_config THIS_FILE",
               f"seq_len {plan.seq_len} and recompute={recompute} (gradient checkpointing of "
-              "every layer when full) are set in the model code"]
+              "every layer when full) are set in the model code",
+              optimizer_line(cfg)]
     return json.dumps({"planner_export": lines, **cfg}, indent=2) + "\n"
