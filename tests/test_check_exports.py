@@ -524,3 +524,10 @@ def test_space_configs_expect_the_class_deepspeed_builds(monkeypatch, stage, acc
     assert ce.planned_optimizer(cfg) == expect
     assert ce.world_one({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 2,
                          "gradient_accumulation_steps": 4})["train_batch_size"] == 8
+
+
+def test_deepspeed_without_the_precision_on_this_device_is_the_machines_failure():
+    """DeepSpeed's CPU accelerator has no fp16 (engine.py _do_sanity_check, v0.18.0): an
+    fp16 config whose optimizer cannot be built here is environment-failed, not refused."""
+    assert ce.environment_failure(ValueError("Type fp16 is not supported on your device."))
+    assert ce.environment_failure(AssertionError("deepspeed.initialize built X")) is None

@@ -690,10 +690,13 @@ CHECKERS: dict[str, Callable[[Item], Any] | None] = {
 #: system", "Torch not compiled with CUDA enabled", "No CUDA GPUs are available"), a shared
 #: library that does not load, a framework asking for a package (Megatron's "Please install
 #: TE >= 1.4", megatron/core/transformer/transformer_config.py, core_v0.15.3), vLLM finding
-#: no platform ("Failed to infer device type", vllm/config/device.py DeviceConfig, v0.33.0)
+#: no platform ("Failed to infer device type", vllm/config/device.py DeviceConfig, v0.33.0),
+#: DeepSpeed's accelerator without the precision ("Type fp16 is not supported on your
+#: device": the CPU accelerator has no fp16, engine.py _do_sanity_check, v0.18.0)
 ENV_MESSAGE = re.compile(r"no NVIDIA driver|not compiled with CUDA|No CUDA GPUs|CUDA driver"
                          r"|libcuda|libnccl|cannot open shared object|Please install"
-                         r"|Failed to infer device type", re.IGNORECASE)
+                         r"|Failed to infer device type|is not supported on your device",
+                         re.IGNORECASE)
 #: code whose failure is the machine's: torch's CUDA layer, its extension builder (which
 #: indexes an empty CUDA arch list on a machine without a GPU unless TORCH_CUDA_ARCH_LIST is
 #: set: torch/utils/cpp_extension.py _get_cuda_arch_flags)
