@@ -507,21 +507,26 @@ def test_deepspeed_initialize_builds_the_optimizer_the_planner_charges(monkeypat
     (1, "fp32", True, "DeepSpeedZeroOptimizer"),   # offloaded: ZERO_OPTIMIZATION
     (2, "fp32", False, "DeepSpeedZeroOptimizer"),
     (3, "bf16", False, "DeepSpeedZeroOptimizer_Stage3"),
-    (1, "fp32", False, "FP16_UnfusedOptimizer"),   # BFLOAT16 == DDP_BFLOAT16: not ZeRO
-    (0, "fp32", False, "FP16_UnfusedOptimizer"),
+    (1, "fp32", False, None),   # BFLOAT16 == DDP_BFLOAT16: FP16_UnfusedOptimizer, not ZeRO-1
+    (0, "fp32", False, None),   # FP16_UnfusedOptimizer accumulates in bf16, not fp32
 ])
 def test_space_configs_expect_the_class_deepspeed_builds(monkeypatch, stage, accum, offload,
                                                          expect):
     """The planner's expectation per config, by hand from engine.py v0.18.0 (each row is
     what deepspeed.initialize built on CPU, gloo, one rank, with a client AdamW or
-    DeepSpeedCPUAdam); a file whose expectation is a non-ZeRO wrapper at stage 1 is one
-    the exporter refuses to write."""
+    DeepSpeedCPUAdam); a file where that class does not run the costing the file states
+    (a non-ZeRO wrapper at stage 1, or fp32 accumulation in a bf16 .grad), which the
+    exporter refuses to write, is refused before DeepSpeed is asked."""
     zero: dict = {"stage": stage, "overlap_comm": False}
     if offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     cfg = {"bf16": {"enabled": True}, "fp16": {"enabled": False},
            "data_types": {"grad_accum_dtype": accum}, "zero_optimization": zero}
-    assert ce.planned_optimizer(cfg) == expect
+    if expect is None:  # the file claims a costing DeepSpeed does not run: refused
+        with pytest.raises(ce.Refused, match="DeepSpeed builds FP16_UnfusedOptimizer"):
+            ce.planned_optimizer(cfg)
+    else:
+        assert ce.planned_optimizer(cfg) == expect
     assert ce.world_one({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 2,
                          "gradient_accumulation_steps": 4})["train_batch_size"] == 8
 

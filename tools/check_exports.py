@@ -315,15 +315,19 @@ def deepspeed_item(label: str, text: str) -> Item:
 
 def planned_optimizer(config: dict) -> str:
     """The optimizer class the planner says DeepSpeed builds from ``config`` around the
-    client optimizer this tool passes (not FusedAdam), the one its cost model charges."""
+    client optimizer this tool passes (not FusedAdam); :class:`Refused` when that class
+    does not run what the cost model charges for the config (``uncosted``)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from planner.export.deepspeed import built_optimizer
+    from planner.export.deepspeed import built_optimizer, uncosted
 
     try:
-        return built_optimizer(config)
+        built, why = built_optimizer(config), uncosted(config)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise Refused(f"the planner says DeepSpeed builds no optimizer from it: {e}") from None
+    if why:
+        raise Refused(why)
+    return built
 
 
 def torchtitan_item(label: str, text: str) -> Item:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 
-from planner.costmodel.frameworks import deepspeed_optimizer
+from planner.costmodel.frameworks import DS_UNSHARDED_WRAPPERS, deepspeed_optimizer
 from planner.export.common import (
     Target,
     as_run,
@@ -95,6 +95,21 @@ def built_optimizer(cfg: dict, fused_adam: bool = False) -> str:
     zero = cfg.get("zero_optimization") or {}
     offload = (zero.get("offload_optimizer") or {}).get("device") == "cpu"
     return deepspeed_optimizer(dtype, accum, int(zero.get("stage", 0)), offload, fused_adam)
+
+
+def uncosted(cfg: dict) -> str | None:
+    """Why the cost model's reading of ``cfg`` (ZeRO stage z sharded as z, gradients
+    accumulated in ``grad_accum_dtype``) is not what DeepSpeed runs, or None: a non-ZeRO
+    wrapper at stage >= 1, or one whose bf16 ``.grad`` holds an fp32 accumulation."""
+    built = built_optimizer(cfg)
+    stage = int((cfg.get("zero_optimization") or {}).get("stage", 0))
+    dtype = "bf16" if cfg.get("bf16", {}).get("enabled") else "fp16"
+    accum = (cfg.get("data_types") or {}).get("grad_accum_dtype") or dtype
+    if built in DS_UNSHARDED_WRAPPERS and (stage >= 1 or accum != dtype):
+        return (f"DeepSpeed builds {built} (no ZeRO sharding, gradients accumulated in the "
+                f"{dtype} .grad) where the cost model charges ZeRO stage {stage} with {accum} "
+                "gradient accumulation")
+    return None
 
 
 def optimizer_line(cfg: dict) -> str:
