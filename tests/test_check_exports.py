@@ -39,7 +39,7 @@ def _modules(monkeypatch, *mods: types.ModuleType) -> None:
         monkeypatch.setitem(sys.modules, mod.__name__, mod)
 
 
-def _fake_deepspeed(monkeypatch) -> None:
+def _fake_deepspeed(monkeypatch, built=None) -> None:
     """DeepSpeedConfig's batch check (deepspeed/runtime/config.py _batch_assertion, v0.18.0):
     train_batch_size = micro x accumulation x the world it reads from deepspeed.comm."""
     comm = types.SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 1)
@@ -56,8 +56,51 @@ def _fake_deepspeed(monkeypatch) -> None:
     config.dist = comm  # type: ignore[attr-defined]
     config.DeepSpeedConfig = DeepSpeedConfig  # type: ignore[attr-defined]
     top.runtime, runtime.config = runtime, config  # type: ignore[attr-defined]
+    _fake_initialize(monkeypatch, top, built or _ds_builds)
     _modules(monkeypatch, top, runtime, config)
     monkeypatch.setitem(sys.modules, "deepspeed.launcher", None)
+
+
+def _ds_builds(cfg: dict) -> str:
+    """What DeepSpeed v0.18.0 wraps a client torch.optim.AdamW in, by hand from
+    deepspeed/runtime/engine.py _do_optimizer_sanity_check / _configure_optimizer: ZeRO 3
+    -> DeepSpeedZeroOptimizer_Stage3; ZeRO 1-2 -> DeepSpeedZeroOptimizer except bf16 with
+    fp32 accumulation at stage 1 without offload; otherwise (a "bf16" wrapper answer, which
+    equals DDP_BFLOAT16) FP16_UnfusedOptimizer."""
+    zero = cfg["zero_optimization"]
+    bf16_fp32 = cfg["bf16"]["enabled"] and cfg["data_types"]["grad_accum_dtype"] == "fp32"
+    if zero["stage"] == 3:
+        return "DeepSpeedZeroOptimizer_Stage3"
+    if zero["stage"] == 2 or (zero["stage"] == 1 and (
+            not bf16_fp32 or "offload_optimizer" in zero)):
+        return "DeepSpeedZeroOptimizer"
+    return "FP16_UnfusedOptimizer"
+
+
+def _fake_initialize(monkeypatch, top: types.ModuleType, built) -> None:
+    """deepspeed.init_distributed / initialize at world 1: the engine's optimizer is an
+    instance of a class named ``built(config)``; the config must be scaled to one rank
+    (DeepSpeedConfig's batch assertion at world 1)."""
+    state = {"init": False, "seen": []}
+
+    def init_distributed(dist_backend=None, **_):
+        assert dist_backend == "gloo" and os.environ["WORLD_SIZE"] == "1"
+        state["init"] = True
+
+    def initialize(model=None, optimizer=None, config=None, **_):
+        assert state["init"] and optimizer == "client optimizer"
+        assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
+                                              * config["gradient_accumulation_steps"])
+        state["seen"].append(built(config))
+        engine = types.SimpleNamespace(optimizer=type(built(config), (), {})())
+        return engine, engine.optimizer, None, None
+
+    top.comm = types.SimpleNamespace(is_initialized=lambda: state["init"])  # type: ignore[attr-defined]
+    top.init_distributed, top.initialize = init_distributed, initialize  # type: ignore[attr-defined]
+    top.seen = state["seen"]  # type: ignore[attr-defined]
+    monkeypatch.setattr(ce, "ds_client", lambda cfg: ("model", "client optimizer"))
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
 
 
 def _fake_torchtitan(monkeypatch) -> None:
@@ -438,3 +481,58 @@ def test_guard_only_the_real_package_test_may_skip():
     assert src.count("pytest.skip") == src.count("skipif") == 0
     tests = [n for n in dir(sys.modules[__name__]) if n.startswith("test_")]
     assert len(tests) >= 12
+
+
+# ---- DeepSpeed's optimizer (issue 40 item 4) ------------------------------------------------
+def test_deepspeed_initialize_builds_the_optimizer_the_planner_charges(monkeypatch):
+    """The golden 70B config (ZeRO 3, bf16) goes through deepspeed.initialize at world 1
+    (its train_batch_size 512 over dp 512 scaled to 1 x 1); a DeepSpeed that builds another
+    class than the planner charges is a refusal, naming both."""
+    _fake_deepspeed(monkeypatch)
+    item = ce.deepspeed_item("ds", _golden("llama3-70b.ds_config.json"))
+    assert item.payload["optimizer"] == "DeepSpeedZeroOptimizer_Stage3"
+    t = _check([item])["deepspeed"]
+    assert (t.accepted, t.refused, t.env_failed) == (1, 0, 0), t
+    assert sys.modules["deepspeed"].seen == ["DeepSpeedZeroOptimizer_Stage3"]
+    assert t.built == {"DeepSpeedZeroOptimizer_Stage3": 1}
+    _fake_deepspeed(monkeypatch, built=lambda cfg: "BF16_Optimizer")
+    t = _check([item])["deepspeed"]
+    assert (t.accepted, t.refused, t.env_failed) == (0, 1, 0), t
+    assert "built BF16_Optimizer" in t.first[0] and "DeepSpeedZeroOptimizer_Stage3" in t.first[0]
+
+
+@pytest.mark.parametrize("stage,accum,offload,expect", [
+    (0, "bf16", False, "FP16_UnfusedOptimizer"),   # DDP_BFLOAT16 -> _configure_fp16_optimizer
+    (1, "bf16", False, "DeepSpeedZeroOptimizer"),
+    (1, "fp32", True, "DeepSpeedZeroOptimizer"),   # offloaded: ZERO_OPTIMIZATION
+    (2, "fp32", False, "DeepSpeedZeroOptimizer"),
+    (3, "bf16", False, "DeepSpeedZeroOptimizer_Stage3"),
+    (1, "fp32", False, None),   # BFLOAT16 == DDP_BFLOAT16: FP16_UnfusedOptimizer, not ZeRO-1
+    (0, "fp32", False, None),   # FP16_UnfusedOptimizer accumulates in bf16, not fp32
+])
+def test_space_configs_expect_the_class_deepspeed_builds(monkeypatch, stage, accum, offload,
+                                                         expect):
+    """The planner's expectation per config, by hand from engine.py v0.18.0 (each row is
+    what deepspeed.initialize built on CPU, gloo, one rank, with a client AdamW or
+    DeepSpeedCPUAdam); a file where that class does not run the costing the file states
+    (a non-ZeRO wrapper at stage 1, or fp32 accumulation in a bf16 .grad), which the
+    exporter refuses to write, is refused before DeepSpeed is asked."""
+    zero: dict = {"stage": stage, "overlap_comm": False}
+    if offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    cfg = {"bf16": {"enabled": True}, "fp16": {"enabled": False},
+           "data_types": {"grad_accum_dtype": accum}, "zero_optimization": zero}
+    if expect is None:  # the file claims a costing DeepSpeed does not run: refused
+        with pytest.raises(ce.Refused, match="DeepSpeed builds FP16_UnfusedOptimizer"):
+            ce.planned_optimizer(cfg)
+    else:
+        assert ce.planned_optimizer(cfg) == expect
+    assert ce.world_one({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 2,
+                         "gradient_accumulation_steps": 4})["train_batch_size"] == 8
+
+
+def test_deepspeed_without_the_precision_on_this_device_is_the_machines_failure():
+    """DeepSpeed's CPU accelerator has no fp16 (engine.py _do_sanity_check, v0.18.0): an
+    fp16 config whose optimizer cannot be built here is environment-failed, not refused."""
+    assert ce.environment_failure(ValueError("Type fp16 is not supported on your device."))
+    assert ce.environment_failure(AssertionError("deepspeed.initialize built X")) is None

@@ -403,3 +403,62 @@ def test_sweep_axis_over_frameworks():
     old = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
     assert plain.key() == old.hexdigest()[:16]
     assert PointSpec(model="llama3-8b", framework="nemo").key() != plain.key()
+
+
+# ---- DeepSpeed's optimizer wrapper (issue 40 item 4) -----------------------------------------
+def test_deepspeed_fp32_accumulation_at_dp1_is_refused_with_the_bytes_it_would_misstate():
+    """bf16 with fp32 accumulation at ZeRO 0 on one GPU: DeepSpeed v0.18.0 builds
+    FP16_UnfusedOptimizer (engine.py _do_optimizer_sanity_check returns BFLOAT16, which
+    equals DDP_BFLOAT16), whose gradients are the bf16 parameters' .grad (2 B a parameter,
+    accumulated in bf16), not the fp32 buffer the cost model charges (4 B): for the tiny
+    model's P parameters the plan would state 4P gradient bytes and an fp32 accumulation
+    that does not run. The profile refuses it at dp 1 as at dp > 1 (the rule used to
+    exempt dp x cp = 1); with bf16 accumulation the same plan is exported as costed
+    (2P bytes, FP16_UnfusedOptimizer)."""
+    from planner.costmodel.frameworks import deepspeed_optimizer
+    from planner.costmodel.train.stage import state_bytes
+
+    model, cluster = tiny_model(), small_cluster(1)
+    base = dict(dp=1, global_batch_size=8, seq_len=1024, zero_stage=0, fused_elementwise=False,
+                overlap_dp_grad_reduce=False, overlap_param_gather=False,
+                placement={"order": ["tp", "cp", "ep", "dp", "pp"]})
+    fp32 = Plan.model_validate({**base, "grad_reduce_dtype": "fp32"})
+    bf16 = Plan.model_validate({**base, "grad_reduce_dtype": "bf16"})
+    P = 1000.0
+    assert state_bytes(P, 0, 1, fp32).gradients == 4 * P   # what fp32 would be charged
+    assert state_bytes(P, 0, 1, bf16).gradients == 2 * P   # the bf16 .grad DeepSpeed keeps
+    assert state_bytes(P, 0, 1, bf16).optimizer == 12 * P  # fp32 master + Adam, unsharded
+    assert deepspeed_optimizer("bf16", "fp32", 0, False) == "FP16_UnfusedOptimizer"
+    assert deepspeed_optimizer("bf16", "bf16", 0, False) == "FP16_UnfusedOptimizer"
+    ds = load_framework("deepspeed")
+    hit = violations(ds, fp32, model)
+    assert [v.field for v in hit] == ["grad_reduce_dtype"] and "FP16_UnfusedOptimizer" in hit[0].why
+    assert violations(ds, bf16, model) == []
+    with pytest.raises(InputError, match="grad_reduce_dtype=fp32"):
+        export_plan("deepspeed", fp32, model, cluster)
+    cfg = json.loads(export_plan("deepspeed", bf16, model, cluster))
+    assert cfg["zero_optimization"]["stage"] == 0 and cfg["data_types"]["grad_accum_dtype"] == "bf16"
+    # the header says which wrapper was costed (the file has no optimizer section)
+    assert cfg["planner_export"][-1].endswith(
+        "wraps it in FP16_UnfusedOptimizer (FP16_Optimizer for FusedAdam), whose memory and "
+        "gradient reduction are costed")
+
+
+@pytest.mark.parametrize("dtype,accum,stage,offload,fused,expect", [
+    ("bf16", "bf16", 0, False, False, "FP16_UnfusedOptimizer"),
+    ("bf16", "bf16", 0, False, True, "FP16_Optimizer"),     # FusedAdam (l. 1666)
+    ("bf16", "fp32", 1, False, True, "FP16_Optimizer"),
+    ("bf16", "fp32", 1, True, False, "DeepSpeedZeroOptimizer"),
+    ("bf16", "bf16", 1, False, False, "DeepSpeedZeroOptimizer"),
+    ("bf16", "fp32", 2, False, False, "DeepSpeedZeroOptimizer"),
+    ("fp16", "fp32", 1, False, False, "DeepSpeedZeroOptimizer"),
+    ("bf16", "fp32", 3, False, False, "DeepSpeedZeroOptimizer_Stage3"),
+])
+def test_deepspeed_optimizer_class_by_hand(dtype, accum, stage, offload, fused, expect):
+    """engine.py v0.18.0, read by hand (rows checked against deepspeed.initialize on CPU,
+    gloo, one rank, for the unfused and ZeRO rows); never BF16_Optimizer with an optimizer."""
+    from planner.costmodel.frameworks import deepspeed_optimizer
+
+    assert deepspeed_optimizer(dtype, accum, stage, offload, fused) == expect
+    with pytest.raises(ValueError, match="NotImplementedError"):
+        deepspeed_optimizer("fp16", "fp32", 0, False)

@@ -38,7 +38,14 @@ How a file reaches its framework, as a user's launch would:
 - torchtitan: ConfigManager().parse_args on the launch's own arguments (its
   ``--job.config_file``), then ParallelDims over the launch's world;
 - deepspeed: deepspeed.launcher.runner.parse_args on the launch line, then
-  DeepSpeedConfig with deepspeed.comm's world size answering the launch's world;
+  DeepSpeedConfig with deepspeed.comm's world size answering the launch's world; then
+  deepspeed.initialize on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu unless set) with
+  gloo and one rank, on a two-layer model, with the client optimizer train.py passes
+  (torch.optim.AdamW; DeepSpeedCPUAdam when the optimizer is offloaded, as ZeRO-Offload
+  demands), the file's config scaled to world 1 (train_batch_size = micro x accumulation,
+  every other key as written): the class of engine.optimizer must be the one the planner
+  says DeepSpeed builds and charges (planner.export.deepspeed.built_optimizer), else the
+  file is refused;
 - vllm / sglang: vLLM's EngineArgs and SGLang's ServerArgs argument parsers on the argv
   the stand-in recorded (parsing only: an engine config downloads the model's config);
 - torchrec: the whole ShardingPlan: an EmbeddingBagCollection of the model's tables on the
@@ -127,6 +134,8 @@ class Tally:
     env_failed: int = 0
     skipped: str | None = None
     first: list[str] = field(default_factory=list)
+    #: what the accepted files were seen to build (DeepSpeed: engine.optimizer's class)
+    built: dict[str, int] = field(default_factory=dict)
 
     @property
     def checked(self) -> int:
@@ -298,8 +307,27 @@ def deepspeed_item(label: str, text: str) -> Item:
         world, program = deepspeed_launch(launch)
         if program[-2:] != ["--deepspeed_config", "ds_config.json"]:
             raise Refused("the launch line does not pass this file as --deepspeed_config")
-        return {"config": json.loads(text), "launch": launch.argv[1:]}, world, launch.env
+        config = json.loads(text)
+        return ({"config": config, "launch": launch.argv[1:],
+                 "optimizer": planned_optimizer(config)}, world, launch.env)
     return _launched("deepspeed", label, make)
+
+
+def planned_optimizer(config: dict) -> str:
+    """The optimizer class the planner says DeepSpeed builds from ``config`` around the
+    client optimizer this tool passes (not FusedAdam); :class:`Refused` when that class
+    does not run what the cost model charges for the config (``uncosted``)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from planner.export.deepspeed import built_optimizer, uncosted
+
+    try:
+        built, why = built_optimizer(config), uncosted(config)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise Refused(f"the planner says DeepSpeed builds no optimizer from it: {e}") from None
+    if why:
+        raise Refused(why)
+    return built
 
 
 def torchtitan_item(label: str, text: str) -> Item:
@@ -513,7 +541,7 @@ def check_torchtitan(item: Item) -> None:
                  world_size=item.world)
 
 
-def check_deepspeed(item: Item) -> None:
+def check_deepspeed(item: Item) -> str:
     import deepspeed.runtime.config as ds_config
 
     try:
@@ -528,6 +556,56 @@ def check_deepspeed(item: Item) -> None:
     with mock.patch.object(ds_config.dist, "get_rank", lambda *a, **k: 0), \
             mock.patch.object(ds_config.dist, "get_world_size", lambda *a, **k: item.world):
         ds_config.DeepSpeedConfig(item.payload["config"])
+    built = ds_built_optimizer(item.payload["config"])
+    if built != item.payload["optimizer"]:
+        raise AssertionError(f"deepspeed.initialize built {built}; the planner charges "
+                             f"{item.payload['optimizer']}")
+    return built
+
+
+def world_one(config: dict) -> dict:
+    """``config`` as one rank runs it: ``train_batch_size`` = micro x accumulation x 1
+    (DeepSpeedConfig asserts that product over deepspeed.comm's world, _batch_assertion in
+    deepspeed/runtime/config.py, v0.18.0); every other key as written."""
+    return {**config, "train_batch_size": config["train_micro_batch_size_per_gpu"]
+            * config["gradient_accumulation_steps"]}
+
+
+def ds_client(config: dict) -> tuple[Any, Any]:
+    """A two-layer model and the client optimizer a train.py passes: torch.optim.AdamW, or
+    DeepSpeedCPUAdam with the optimizer offloaded (engine._configure_optimizer raises for
+    any other client optimizer under ZeRO-Offload, zero_force_ds_cpu_optimizer, v0.18.0)."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 16))
+    offload = ((config.get("zero_optimization") or {}).get("offload_optimizer")
+               or {}).get("device") == "cpu"
+    if offload:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        return model, DeepSpeedCPUAdam(model.parameters())
+    return model, torch.optim.AdamW(model.parameters())
+
+
+_DS_RANK = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+
+
+def ds_built_optimizer(config: dict) -> str:
+    """The class of ``engine.optimizer`` deepspeed.initialize builds from ``config`` at
+    world 1, on gloo (one process group for the whole run)."""
+    import deepspeed
+
+    if not deepspeed.comm.is_initialized():
+        import socket
+
+        with socket.socket() as s:  # a free port for the one-rank rendezvous
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(_DS_RANK, MASTER_PORT=str(port))
+        deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+    model, optimizer = ds_client(config)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                      config=world_one(config))
+    return type(engine.optimizer).__name__
 
 
 def _vllm_parser() -> Any:
@@ -606,7 +684,7 @@ def check_torchrec(item: Item) -> None:
     str(full)  # ShardingPlan.__str__ tabulates every shard of every table
 
 
-CHECKERS: dict[str, Callable[[Item], None] | None] = {
+CHECKERS: dict[str, Callable[[Item], Any] | None] = {
     "megatron": check_megatron, "megatron-bridge": None, "torchtitan": check_torchtitan,
     "deepspeed": check_deepspeed, "vllm": check_vllm, "sglang": check_sglang,
     "torchrec": check_torchrec}
@@ -618,10 +696,13 @@ CHECKERS: dict[str, Callable[[Item], None] | None] = {
 #: system", "Torch not compiled with CUDA enabled", "No CUDA GPUs are available"), a shared
 #: library that does not load, a framework asking for a package (Megatron's "Please install
 #: TE >= 1.4", megatron/core/transformer/transformer_config.py, core_v0.15.3), vLLM finding
-#: no platform ("Failed to infer device type", vllm/config/device.py DeviceConfig, v0.33.0)
+#: no platform ("Failed to infer device type", vllm/config/device.py DeviceConfig, v0.33.0),
+#: DeepSpeed's accelerator without the precision ("Type fp16 is not supported on your
+#: device": the CPU accelerator has no fp16, engine.py _do_sanity_check, v0.18.0)
 ENV_MESSAGE = re.compile(r"no NVIDIA driver|not compiled with CUDA|No CUDA GPUs|CUDA driver"
                          r"|libcuda|libnccl|cannot open shared object|Please install"
-                         r"|Failed to infer device type", re.IGNORECASE)
+                         r"|Failed to infer device type|is not supported on your device",
+                         re.IGNORECASE)
 #: code whose failure is the machine's: torch's CUDA layer, its extension builder (which
 #: indexes an empty CUDA arch list on a machine without a GPU unless TORCH_CUDA_ARCH_LIST is
 #: set: torch/utils/cpp_extension.py _get_cuda_arch_flags)
@@ -654,6 +735,8 @@ def missing(fmt: str) -> tuple[str | None, str | None]:
                 "recipes and a model provider", None)
     if fmt == "megatron" and os.environ.get("MEGATRON_LM"):
         sys.path.insert(0, os.environ["MEGATRON_LM"])
+    if fmt == "deepspeed":  # no GPU here: DeepSpeed's CPU accelerator (real_accelerator.py)
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     package = PACKAGES[fmt]
     try:
         importlib.import_module(package)
@@ -698,7 +781,7 @@ def run(items: list[Item]) -> dict[str, Tally]:
         said = io.StringIO()  # argparse says why on stderr, then exits
         try:
             with contextlib.redirect_stderr(said):
-                CHECKERS[item.fmt](item)  # type: ignore[misc]
+                seen = CHECKERS[item.fmt](item)  # type: ignore[misc]
         except (Exception, SystemExit) as e:
             why = environment_failure(e)
             if why is not None:
@@ -711,6 +794,8 @@ def run(items: list[Item]) -> dict[str, Tally]:
                 _note(t, "refused", item.label, " ".join([f"{type(e).__name__}: {e}", *last]))
         else:
             t.accepted += 1
+            if isinstance(seen, str):
+                t.built[seen] = t.built.get(seen, 0) + 1
     return out
 
 
@@ -749,6 +834,8 @@ def report(tallies: dict[str, Tally], only: list[str]) -> int:
         print(f"{fmt}: skipped: {t.skipped} ({counts})" if t.skipped else f"{fmt}: {counts}")
         for line in t.first:
             print(f"  {line}")
+        if t.built:
+            print("  built: " + ", ".join(f"{k} x{n}" for k, n in sorted(t.built.items())))
     if refused:
         return 1
     if not checked:

@@ -159,23 +159,64 @@ def _fp8_needs_fp8_params(p: Plan) -> tuple[str, Any, str] | None:
     return None
 
 
-def _bf16_optimizer(p: Plan) -> tuple[str, Any, str] | None:
-    # DeepSpeed v0.18.0 picks its optimizer wrapper in _do_optimizer_sanity_check: bf16 with
-    # fp32 gradient accumulation at stage 1 without CPU offload, and at stage 0, returns
-    # "bf16", which _configure_optimizer takes for DDP_BFLOAT16 (the same string) and wraps in
-    # FP16_Optimizer / FP16_UnfusedOptimizer: no ZeRO optimizer, not the plan costed
-    # (BF16_Optimizer is built only when no optimizer is configured at all)
-    if (p.dtype == "bf16" and p.grad_reduce_dtype == "fp32" and p.zero_stage <= 1
-            and not (p.zero_stage == 1 and p.offload_optimizer) and p.dp * p.cp > 1):
-        return ("grad_reduce_dtype", "fp32", f"bf16 with fp32 gradient accumulation at "
-                f"ZeRO stage {p.zero_stage} is not run by a ZeRO optimizer: DeepSpeed wraps "
-                "the configured optimizer in FP16_Optimizer (FusedAdam) or "
-                "FP16_UnfusedOptimizer (any other optimizer) in bf16, which accumulates the "
-                "gradients in the bf16 parameters, all-reduces them whole after backward "
-                "(overlap_comm has no effect) and keeps the full fp32 master weights and "
-                "optimizer states on every rank, not the plan costed; fix "
-                "grad_reduce_dtype=bf16 or zero_stage>=2")
-    return None
+#: what DeepSpeed v0.18.0 wraps the optimizer in (deepspeedai/DeepSpeed, tag v0.18.0, commit
+#: 79caae1c04fca210345bdeb03bcacf87b1ac2f23): the two non-ZeRO wrappers keep full fp32
+#: master weights and states on every rank and all-reduce the model-dtype ``.grad`` after
+#: backward (runtime/fp16/fused_optimizer.py, unfused_optimizer.py; engine.py
+#: allreduce_gradients); the ZeRO ones shard as the plan's stage
+DS_UNSHARDED_WRAPPERS = ("FP16_Optimizer", "FP16_UnfusedOptimizer")
+DS_ZERO_OPTIMIZERS = {1: "DeepSpeedZeroOptimizer", 2: "DeepSpeedZeroOptimizer",
+                      3: "DeepSpeedZeroOptimizer_Stage3"}
+
+
+def deepspeed_optimizer(dtype: str, grad_accum_dtype: str, zero_stage: int,
+                        offload_optimizer: bool, fused_adam: bool = False) -> str:
+    """The class of ``engine.optimizer`` DeepSpeed v0.18.0 builds around a configured
+    optimizer (a client one, or an ``optimizer`` section) for a bf16/fp16 model.
+
+    runtime/engine.py at v0.18.0: ``_do_optimizer_sanity_check`` (l. 1391-1438) returns
+    ``BFLOAT16`` for bf16 with fp32 accumulation at ZeRO stage 1 without CPU offload
+    (l. 1407-1409) and without ZeRO (l. 1433-1434), ``ZERO_OPTIMIZATION`` for any other ZeRO
+    config (l. 1410), ``DDP_BFLOAT16``/``FP16`` when the dtypes agree without ZeRO
+    (l. 1432) and raises for fp16 with another accumulation dtype without ZeRO (l. 1435-1436);
+    ``_configure_optimizer`` (l. 1469-1486) tests ``in [FP16, DDP_BFLOAT16]`` before
+    ``== BFLOAT16``, and ``BFLOAT16 == DDP_BFLOAT16 == "bf16"`` (runtime/constants.py
+    l. 127, 141), so every "bf16" answer goes to ``_configure_fp16_optimizer``:
+    ``FP16_Optimizer`` for FusedAdam (l. 1666-1698), ``FP16_UnfusedOptimizer`` otherwise
+    (l. 1700, e.g. a client ``torch.optim.AdamW``). ``BF16_Optimizer`` (l. 1483) is
+    unreachable with an optimizer; the engine builds it only without one (l. 361-362).
+    ZeRO 1/2 build ``DeepSpeedZeroOptimizer`` (l. 1771), 3 ``DeepSpeedZeroOptimizer_Stage3``
+    (l. 1844-1846)."""
+    if dtype not in ("bf16", "fp16"):  # an fp32 model runs the client optimizer unwrapped
+        raise ValueError(f"expected a bf16 or fp16 model, got {dtype}")
+    if zero_stage >= 1 and not (dtype == "bf16" and grad_accum_dtype == "fp32"
+                                and zero_stage == 1 and not offload_optimizer):
+        return DS_ZERO_OPTIMIZERS[min(zero_stage, 3)]
+    if dtype == "fp16" and grad_accum_dtype != "fp16":
+        raise ValueError(f"DeepSpeed raises NotImplementedError for an fp16 model with "
+                         f"{grad_accum_dtype} gradient accumulation without ZeRO")
+    return DS_UNSHARDED_WRAPPERS[0 if fused_adam else 1]
+
+
+def _ds_unsharded_fp32(p: Plan) -> tuple[str, Any, str] | None:
+    # the cost model charges ZeRO stage z as z's sharding and fp32 accumulation as an fp32
+    # buffer; DeepSpeed's non-ZeRO wrappers have neither (deepspeed_optimizer above): at
+    # stage 1 they shard nothing and reduce after backward, at stage 0 they accumulate in
+    # the bf16 .grad, whatever the data-parallel size
+    if p.dtype != "bf16" or p.zero_stage >= 2:
+        return None
+    built = deepspeed_optimizer(p.dtype, p.grad_reduce_dtype, p.zero_stage,
+                                p.offload_optimizer)
+    if built not in DS_UNSHARDED_WRAPPERS or p.grad_reduce_dtype == p.dtype:
+        return None
+    return ("grad_reduce_dtype", "fp32", f"bf16 with fp32 gradient accumulation at "
+            f"ZeRO stage {p.zero_stage} is not run by a ZeRO optimizer: DeepSpeed wraps "
+            "the configured optimizer in FP16_Optimizer (FusedAdam) or "
+            "FP16_UnfusedOptimizer (any other optimizer) in bf16, which accumulates the "
+            "gradients in the bf16 parameters, all-reduces them whole after backward "
+            "(overlap_comm has no effect) and keeps the full fp32 master weights and "
+            "optimizer states on every rank, not the plan costed; fix "
+            "grad_reduce_dtype=bf16 or zero_stage>=2")
 
 
 def _fp16_needs_zero(p: Plan) -> tuple[str, Any, str] | None:
@@ -216,7 +257,7 @@ RULES: dict[str, Rule] = {
     "zero0_reduces_after_backward": _zero0_after_backward,
     "one_dp_overlap_switch": _one_dp_switch,
     "fp8_needs_fp8_params": _fp8_needs_fp8_params,
-    "bf16_fp32_below_zero2_runs_bf16_optimizer": _bf16_optimizer,
+    "bf16_fp32_accum_below_zero2_runs_fp16_optimizer": _ds_unsharded_fp32,
     "fp16_needs_zero": _fp16_needs_zero,
 }
 
@@ -355,7 +396,7 @@ def _state_violations(pr: FrameworkProfile, p: Plan, model: ModelSpec) -> list[V
         f.bad("dtype", p.dtype, pr.dtypes, "dtypes", "precisions")
     f.rule("fp16_no_bf16_grad_reduce")
     f.rule("fp16_needs_zero")
-    f.rule("bf16_fp32_below_zero2_runs_bf16_optimizer")
+    f.rule("bf16_fp32_accum_below_zero2_runs_fp16_optimizer")
     if p.grad_reduce_dtype not in pr.grad_reduce_dtypes:
         f.bad("grad_reduce_dtype", p.grad_reduce_dtype, pr.grad_reduce_dtypes,
               "grad_reduce_dtypes", "gradient reductions in")

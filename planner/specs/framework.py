@@ -32,7 +32,7 @@ RuleName = Literal[
     "param_gather_needs_grad_overlap", "interleaved_no_p2p_overlap_needs_pp_gt2",
     "seq_divisible_by_2cp", "async_tp_needs_compile", "offload_optimizer_needs_zero",
     "zero0_reduces_after_backward", "one_dp_overlap_switch", "fp8_needs_fp8_params",
-    "block_recompute_half", "bf16_fp32_below_zero2_runs_bf16_optimizer", "fp16_needs_zero"]
+    "block_recompute_half", "bf16_fp32_accum_below_zero2_runs_fp16_optimizer", "fp16_needs_zero"]
 #: profile fields that restrict plan values (each needs a citation in ``sources``)
 RULE_FIELDS: tuple[str, ...] = (
     "zero_stages", "offloads", "recompute", "uniform_recompute", "max_degrees",
