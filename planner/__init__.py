@@ -10,24 +10,33 @@ error band each answer carries.
 
 __version__ = "0.1.0"
 
-from planner.api import (  # noqa: E402
-    evaluate,
-    evaluate_many,
-    export_plan,
-    load_cluster,
-    load_gpu,
-    load_model,
-    load_plan,
-    plan_from_megatron,
-    procure,
-    serve,
-    evaluate_serve,
-    solve,
-)
-from planner.costmodel.train.evaluator import Estimate  # noqa: E402
+from importlib import import_module
+
 from planner.errors import InfeasibleError, InputError, PlannerError  # noqa: E402
 from planner.specs import ClusterSpec, GPUSpec, ModelSpec, Placement, Plan  # noqa: E402
 from planner.specs.requests import ProcureRequest, ServeRequest, SolveRequest  # noqa: E402
+
+#: the API's functions, imported on first use (PEP 562): ``planner.api`` sits above the
+#: formulations, which import the specs below it through this package, so importing it
+#: here would make ``import formulations.train.space`` a cycle
+_LAZY = {name: "planner.api" for name in (
+    "evaluate", "evaluate_many", "export_plan", "load_cluster", "load_gpu", "load_model",
+    "load_plan", "plan_from_megatron", "procure", "serve", "evaluate_serve", "solve")}
+_LAZY["Estimate"] = "planner.costmodel.train.evaluator"
+
+
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'planner' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "__version__",

@@ -5,7 +5,11 @@ above it."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("planner", "formulations", "hardware_catalog")
@@ -199,3 +203,13 @@ def test_rooms_are_read_from_module_names():
     assert _room("formulations.linear") == ("formulations", None)
     assert _room("planner.costmodel.train.tables") == ("planner.costmodel", "train")
     assert _room("planner.specs.plan") is None
+
+
+@pytest.mark.parametrize("module", ["formulations.train.space", "formulations.serve.space",
+                                    "planner.specs.requests", "planner.costmodel.train.evaluator"])
+def test_each_layer_imports_first_in_a_fresh_interpreter(module):
+    """No package-level cycle: a lower layer imported before anything else does not pull
+    in a higher one half-initialized (planner/__init__ loads planner.api on first use)."""
+    out = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
