@@ -41,6 +41,7 @@ from planner.costmodel.compose import bubble_coefficient, straggler_share
 from planner.costmodel.layer import LayerShape, Net, layer_cost
 from planner.costmodel.train.evaluator import strategy_from
 from planner.costmodel.train.stage import embedding_cost, head_cost
+from planner.errors import InputError
 from planner.procurement.metrics import Option
 from planner.specs.cluster import ClusterSpec
 from planner.specs.gpu import GPUSpec
@@ -67,14 +68,19 @@ class BoundedOption(Option):
 
 class WorkTable:
     """``W(tp, cp, mbs)`` per GPU: one microbatch's forward and backward kernel time through
-    the whole model, the least over the strategies the space may pick. Shared by every
-    count of every template with that GPU; None for models this bound does not cover."""
+    the whole model, the least over the strategies the space may pick, keyed by the GPU
+    object, which every count of a template shares. ``covered``: whether the bound applies
+    (a dense model, no framework profile, a valid base plan)."""
 
     def __init__(self, model: ModelSpec, base: dict[str, Any], options: SpaceOptions):
         self.model, self.options = model, options
         self.covered = options.framework is None and model.moe is None
-        self.plan: Plan | None = plan_from_dict(dict(base), "procurement base plan") \
-            if self.covered else None
+        self.plan: Plan | None = None
+        if self.covered:
+            try:
+                self.plan = plan_from_dict(dict(base), "procurement base plan")
+            except InputError:  # the inner solve says what is wrong with it, as before
+                self.covered = False
         self.cache: dict[tuple[int, int, int, int], tuple[GPUSpec, float]] = {}
 
     def work_s(self, gpu: GPUSpec, tp: int, cp: int, mbs: int) -> float:
