@@ -276,11 +276,11 @@ def _options(model: ModelSpec, templates: Sequence[ClusterSpec], counts: Sequenc
                 raise InputError(f"--counts {n} for cluster '{tpl.name}': {e}") from None
             t_lb = gemm_time_lower_bound_s(model, cl.gpu, n, sequences, seq_len,
                                            plan_base.get("dtype", "bf16"))
-            tb = plan_bounds(work, cl) if work is not None else None
             g = training_goodput(model, cl, n, plan_base, goodput)
             if g is not None and not g.trains:  # its totals would be infinite
                 untrainable.append(g.why_not(cl))
                 continue
+            tb = plan_bounds(work, cl) if work is not None else None
             metrics = option_metrics(cl, iterations, pricing, tpl.name, owned=is_owned)
             if g is not None:
                 metrics = {k: v.scaled(1.0 / g.fraction) for k, v in metrics.items()}
