@@ -76,7 +76,7 @@ class ProgressLine:
     solved, the time spent, and a bar with an ETA when the step says ``i of n``; elsewhere
     (a log file, a pipe) plain lines ``[12.3 s] option 3 of 12: ...`` once the command has
     run :data:`PLAIN_DELAY_S`, at most one per :data:`PLAIN_EVERY_S`. Never on stdout;
-    off when ``enabled`` is false (--quiet)."""
+    off when ``enabled`` is false (--quiet, --json, --csv)."""
 
     COUNT = re.compile(r"(\d[\d,]*) of (\d[\d,]*)")
 

@@ -40,7 +40,7 @@ def procure(request: ProcureRequest, output: ProcureOutput) -> None:
                  *(("a cluster", c.strip()) for arg in request.clusters or []
                    for c in arg.split(","))], output.force)
     fronts = request.pareto or bool(output.plot_path) or output.as_json or output.as_csv
-    status = ProgressLine(err, not output.quiet)  # on stderr: stdout keeps the JSON or CSV
+    status = ProgressLine(err, not (output.as_json or output.as_csv or output.quiet))
     result = None
     failure: InfeasibleError | None = None
     try:
