@@ -62,28 +62,39 @@ class LazyStatus:
             self.status.stop()
 
 
-#: seconds of quiet before a progress line appears (a quick answer prints none)
+#: seconds of quiet before a progress bar appears on a terminal (a quick answer shows none)
 PROGRESS_DELAY_S = 1.0
+#: seconds before plain progress lines appear on a stderr that is no terminal (a log, a
+#: pipe), and the least interval between two of them (issue 38: a command running longer
+#: than 2 s says what it is doing, terminal or not)
+PLAIN_DELAY_S = 2.0
+PLAIN_EVERY_S = 1.0
 
 
 class ProgressLine:
-    """A rich progress line on stderr for long searches: the step being solved, the time
-    spent, and a bar with an ETA when the step says ``i of n``. Never on stdout; off when
-    ``enabled`` is false (--quiet, --json, --csv) or stderr is no terminal."""
+    """Progress of a long search on stderr: on a terminal, a rich line with the step being
+    solved, the time spent, and a bar with an ETA when the step says ``i of n``; elsewhere
+    (a log file, a pipe) plain lines ``[12.3 s] option 3 of 12: ...`` once the command has
+    run :data:`PLAIN_DELAY_S`, at most one per :data:`PLAIN_EVERY_S`. Never on stdout;
+    off when ``enabled`` is false (--quiet, --json, --csv)."""
 
     COUNT = re.compile(r"(\d[\d,]*) of (\d[\d,]*)")
 
     def __init__(self, console: Console, enabled: bool):
-        self.console, self.enabled = console, enabled and console.is_terminal
+        self.console, self.enabled = console, enabled
+        self.live = enabled and console.is_terminal  # the rich bar; else plain lines
         self.t0 = time.perf_counter()
         self.bar: Any = None
         self.task: Any = None
         self.last = "starting"
+        self.printed_at: float | None = None
 
     def __call__(self, message: str) -> None:
         self.last = message
         if not self.enabled:
             return
+        if not self.live:
+            return self._plain(message)
         if self.bar is None:
             if time.perf_counter() - self.t0 < PROGRESS_DELAY_S:
                 return
@@ -102,6 +113,15 @@ class ProgressLine:
                             completed=max(done - 1, 0))
         else:
             self.bar.update(self.task, description=escape(message))
+
+    def _plain(self, message: str) -> None:
+        now = time.perf_counter()
+        if now - self.t0 < PLAIN_DELAY_S or (
+                self.printed_at is not None and now - self.printed_at < PLAIN_EVERY_S):
+            return
+        self.printed_at = now
+        self.console.print(f"[{now - self.t0:.1f} s] {message}", markup=False,
+                           highlight=False, soft_wrap=True)
 
     def stop(self) -> None:
         if self.bar is not None:

@@ -48,7 +48,8 @@ def explain(opts: Sequence[Option], answers: dict[Option, Answer], limits: dict[
         word = {"days": "fastest", "cost_usd": "cheapest"}[m]
         reasons.append(f"the {word} option, {o.label()}, needs "
                        f"{'' if exact else 'at least '}{fmt(m, v)} > {fmt(m, limit)}"
-                       + ("" if exact else " (a bound: every GEMM at the GPU's best rate)"))
+                       + ("" if exact else " (a lower bound: the kernels' time with no "
+                                       "communication; planner/procurement/bounds.py)"))
         hints.append(f"{names[m]} {math.ceil(v) if m == 'days' else _round_up(v)} or more")
         if m == "days" and 2 * o.num_gpus > max_gpus:
             hints.append(f"a larger cluster: --max-gpus {4 * max_gpus}")

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 from formulations.train.space import SpaceOptions
 from planner.costmodel.train.goodput import training_goodput
 from planner.errors import InfeasibleError, InputError
+from planner.procurement.bounds import BoundedOption, WorkTable, plan_bounds
 from planner.procurement.explain import explain
 from planner.procurement.metrics import (
     OBJECTIVE_METRIC,
@@ -99,11 +100,11 @@ def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
     fleet = _owned_templates(owned, templates)
 
     untrainable: list[str] = []
+    inner = Inputs(model, plan_base, options or SpaceOptions(), time_limit_s)
     every = _options(model, templates, counts, max_gpus, pricing, plan_base, iterations,
-                     goodput, untrainable, fleet)
+                     goodput, untrainable, fleet, WorkTable(model, plan_base, inner.options))
     check_figures(every, site)
     opts = [o for o in every if within(o, site)]  # what the site holds
-    inner = Inputs(model, plan_base, options or SpaceOptions(), time_limit_s)
     bb = _BranchAndBound(metric, limits, say, len(opts))
     horizon = {m: pareto_horizon * v for m, v in limits.items()} if pareto else None
     worth = _search(bb, _pool(workers, len(every) * (2 if pareto else 1)), opts, inner,
@@ -253,9 +254,11 @@ def _options(model: ModelSpec, templates: Sequence[ClusterSpec], counts: Sequenc
              max_gpus: int, pricing: PricingSpec, plan_base: dict[str, Any],
              iterations: float, goodput: str = "on",
              untrainable: list[str] | None = None,
-             fleet: Sequence[tuple[ClusterSpec, int]] = ()) -> list[Option]:
+             fleet: Sequence[tuple[ClusterSpec, int]] = (),
+             work: WorkTable | None = None) -> list[Option]:
     """Every (template, GPU count) with its metrics (effective ones: divided by the
-    option's goodput fraction, which no plan changes), lower bound and site figures; then
+    option's goodput fraction, which no plan changes), lower bounds (the GEMM bound, and
+    with ``work`` the stronger ones of planner/procurement/bounds.py) and site figures; then
     each owned cluster at the counts it holds (``fleet``), priced as owned. An option whose
     job would not train (:attr:`Goodput.trains`) is left out, why appended to
     ``untrainable``."""
@@ -277,10 +280,14 @@ def _options(model: ModelSpec, templates: Sequence[ClusterSpec], counts: Sequenc
             if g is not None and not g.trains:  # its totals would be infinite
                 untrainable.append(g.why_not(cl))
                 continue
+            tb = plan_bounds(work, cl) if work is not None else None
             metrics = option_metrics(cl, iterations, pricing, tpl.name, owned=is_owned)
             if g is not None:
                 metrics = {k: v.scaled(1.0 / g.fraction) for k, v in metrics.items()}
-            opts.append(Option(tpl.name, cl, metrics, t_lb, g, is_owned, site_figures(cl)))
+            # both bounds hold for every plan: the larger one (planner/procurement/bounds.py)
+            t_b = (t_lb, t_lb) if tb is None else (max(t_lb, tb[0]), max(t_lb, tb[1]))
+            opts.append(BoundedOption(tpl.name, cl, metrics, t_b[0], g, is_owned,
+                                      site_figures(cl), b_lb_s=t_b[1]))
     if not opts and untrainable:
         raise InputError(f"no option trains: {untrainable[0]}"
                          + (f" (and {len(untrainable) - 1} more options)"
