@@ -9,6 +9,15 @@ the command and copy the figure (or to update this registry when the text itself
     python tools/check_docs.py --list   # the registry
     python tools/check_docs.py --write  # rewrite the generated blocks (tables between
                                         # <!-- check_docs: NAME --> markers), then check
+    python tools/check_docs.py --unregistered  # every figure with a unit that neither a
+                                        # registered command nor a quotation accounts for
+    python tools/check_docs.py --unregistered --write-baseline  # record them as the ratchet
+                                        # tools/docs_unregistered.txt
+
+Every figure accounted for (issue 37, item 6): a number with a unit in README.md or docs/
+is either produced by a registered command below or marked as a quotation of a source with
+``<!-- quote: SOURCE -->`` (its paragraph, list item or table; ``<!-- quote 9.3 s | 4 %:
+SOURCE -->`` for only the figures listed). The rules are at ``UNIT_FIGURE`` below.
 
 Every figure here comes from a command of a few seconds (``planner validate``, the held-out
 benchmarks, solves of a second or two through ``planner.solve``, the catalog), so
@@ -446,7 +455,191 @@ def write_blocks(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> li
     return changed
 
 
+#: Every figure the documents hold must be accounted for (issue 37, item 6). A figure is a
+#: number with a unit (UNITS). It is accounted for when it is
+#:   - in a generated block (``<!-- check_docs: NAME -->`` ... ``<!-- /check_docs -->``),
+#:   - inside the text of a registered Figure above, as the document holds it,
+#:   - marked as a quotation of a source: ``<!-- quote: SOURCE -->`` (a paper and its table,
+#:     a vendor's page, a repository file, the project file that sets the value, or the
+#:     measurement a timing was read from) covers every figure of its block: the paragraph,
+#:     list item, table or heading the marker sits in, or the one right below a line that
+#:     holds only the marker; ``<!-- quote 68.1 s | 9.3 s: SOURCE -->`` covers only the
+#:     figures it lists (each must be in the block, or the marker is reported stale),
+#:   - in code (fenced blocks, ``inline code``), an HTML comment or a link's target, or
+#:   - not a figure: a product name's capacity (``A100 80GB``), a GPU count (``8x H100``).
+#: ``--unregistered`` lists the others; tools/docs_unregistered.txt holds those still left
+#: (the ratchet: tests/test_check_docs.py fails on one not in it, and on an entry of it that
+#: is gone, so the list only shrinks).
+DOCS = ("README.md", "docs/*.md")
+UNITS = r"(?:%|GiB|MiB|TiB|GB/s|TB/s|GB|TB|MB|PB|Gbps|MW|kW|ms|us|µs|min|s|h|x|×)"
+NUMBER = r"[-+−±~≈]?\d[\d,]*(?:\.\d+)?"
+UNIT_FIGURE = re.compile(rf"(?<![\w.$/#@^-]){NUMBER}(?:\s?(?:-|–|to)\s?{NUMBER})?\s?{UNITS}"
+                         r"(?!\w)")
+QUOTE = re.compile(r"<!-- quote(?P<only>[^:>]*): (?P<source>[^>]*?) -->")
+#: a GPU or system name right before a capacity (``A100 80GB``) or after a count (``8x H100``)
+PRODUCT = r"(?:A100|H100|H200|B200|GB200|MI300X|MI325X|DGX A100|DGX H100)"
+BASELINE = ROOT / "tools" / "docs_unregistered.txt"
+
+
+@dataclass(frozen=True)
+class Loose:
+    """A figure no registered command or quotation accounts for."""
+
+    doc: str
+    line: int
+    figure: str
+    context: str  # the line's text around it
+
+    @property
+    def key(self) -> str:
+        """What the baseline records: the document, the figure's unit and its context with
+        every digit as ``#`` (a refit that moves the number keeps the key; new prose not)."""
+        return "\t".join((self.doc, re.sub(r"\d", "#", self.figure),
+                          re.sub(r"\d", "#", self.context)))
+
+
+def documents(root: Path = ROOT) -> list[str]:
+    return sorted({str(p.relative_to(root)) for pat in DOCS for p in root.glob(pat)})
+
+
+def _blank(m: re.Match) -> str:
+    return re.sub(r"[^\n]", " ", m[0])
+
+
+def _blocks(lines: list[str]) -> list[int]:
+    """A block number per line: a blank line, a heading, a list item or a table's edge starts
+    a new block; a line that holds only a quote marker belongs to the block below it."""
+    ids, n, prev_table = [], 0, False
+    item = re.compile(r"\s*(?:[-*+]|\d+\.)\s")
+    for ln in lines:
+        table = ln.lstrip().startswith("|")
+        if not ln.strip() or ln.startswith("#") or item.match(ln) or table != prev_table:
+            n += 1
+        ids.append(n)
+        prev_table = table
+        if not ln.strip():
+            n += 1
+    for i in range(len(lines) - 2, -1, -1):
+        if QUOTE.fullmatch(lines[i].strip()):
+            ids[i] = ids[i + 1]
+    return ids
+
+
+def scan(doc: str, root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
+         ) -> tuple[list[Loose], dict[str, int], list[str]]:
+    """The loose figures of ``doc``, the count of each kind accounted for (``registered``,
+    ``quoted``, ``other``: code, comments, non-figures) and the stale quote markers."""
+    text = (root / doc).read_text(encoding="utf-8")
+    code = re.sub(r"```.*?```", _blank, text, flags=re.S)
+    code = re.sub(r"`[^`\n]*`", _blank, code)
+    lines = code.split("\n")
+    block_of = _blocks(lines)
+    quotes: dict[int, list[tuple[int, set[str] | None]]] = {}
+    for i, ln in enumerate(lines):
+        for m in QUOTE.finditer(ln):
+            only = {x.strip() for x in m["only"].split("|")} if m["only"].strip() else None
+            quotes.setdefault(block_of[i], []).append((i, only))
+    masked = re.sub(r"<!-- check_docs: .*?<!-- /check_docs -->", _blank, code, flags=re.S)
+    masked = re.sub(r"<!--.*?-->", _blank, masked, flags=re.S)
+    masked = re.sub(r"\]\([^)]*\)", _blank, masked)
+    spans = []
+    for f in figures:
+        if f.doc == doc and not f.block:
+            spans += [(m.start(), m.end()) for m in re.finditer(
+                r"\s+".join(map(re.escape, f.text().split())), text)]
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    counts = {"registered": 0, "quoted": 0, "other": 0}
+    loose, used = [], set()
+    for m in UNIT_FIGURE.finditer(text):
+        line = next(i for i in range(len(starts) - 1, -1, -1) if starts[i] <= m.start())
+        fig = " ".join(m[0].split())
+        before, after = text[max(0, m.start() - 16):m.start()], text[m.end():m.end() + 12]
+        if masked[m.start():m.end()] != m[0]:
+            counts["other"] += 1  # in code, a comment, a generated block or a link
+        elif any(a <= m.start() < b for a, b in spans):
+            counts["registered"] += 1
+        elif (re.search(rf"{PRODUCT}[\s-]$", before) and re.fullmatch(r"\d+\s?GB", fig)) or (
+                re.fullmatch(r"\d+\s?[x×]", fig) and re.match(rf"\s+{PRODUCT}\b", after)) or (
+                re.fullmatch(rf"{NUMBER} [x×]", fig) and re.match(r" ", after)):
+            # a capacity in a product's name, a GPU count, a spaced x (a product: 4 x 8)
+            counts["other"] += 1
+        else:
+            cover = [(i, only) for i, only in quotes.get(block_of[line], [])
+                     if only is None or fig in only]
+            if cover:
+                counts["quoted"] += 1
+                used.update((i, fig) for i, _ in cover)
+            else:
+                ctx = " ".join(text[starts[line]:starts[line + 1] if line + 1 < len(starts)
+                                    else len(text)].split())
+                loose.append(Loose(doc, line + 1, fig, ctx))
+    stale_quotes = [f"{doc}:{i + 1}: quote marker lists {x!r}, not a figure of its block"
+                    for q in quotes.values() for i, only in q for x in sorted(only or ())
+                    if (i, x) not in used]
+    stale_quotes += [f"{doc}:{i + 1}: quote marker names no source" for i, ln in
+                     enumerate(lines) for m in QUOTE.finditer(ln) if not m["source"].strip()]
+    return loose, counts, stale_quotes
+
+
+def unregistered(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
+                 ) -> tuple[list[Loose], dict[str, dict[str, int]], list[str]]:
+    """Every loose figure of README.md and docs/, the counts per document, stale markers."""
+    loose, counts, bad = [], {}, []
+    for doc in documents(root):
+        lo, c, b = scan(doc, root, figures)
+        loose += lo
+        counts[doc] = {**c, "loose": len(lo)}
+        bad += b
+    return loose, counts, bad
+
+
+def read_baseline(path: Path = BASELINE) -> list[str]:
+    if not path.exists():
+        return []
+    return [x for x in path.read_text(encoding="utf-8").split("\n")
+            if x and not x.startswith("#")]
+
+
+def write_baseline(loose: list[Loose], path: Path = BASELINE) -> None:
+    head = ("# Figures of README.md and docs/ that no registered command or quotation accounts\n"
+            "# for yet (python tools/check_docs.py --unregistered --write-baseline). The list\n"
+            "# may only shrink: register a figure or mark its quotation, then rewrite it.\n"
+            "# document<TAB>figure<TAB>its line, digits as #\n")
+    path.write_text(head + "".join(f"{x.key}\n" for x in loose), encoding="utf-8")
+
+
+def ratchet(loose: list[Loose], baseline: list[str]) -> tuple[list[Loose], list[str]]:
+    """The loose figures the baseline does not hold, and its entries no longer loose."""
+    from collections import Counter
+
+    left = Counter(baseline)
+    new = []
+    for x in loose:
+        if left[x.key] > 0:
+            left[x.key] -= 1
+        else:
+            new.append(x)
+    return new, sorted(left.elements())
+
+
 def main(argv: list[str]) -> int:
+    if "--unregistered" in argv:
+        loose, counts, bad = unregistered()
+        for x in loose:
+            print(f"{x.doc}:{x.line}: {x.figure}: {x.context}")
+        for doc, c in counts.items():
+            print(f"{doc}: {c['registered']} registered, {c['quoted']} quoted, "
+                  f"{c['other']} in code or not figures, {c['loose']} unregistered",
+                  file=sys.stderr)
+        print("\n".join(bad), file=sys.stderr) if bad else None
+        if "--write-baseline" in argv:
+            write_baseline(loose)
+            print(f"wrote {len(loose)} entries to {BASELINE.relative_to(ROOT)}", file=sys.stderr)
+            return 1 if bad else 0
+        new, gone = ratchet(loose, read_baseline())
+        print(f"{len(loose)} unregistered figures ({len(read_baseline())} in the baseline, "
+              f"{len(new)} new, {len(gone)} gone)", file=sys.stderr)
+        return 1 if new or gone or bad else 0
     if "--write" in argv:
         print("rewrote generated blocks in " + (", ".join(write_blocks()) or "nothing"))
     if "--list" in argv:
