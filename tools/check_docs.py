@@ -529,8 +529,8 @@ def scan(doc: str, root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
          ) -> tuple[list[Loose], dict[str, int], list[str]]:
     """The loose figures of ``doc``, the count of each kind accounted for (``registered``,
     ``quoted``, ``other``: code, comments, non-figures) and the stale quote markers."""
-    text = (root / doc).read_text(encoding="utf-8")
-    code = re.sub(r"```.*?```", _blank, text, flags=re.S)
+    raw = (root / doc).read_text(encoding="utf-8")
+    code = re.sub(r"```.*?```", _blank, raw, flags=re.S)
     code = re.sub(r"`[^`\n]*`", _blank, code)
     lines = code.split("\n")
     block_of = _blocks(lines)
@@ -539,6 +539,9 @@ def scan(doc: str, root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
         for m in QUOTE.finditer(ln):
             only = {x.strip() for x in m["only"].split("|")} if m["only"].strip() else None
             quotes.setdefault(block_of[i], []).append((i, only))
+    # the markers' own text (a figure a listing names) is no figure of the document
+    text = QUOTE.sub(_blank, raw)
+    code = QUOTE.sub(_blank, code)
     masked = re.sub(r"<!-- check_docs: .*?<!-- /check_docs -->", _blank, code, flags=re.S)
     masked = re.sub(r"<!--.*?-->", _blank, masked, flags=re.S)
     masked = re.sub(r"\]\([^)]*\)", _blank, masked)
