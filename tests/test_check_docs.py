@@ -131,6 +131,15 @@ def test_a_listing_quote_marker_covers_the_figures_it_names_and_a_stale_one_is_r
     assert bad and "no source" in bad[0]
 
 
+def test_a_column_quote_marker_covers_that_column_of_its_table(tmp_path):
+    loose, counts, _ = _doc(tmp_path, "<!-- quote column paper: RAMP, arXiv 2211.15226 -->\n"
+                            "| claim | paper (measured) | ours |\n|---|---|---|\n"
+                            "| speed-up | 171x | 17.3x |\n| time | 2.5 s | 3.1 s |\n\n"
+                            "| claim | paper | ours |\n|---|---|---|\n| x | 7 % | 8 % |\n")
+    assert [x.figure for x in loose] == ["17.3x", "3.1 s", "7 %", "8 %"]
+    assert counts["README.md"]["quoted"] == 2
+
+
 def test_a_registered_figure_accounts_for_its_numbers(tmp_path):
     fig = check_docs.Figure("README.md", "echo", lambda: "7.39 s/iteration, MFU 54.0 %")
     loose, counts, _ = _doc(tmp_path, "The plan: 7.39 s/iteration,\nMFU 54.0 %; and 3 s.\n",

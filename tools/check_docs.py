@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from planner.costmodel.train.evaluator import Estimate
@@ -370,6 +370,43 @@ def _launch_torchtitan() -> str:
             f"{seconds(mc.iteration_time_s)} under Megatron-LM")
 
 
+@lru_cache(maxsize=None)
+def solve_result(model: str, cluster: str, gpus: int, global_batch: int | None = None) -> Any:
+    """What ``planner solve -m MODEL -c CLUSTER --gpus N [--global-batch B]`` answers
+    (``planner.solve``, the function the CLI calls): plan, estimate and the comparison with
+    published runs, once per process."""
+    import planner
+
+    kw = {} if global_batch is None else {"global_batch_size": global_batch}
+    res = planner.solve(model, cluster, gpus=gpus, **kw)
+    if res.status != "optimal":
+        raise RuntimeError(f"planner.solve({model!r}, {cluster!r}, gpus={gpus}) ended "
+                           f"{res.status!r}, not proven optimal: its figures cannot be checked")
+    return res
+
+
+def _a100_8b() -> str:
+    """README, Known limitations: the Llama 3 8B answer on 64 A100."""
+    e = solve_result("llama3-8b", "dgx-a100-superpod", 64, 512).best.estimate
+    return (f"answers {pct(e.mfu)} MFU ({pct(e.hfu)} HFU: MFU counts the causal half of "
+            f"attention FlashAttention skips), expected within ±{e.expected_error_pct:.0f} %")
+
+
+def _a100_175b(lead: str) -> Callable[[], str]:
+    """README: the GPT-3 175B answer on 1024 A100 against the best published run like it,
+    and (Known limitations) the setting that makes most of the difference."""
+    def text() -> str:
+        res = solve_result("gpt3-175b", "dgx-a100-superpod", 1024)
+        gain = f"{res.published['gain_pct']:.0f} % faster per GPU than the best published run"
+        if lead == "row":
+            return f"The A100 row's answer says that it is {gain}"
+        top = res.published["differences"][0]
+        setting = top["setting"].split(" ", 1)
+        return (f"({pct(res.best.estimate.mfu)} MFU) says that its plan is {gain} like it and "
+                f"that interleaving ({setting[0]} {setting[1]}: {top['slowdown_pct']:+.0f} %)")
+    return text
+
+
 SOLVE_512 = "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 512"
 SOLVE_64 = "planner solve -m llama3-8b -c dgx-h100-superpod --gpus 64"
 SOLVE_SUPERPOD = "planner solve -m llama3-70b -c examples/superpod.yaml"
@@ -389,6 +426,12 @@ SOLVES: tuple[Figure, ...] = (
            "megatron @run.sh", _round_trip),
     Figure("README.md", f"{SOLVE_SUPERPOD} --framework torchtitan (and --export megatron)",
            _launch_torchtitan),
+    Figure("README.md", "planner solve -m llama3-8b -c dgx-a100-superpod --gpus 64 "
+           "--global-batch 512", _a100_8b),
+    Figure("README.md", "planner solve -m gpt3-175b -c dgx-a100-superpod --gpus 1024",
+           _a100_175b("limitations")),
+    Figure("README.md", "planner solve -m gpt3-175b -c dgx-a100-superpod --gpus 1024",
+           _a100_175b("row")),
 )
 
 
@@ -464,7 +507,9 @@ def write_blocks(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> li
 #:     measurement a timing was read from) covers every figure of its block: the paragraph,
 #:     list item, table or heading the marker sits in, or the one right below a line that
 #:     holds only the marker; ``<!-- quote 68.1 s | 9.3 s: SOURCE -->`` covers only the
-#:     figures it lists (each must be in the block, or the marker is reported stale),
+#:     figures it lists (each must be in the block, or the marker is reported stale);
+#:     ``<!-- quote column paper: SOURCE -->`` above a table covers the figures of the
+#:     columns whose header starts with ``paper`` (a claim's published value beside ours),
 #:   - in code (fenced blocks, ``inline code``), an HTML comment or a link's target, or
 #:   - not a figure: a product name's capacity (``A100 80GB``), a GPU count (``8x H100``).
 #: ``--unregistered`` lists the others; tools/docs_unregistered.txt holds those still left
@@ -535,10 +580,18 @@ def scan(doc: str, root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
     lines = code.split("\n")
     block_of = _blocks(lines)
     quotes: dict[int, list[tuple[int, set[str] | None]]] = {}
+    columns: dict[int, list[tuple[int, str]]] = {}  # block -> (marker line, column header)
     for i, ln in enumerate(lines):
         for m in QUOTE.finditer(ln):
+            if m["only"].strip().startswith("column "):
+                columns.setdefault(block_of[i], []).append((i, m["only"].strip()[7:].strip()))
+                continue
             only = {x.strip() for x in m["only"].split("|")} if m["only"].strip() else None
             quotes.setdefault(block_of[i], []).append((i, only))
+    first_row = {}  # block -> its first line (a table's header)
+    for i, b in enumerate(block_of):
+        if lines[i].lstrip().startswith("|"):
+            first_row.setdefault(b, i)
     # the markers' own text (a figure a listing names) is no figure of the document
     text = QUOTE.sub(_blank, raw)
     code = QUOTE.sub(_blank, code)
@@ -569,6 +622,12 @@ def scan(doc: str, root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
         else:
             cover = [(i, only) for i, only in quotes.get(block_of[line], [])
                      if only is None or fig in only]
+            b = block_of[line]
+            if b in columns and b in first_row:
+                col = text[starts[line]:m.start()].count("|") - 1
+                head = [c.strip() for c in lines[first_row[b]].strip().strip("|").split("|")]
+                cover += [(i, None) for i, name in columns[b]
+                          if 0 <= col < len(head) and head[col].startswith(name)]
             if cover:
                 counts["quoted"] += 1
                 used.update((i, fig) for i, _ in cover)
