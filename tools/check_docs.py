@@ -614,7 +614,7 @@ def scan(doc: str, root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
             counts["other"] += 1  # in code, a comment, a generated block or a link
         elif any(a <= m.start() < b for a, b in spans):
             counts["registered"] += 1
-        elif (re.search(rf"{PRODUCT}[\s-]$", before) and re.fullmatch(r"\d+\s?GB", fig)) or (
+        elif (re.search(rf"{PRODUCT}[\s-]+$", before) and re.fullmatch(r"\d+\s?GB", fig)) or (
                 re.fullmatch(r"\d+\s?[x×]", fig) and re.match(rf"\s+{PRODUCT}\b", after)) or (
                 re.fullmatch(rf"{NUMBER} [x×]", fig) and re.match(r" ", after)):
             # a capacity in a product's name, a GPU count, a spaced x (a product: 4 x 8)
