@@ -76,10 +76,7 @@ def bench(name: str) -> dict[str, dict[str, float]]:
     ``python benchmarks/NAME.py`` prints, as fractions."""
     # the script's folder, not the checkout, heads its sys.path: put the checkout first, so
     # the figures are this tree's even where another copy of planner is installed
-    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py")], cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": path},
-                         capture_output=True, text=True, check=True).stdout
+    out = _bench_out(name)
     return {m["label"]: {k: float(m[k]) / 100 for k in ("mape", "mean", "max")}
             for m in SUMMARY.finditer(out)}
 
@@ -181,6 +178,45 @@ def _mosaicml(doc: str) -> Callable[[], str]:
         return (f"the 16 runs come out within {n} MAPE (A100 without recomputation "
                 f"{signed(a['mean'])}, max {signed(a['max'])}")
     return text
+
+
+@lru_cache(maxsize=None)
+def _bench_out(name: str) -> str:
+    """What ``python benchmarks/NAME.py`` prints, run once."""
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py")], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, check=True).stdout
+
+
+#: bench_heldout_torchtitan's runs, in docs/validation.md's order (with its row labels)
+TORCHTITAN_ROWS = (("torchtitan-a100-llama3-8b-half", "Llama 3 8B, every second layer"),
+                   ("torchtitan-a100-llama3-70b-full", "Llama 3 70B, full"),
+                   ("torchtitan-a100-llama2-13b-none", "Llama 2 13B, none"),
+                   ("torchtitan-a100-llama2-13b-half", "Llama 2 13B, every second layer"),
+                   ("torchtitan-a100-llama2-70b-full", "Llama 2 70B, full"))
+
+
+def _torchtitan_row(run: str) -> Callable[[], str]:
+    """A row's predicted throughput (MFU), error and error with fused kernels, as
+    ``benchmarks/bench_heldout_torchtitan.py`` prints them (the published cell is a
+    quotation of torchtitan's docs/performance.md)."""
+    def text() -> str:
+        m = re.search(rf"^{re.escape(run)}\s+[\d,]+\s+(?P<pred>[\d,]+)\s+(?P<err>[-+\d.]+)%\s+"
+                      r"(?P<mfu>[\d.]+)%\s+(?P<fused>[-+\d.]+)%$",
+                      _bench_out("bench_heldout_torchtitan"), re.M)
+        if m is None:
+            raise RuntimeError(f"bench_heldout_torchtitan.py prints no row {run}")
+        return f"| {m['pred']} ({m['mfu']} %) | {m['err']} % | {m['fused']} % |"
+    return text
+
+
+def _torchtitan_mape() -> str:
+    b = bench("bench_heldout_torchtitan")
+    eager, fused = b["A100 FSDP2, eager elementwise"], b["A100 FSDP2, fused elementwise"]
+    sign = "all pessimistic" if eager["max"] < 0 and eager["mean"] < 0 else "not all pessimistic"
+    return (f"MAPE {pct(eager['mape'])} counted as the runs ran, {sign} "
+            f"({pct(fused['mape'])} if they had fused kernels)")
 
 
 @lru_cache(maxsize=None)
@@ -460,6 +496,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("docs/validation.md", "python benchmarks/bench_heldout_mosaicml.py",
            lambda: f"All 16 runs: {pct(bench('bench_heldout_mosaicml')['all']['mape'])} MAPE."),
     Figure("README.md", "python benchmarks/bench_heldout_mosaicml.py", _mosaicml("README.md")),
+    *(Figure("docs/validation.md", "python benchmarks/bench_heldout_torchtitan.py",
+             _torchtitan_row(run)) for run, _ in TORCHTITAN_ROWS),
+    Figure("docs/validation.md", "python benchmarks/bench_heldout_torchtitan.py",
+           _torchtitan_mape),
     *SOLVES,
 )
 
