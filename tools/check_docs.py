@@ -407,13 +407,16 @@ def _launch_torchtitan() -> str:
 
 
 @lru_cache(maxsize=None)
-def solve_result(model: str, cluster: str, gpus: int, global_batch: int | None = None) -> Any:
+def solve_result(model: str, cluster: str, gpus: int | None, global_batch: int | None = None,
+                 framework: str | None = None) -> Any:
     """What ``planner solve -m MODEL -c CLUSTER --gpus N [--global-batch B]`` answers
     (``planner.solve``, the function the CLI calls): plan, estimate and the comparison with
     published runs, once per process."""
     import planner
 
-    kw = {} if global_batch is None else {"global_batch_size": global_batch}
+    kw: dict[str, Any] = {} if global_batch is None else {"global_batch_size": global_batch}
+    if framework is not None:
+        kw["framework"] = framework
     res = planner.solve(model, cluster, gpus=gpus, **kw)
     if res.status != "optimal":
         raise RuntimeError(f"planner.solve({model!r}, {cluster!r}, gpus={gpus}) ended "
@@ -443,6 +446,51 @@ def _a100_175b(lead: str) -> Callable[[], str]:
     return text
 
 
+def plan_cell(p: Plan) -> str:
+    """docs/export.md's plan cell: ``tp4 pp4 dp64 v8, uneven pipeline, ZeRO-1, SP``."""
+    dims = " ".join(f"{d}{getattr(p, d)}" for d in ("tp", "cp", "ep", "pp", "dp")
+                    if getattr(p, d) > 1)
+    parts = [dims + (f" v{p.virtual_stages}" if p.virtual_stages > 1 else "")]
+    parts += ["uneven pipeline"] if p.uneven_pipeline else []
+    parts += [f"ZeRO-{p.zero_stage}"]
+    parts += [f"recompute {p.recompute}"] if p.recompute != "none" else []
+    parts += ["SP"] if p.sequence_parallel else []
+    return ", ".join(parts)
+
+
+#: docs/export.md's table of example plans: file, then the solve that made it (model,
+#: cluster, --gpus, --global-batch, --framework)
+EXPORT_PLANS = (
+    ("llama3-70b.plan.yaml", ("llama3-70b", "examples/superpod.yaml", None, None,
+                              "megatron-core")),
+    ("llama3-405b.plan.yaml", ("llama3-405b", "dgx-h100-superpod", 16384, 2048,
+                               "megatron-core")),
+    ("llama3-70b.torchtitan.plan.yaml", ("llama3-70b", "examples/superpod.yaml", None, None,
+                                         "torchtitan")),
+    ("llama3-405b.torchtitan.plan.yaml", ("llama3-405b", "dgx-h100-superpod", 16384, 2048,
+                                          "torchtitan")),
+    ("llama3-70b.deepspeed.plan.yaml", ("llama3-70b", "examples/superpod.yaml", 512, None,
+                                        "deepspeed")),
+    ("llama3-405b.deepspeed.plan.yaml", ("llama3-405b", "dgx-h100-superpod", 2048, 2048,
+                                         "deepspeed")),
+)
+
+
+def export_command(args: tuple) -> str:
+    model, cluster, gpus, batch, framework = args
+    return (f"planner solve -m {model} -c {cluster}" + (f" --gpus {gpus}" if gpus else "")
+            + (f" --global-batch {batch}" if batch else "") + f" --framework {framework}")
+
+
+def _export_row(file: str, args: tuple) -> Callable[[], str]:
+    def text() -> str:
+        res = solve_result(*args)
+        p, e = res.best.plan, res.best.estimate
+        return (f"| `{file}` | `{export_command(args)}` | {plan_cell(p)} | "
+                f"{seconds(e.iteration_time_s)}, {pct(e.mfu)} MFU |")
+    return text
+
+
 SOLVE_512 = "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 512"
 SOLVE_64 = "planner solve -m llama3-8b -c dgx-h100-superpod --gpus 64"
 SOLVE_SUPERPOD = "planner solve -m llama3-70b -c examples/superpod.yaml"
@@ -468,6 +516,8 @@ SOLVES: tuple[Figure, ...] = (
            _a100_175b("limitations")),
     Figure("README.md", "planner solve -m gpt3-175b -c dgx-a100-superpod --gpus 1024",
            _a100_175b("row")),
+    *(Figure("docs/export.md", export_command(args), _export_row(file, args))
+      for file, args in EXPORT_PLANS),
 )
 
 
@@ -562,7 +612,7 @@ UNIT_FIGURE = re.compile(rf"(?<![\w.$/#@^-]){NUMBER}(?:\s?(?:-|–|to)\s?{NUMBER
                          r"(?!\w)")
 QUOTE = re.compile(r"<!-- quote(?P<only>[^:>]*): (?P<source>[^>]*?) -->")
 #: a GPU or system name right before a capacity (``A100 80GB``) or after a count (``8x H100``)
-PRODUCT = r"(?:A100|H100|H200|B200|GB200|MI300X|MI325X|DGX A100|DGX H100)"
+PRODUCT = r"(?:A100|H100|H200|B200|GB200|MI300X|MI325X|DGX A100|DGX H100)"  # any case
 BASELINE = ROOT / "tools" / "docs_unregistered.txt"
 
 
@@ -655,7 +705,8 @@ def scan(doc: str, root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
         elif any(a <= m.start() < b for a, b in spans):
             counts["registered"] += 1
         elif (re.search(rf"{PRODUCT}[\s-]+$", before) and re.fullmatch(r"\d+\s?GB", fig)) or (
-                re.fullmatch(r"\d+\s?[x×]", fig) and re.match(rf"\s+{PRODUCT}\b", after)) or (
+                re.fullmatch(r"[\d,]+\s?[x×]", fig) and re.match(rf"\s+{PRODUCT}\b", after,
+                                                                 re.I)) or (
                 re.fullmatch(rf"{NUMBER} [x×]", fig) and re.match(r" ", after)):
             # a capacity in a product's name, a GPU count, a spaced x (a product: 4 x 8)
             counts["other"] += 1
