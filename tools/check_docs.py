@@ -491,6 +491,62 @@ def _export_row(file: str, args: tuple) -> Callable[[], str]:
     return text
 
 
+#: the README's offload example: Llama 3 70B with Adam on one 8x H100 node, 512K tokens a step
+OFFLOAD = ("llama3-70b", "dgx-h100-superpod", 8, 64)
+
+
+def _offload(part: str) -> Callable[[], str]:
+    """README, the offload tier: the optimum's HBM and host memory per GPU, and the share of
+    the step the CPU optimizer step and its transfers take (the breakdown's ``offload``)."""
+    def text() -> str:
+        res = solve_result(*OFFLOAD)
+        p, e = res.best.plan, res.best.estimate
+        if part == "memory":
+            what = "the optimizer offloaded" if p.offload_optimizer else "nothing offloaded"
+            return (f"returns TP{p.tp} with {what}: {e.memory_per_gpu_bytes / 2**30:.1f} GiB of "
+                    f"HBM, {e.host_memory_per_gpu_bytes / 2**30:.0f} GiB of host memory per GPU")
+        return f"{e.time_breakdown_s['offload']:.1f} s of it the CPU step and transfers"
+    return text
+
+
+#: the serving example (README "Serving", docs/serving.md), simulated with --simulate 20000
+SERVE_EXAMPLE = ("planner serve -m llama3-70b -c dgx-h100-superpod --isl 2048 --osl 256 "
+                 "--ttft-ms 500 --tpot-ms 30 --rate 20 --simulate 20000")
+
+
+@lru_cache(maxsize=None)
+def served(extra: str = "") -> dict:
+    """``SERVE_EXAMPLE [extra] --json`` as the CLI prints it (the simulation is the CLI's)."""
+    import json
+
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    cmd = [sys.executable, "-m", *SERVE_EXAMPLE.split(), *extra.split(), "--json"]
+    out = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def _simulated_readme() -> str:
+    d = served()
+    sim, est = d["simulation"], d["estimate"]
+    ttft = est["ttft_p99_ms"] / sim["ttft_p99_ms"] - 1
+    tpot = est["tpot_p99_ms"] / sim["tpot_p99_ms"] - 1
+    return (f"TTFT P50 {sim['ttft_p50_ms']:.1f} / P99 {sim['ttft_p99_ms']:.1f} ms, TPOT P50 "
+            f"{sim['tpot_p50_ms']:.2f} / P99 {sim['tpot_p99_ms']:.2f} ms (the model's TTFT P99 is "
+            f"{pct(abs(ttft))} {'higher' if ttft >= 0 else 'lower'}, its TPOT P99 "
+            f"{pct(abs(tpot))} {'higher' if tpot >= 0 else 'lower'}")
+
+
+def _simulated_row(label: str, extra: str) -> Callable[[], str]:
+    """A row of docs/serving.md's table: P99 TTFT and TPOT, the model's and simulated."""
+    def text() -> str:
+        d = served(extra)
+        sim, est = d["simulation"], d["estimate"]
+        return (f"| {est['ttft_p99_ms']:.1f} / {sim['ttft_p99_ms']:.1f} ms | "
+                f"{est['tpot_p99_ms']:.2f} / {sim['tpot_p99_ms']:.2f} ms |")
+    return text
+
+
 SOLVE_512 = "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 512"
 SOLVE_64 = "planner solve -m llama3-8b -c dgx-h100-superpod --gpus 64"
 SOLVE_SUPERPOD = "planner solve -m llama3-70b -c examples/superpod.yaml"
@@ -518,6 +574,14 @@ SOLVES: tuple[Figure, ...] = (
            _a100_175b("row")),
     *(Figure("docs/export.md", export_command(args), _export_row(file, args))
       for file, args in EXPORT_PLANS),
+    Figure("README.md", "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 8 "
+           "--global-batch 64", _offload("memory")),
+    Figure("README.md", "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 8 "
+           "--global-batch 64", _offload("step")),
+    Figure("README.md", SERVE_EXAMPLE, _simulated_readme),
+    Figure("docs/serving.md", SERVE_EXAMPLE, _simulated_row("disaggregated", "")),
+    Figure("docs/serving.md", SERVE_EXAMPLE + " --fix mode=aggregated",
+           _simulated_row("aggregated", "--fix mode=aggregated")),
 )
 
 
