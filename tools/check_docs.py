@@ -152,6 +152,17 @@ def _serving() -> str:
             f"tokens/s/GPU and {pct(m['first_token_latency_ms'])} on TTFT")
 
 
+def _memory(doc: str) -> Callable[[], str]:
+    """The largest error of the model's memory against Korthikanti et al. 2022's Figure 1,
+    as ``planner validate`` prints it."""
+    def text() -> str:
+        m = pct(validate()["memory_max"])
+        if doc == "README.md":
+            return f"memory is checked against Korthikanti's 2022 runs (within {m})"
+        return f"its Figure 1 memory is reproduced within {m}"
+    return text
+
+
 def _summary_row(script: str, key: str, cells: str) -> Callable[[], str]:
     """A table row of ``cells`` (the row's leading cells) then MAPE, mean and max of the
     summary line ``key`` that ``benchmarks/<script>.py`` prints."""
@@ -663,6 +674,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("docs/validation.md", "planner validate --json (corpus_sources)", source_table,
            "corpus sources"),
     Figure("README.md", "planner validate", _serving),
+    Figure("README.md", "planner validate (memory table)", _memory("README.md")),
+    Figure("docs/cost-model.md", "planner validate (memory table)", _memory("docs/cost-model.md")),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
            _summary_row("bench_heldout_nemo", "H100", "H100, NeMo 24.12 | 11")),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
