@@ -17,7 +17,9 @@ the command and copy the figure (or to update this registry when the text itself
 Every figure accounted for (issue 37, item 6): a number with a unit in README.md or docs/
 is either produced by a registered command below or marked as a quotation of a source with
 ``<!-- quote: SOURCE -->`` (its paragraph, list item or table; ``<!-- quote 9.3 s | 4 %:
-SOURCE -->`` for only the figures listed). The rules are at ``UNIT_FIGURE`` below.
+SOURCE -->`` for only the figures listed; ``<!-- quote column paper: SOURCE -->`` above a table
+for the columns headed ``paper``). A wall-clock timing cannot be re-run to the digit: it is
+quoted from the run that measured it. The rules are at ``UNIT_FIGURE`` below.
 
 Every figure here comes from a command of a few seconds (``planner validate``, the held-out
 benchmarks, solves of a second or two through ``planner.solve``, the catalog), so
@@ -948,4 +950,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # the checkout's planner, not another copy installed: the figures are this tree's
+    sys.path.insert(0, str(ROOT))
     sys.exit(main(sys.argv[1:]))
