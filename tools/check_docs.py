@@ -9,6 +9,17 @@ the command and copy the figure (or to update this registry when the text itself
     python tools/check_docs.py --list   # the registry
     python tools/check_docs.py --write  # rewrite the generated blocks (tables between
                                         # <!-- check_docs: NAME --> markers), then check
+    python tools/check_docs.py --unregistered  # every figure with a unit that neither a
+                                        # registered command nor a quotation accounts for
+    python tools/check_docs.py --unregistered --write-baseline  # record them as the ratchet
+                                        # tools/docs_unregistered.txt
+
+Every figure accounted for (issue 37, item 6): a number with a unit in README.md or docs/
+is either produced by a registered command below or marked as a quotation of a source with
+``<!-- quote: SOURCE -->`` (its paragraph, list item or table; ``<!-- quote 9.3 s | 4 %:
+SOURCE -->`` for only the figures listed; ``<!-- quote column paper: SOURCE -->`` above a table
+for the columns headed ``paper``). A wall-clock timing cannot be re-run to the digit: it is
+quoted from the run that measured it. The rules are at ``UNIT_FIGURE`` below.
 
 Every figure here comes from a command of a few seconds (``planner validate``, the held-out
 benchmarks, solves of a second or two through ``planner.solve``, the catalog), so
@@ -25,7 +36,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from planner.costmodel.train.evaluator import Estimate
@@ -67,10 +78,7 @@ def bench(name: str) -> dict[str, dict[str, float]]:
     ``python benchmarks/NAME.py`` prints, as fractions."""
     # the script's folder, not the checkout, heads its sys.path: put the checkout first, so
     # the figures are this tree's even where another copy of planner is installed
-    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py")], cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": path},
-                         capture_output=True, text=True, check=True).stdout
+    out = _bench_out(name)
     return {m["label"]: {k: float(m[k]) / 100 for k in ("mape", "mean", "max")}
             for m in SUMMARY.finditer(out)}
 
@@ -146,6 +154,17 @@ def _serving() -> str:
             f"tokens/s/GPU and {pct(m['first_token_latency_ms'])} on TTFT")
 
 
+def _memory(doc: str) -> Callable[[], str]:
+    """The largest error of the model's memory against Korthikanti et al. 2022's Figure 1,
+    as ``planner validate`` prints it."""
+    def text() -> str:
+        m = pct(validate()["memory_max"])
+        if doc == "README.md":
+            return f"memory is checked against Korthikanti's 2022 runs (within {m})"
+        return f"its Figure 1 memory is reproduced within {m}"
+    return text
+
+
 def _summary_row(script: str, key: str, cells: str) -> Callable[[], str]:
     """A table row of ``cells`` (the row's leading cells) then MAPE, mean and max of the
     summary line ``key`` that ``benchmarks/<script>.py`` prints."""
@@ -172,6 +191,45 @@ def _mosaicml(doc: str) -> Callable[[], str]:
         return (f"the 16 runs come out within {n} MAPE (A100 without recomputation "
                 f"{signed(a['mean'])}, max {signed(a['max'])}")
     return text
+
+
+@lru_cache(maxsize=None)
+def _bench_out(name: str) -> str:
+    """What ``python benchmarks/NAME.py`` prints, run once."""
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py")], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, check=True).stdout
+
+
+#: bench_heldout_torchtitan's runs, in docs/validation.md's order (with its row labels)
+TORCHTITAN_ROWS = (("torchtitan-a100-llama3-8b-half", "Llama 3 8B, every second layer"),
+                   ("torchtitan-a100-llama3-70b-full", "Llama 3 70B, full"),
+                   ("torchtitan-a100-llama2-13b-none", "Llama 2 13B, none"),
+                   ("torchtitan-a100-llama2-13b-half", "Llama 2 13B, every second layer"),
+                   ("torchtitan-a100-llama2-70b-full", "Llama 2 70B, full"))
+
+
+def _torchtitan_row(run: str) -> Callable[[], str]:
+    """A row's predicted throughput (MFU), error and error with fused kernels, as
+    ``benchmarks/bench_heldout_torchtitan.py`` prints them (the published cell is a
+    quotation of torchtitan's docs/performance.md)."""
+    def text() -> str:
+        m = re.search(rf"^{re.escape(run)}\s+[\d,]+\s+(?P<pred>[\d,]+)\s+(?P<err>[-+\d.]+)%\s+"
+                      r"(?P<mfu>[\d.]+)%\s+(?P<fused>[-+\d.]+)%$",
+                      _bench_out("bench_heldout_torchtitan"), re.M)
+        if m is None:
+            raise RuntimeError(f"bench_heldout_torchtitan.py prints no row {run}")
+        return f"| {m['pred']} ({m['mfu']} %) | {m['err']} % | {m['fused']} % |"
+    return text
+
+
+def _torchtitan_mape() -> str:
+    b = bench("bench_heldout_torchtitan")
+    eager, fused = b["A100 FSDP2, eager elementwise"], b["A100 FSDP2, fused elementwise"]
+    sign = "all pessimistic" if eager["max"] < 0 and eager["mean"] < 0 else "not all pessimistic"
+    return (f"MAPE {pct(eager['mape'])} counted as the runs ran, {sign} "
+            f"({pct(fused['mape'])} if they had fused kernels)")
 
 
 @lru_cache(maxsize=None)
@@ -361,6 +419,206 @@ def _launch_torchtitan() -> str:
             f"{seconds(mc.iteration_time_s)} under Megatron-LM")
 
 
+@lru_cache(maxsize=None)
+def solve_result(model: str, cluster: str, gpus: int | None, global_batch: int | None = None,
+                 framework: str | None = None) -> Any:
+    """What ``planner solve -m MODEL -c CLUSTER --gpus N [--global-batch B]`` answers
+    (``planner.solve``, the function the CLI calls): plan, estimate and the comparison with
+    published runs, once per process."""
+    import planner
+
+    kw: dict[str, Any] = {} if global_batch is None else {"global_batch_size": global_batch}
+    if framework is not None:
+        kw["framework"] = framework
+    res = planner.solve(model, cluster, gpus=gpus, **kw)
+    if res.status != "optimal":
+        raise RuntimeError(f"planner.solve({model!r}, {cluster!r}, gpus={gpus}) ended "
+                           f"{res.status!r}, not proven optimal: its figures cannot be checked")
+    return res
+
+
+def _a100_8b() -> str:
+    """README, Known limitations: the Llama 3 8B answer on 64 A100."""
+    e = solve_result("llama3-8b", "dgx-a100-superpod", 64, 512).best.estimate
+    return (f"answers {pct(e.mfu)} MFU ({pct(e.hfu)} HFU: MFU counts the causal half of "
+            f"attention FlashAttention skips), expected within ±{e.expected_error_pct:.0f} %")
+
+
+def _a100_175b(lead: str) -> Callable[[], str]:
+    """README: the GPT-3 175B answer on 1024 A100 against the best published run like it,
+    and (Known limitations) the setting that makes most of the difference."""
+    def text() -> str:
+        res = solve_result("gpt3-175b", "dgx-a100-superpod", 1024)
+        gain = f"{res.published['gain_pct']:.0f} % faster per GPU than the best published run"
+        if lead == "row":
+            return f"The A100 row's answer says that it is {gain}"
+        top = res.published["differences"][0]
+        setting = top["setting"].split(" ", 1)
+        return (f"({pct(res.best.estimate.mfu)} MFU) says that its plan is {gain} like it and "
+                f"that interleaving ({setting[0]} {setting[1]}: {top['slowdown_pct']:+.0f} %)")
+    return text
+
+
+def plan_cell(p: Plan) -> str:
+    """docs/export.md's plan cell: ``tp4 pp4 dp64 v8, uneven pipeline, ZeRO-1, SP``."""
+    dims = " ".join(f"{d}{getattr(p, d)}" for d in ("tp", "cp", "ep", "pp", "dp")
+                    if getattr(p, d) > 1)
+    parts = [dims + (f" v{p.virtual_stages}" if p.virtual_stages > 1 else "")]
+    parts += ["uneven pipeline"] if p.uneven_pipeline else []
+    parts += [f"ZeRO-{p.zero_stage}"]
+    parts += [f"recompute {p.recompute}"] if p.recompute != "none" else []
+    parts += ["SP"] if p.sequence_parallel else []
+    return ", ".join(parts)
+
+
+#: docs/export.md's table of example plans: file, then the solve that made it (model,
+#: cluster, --gpus, --global-batch, --framework)
+EXPORT_PLANS = (
+    ("llama3-70b.plan.yaml", ("llama3-70b", "examples/superpod.yaml", None, None,
+                              "megatron-core")),
+    ("llama3-405b.plan.yaml", ("llama3-405b", "dgx-h100-superpod", 16384, 2048,
+                               "megatron-core")),
+    ("llama3-70b.torchtitan.plan.yaml", ("llama3-70b", "examples/superpod.yaml", None, None,
+                                         "torchtitan")),
+    ("llama3-405b.torchtitan.plan.yaml", ("llama3-405b", "dgx-h100-superpod", 16384, 2048,
+                                          "torchtitan")),
+    ("llama3-70b.deepspeed.plan.yaml", ("llama3-70b", "examples/superpod.yaml", 512, None,
+                                        "deepspeed")),
+    ("llama3-405b.deepspeed.plan.yaml", ("llama3-405b", "dgx-h100-superpod", 2048, 2048,
+                                         "deepspeed")),
+)
+
+
+def export_command(args: tuple) -> str:
+    model, cluster, gpus, batch, framework = args
+    return (f"planner solve -m {model} -c {cluster}" + (f" --gpus {gpus}" if gpus else "")
+            + (f" --global-batch {batch}" if batch else "") + f" --framework {framework}")
+
+
+def _export_row(file: str, args: tuple) -> Callable[[], str]:
+    def text() -> str:
+        res = solve_result(*args)
+        p, e = res.best.plan, res.best.estimate
+        return (f"| `{file}` | `{export_command(args)}` | {plan_cell(p)} | "
+                f"{seconds(e.iteration_time_s)}, {pct(e.mfu)} MFU |")
+    return text
+
+
+#: the README's offload example: Llama 3 70B with Adam on one 8x H100 node, 512K tokens a step
+OFFLOAD = ("llama3-70b", "dgx-h100-superpod", 8, 64)
+
+
+def _offload(part: str) -> Callable[[], str]:
+    """README, the offload tier: the optimum's HBM and host memory per GPU, and the share of
+    the step the CPU optimizer step and its transfers take (the breakdown's ``offload``)."""
+    def text() -> str:
+        res = solve_result(*OFFLOAD)
+        p, e = res.best.plan, res.best.estimate
+        if part == "memory":
+            what = "the optimizer offloaded" if p.offload_optimizer else "nothing offloaded"
+            return (f"returns TP{p.tp} with {what}: {e.memory_per_gpu_bytes / 2**30:.1f} GiB of "
+                    f"HBM, {e.host_memory_per_gpu_bytes / 2**30:.0f} GiB of host memory per GPU")
+        return f"{e.time_breakdown_s['offload']:.1f} s of it the CPU step and transfers"
+    return text
+
+
+#: the serving example (README "Serving", docs/serving.md), simulated with --simulate 20000
+SERVE_EXAMPLE = ("planner serve -m llama3-70b -c dgx-h100-superpod --isl 2048 --osl 256 "
+                 "--ttft-ms 500 --tpot-ms 30 --rate 20 --simulate 20000")
+
+
+@lru_cache(maxsize=None)
+def served(extra: str = "") -> dict:
+    """``SERVE_EXAMPLE [extra] --json`` as the CLI prints it (the simulation is the CLI's)."""
+    import json
+
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    cmd = [sys.executable, "-m", *SERVE_EXAMPLE.split(), *extra.split(), "--json"]
+    out = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def _simulated_readme() -> str:
+    d = served()
+    sim, est = d["simulation"], d["estimate"]
+    ttft = est["ttft_p99_ms"] / sim["ttft_p99_ms"] - 1
+    tpot = est["tpot_p99_ms"] / sim["tpot_p99_ms"] - 1
+    return (f"TTFT P50 {sim['ttft_p50_ms']:.1f} / P99 {sim['ttft_p99_ms']:.1f} ms, TPOT P50 "
+            f"{sim['tpot_p50_ms']:.2f} / P99 {sim['tpot_p99_ms']:.2f} ms (the model's TTFT P99 is "
+            f"{pct(abs(ttft))} {'higher' if ttft >= 0 else 'lower'}, its TPOT P99 "
+            f"{pct(abs(tpot))} {'higher' if tpot >= 0 else 'lower'}")
+
+
+def _simulated_row(label: str, extra: str) -> Callable[[], str]:
+    """A row of docs/serving.md's table: P99 TTFT and TPOT, the model's and simulated."""
+    def text() -> str:
+        d = served(extra)
+        sim, est = d["simulation"], d["estimate"]
+        return (f"| {est['ttft_p99_ms']:.1f} / {sim['ttft_p99_ms']:.1f} ms | "
+                f"{est['tpot_p99_ms']:.2f} / {sim['tpot_p99_ms']:.2f} ms |")
+    return text
+
+
+def goodput_of(cluster: str, gpus: int, plan: Plan | None = None) -> Any:
+    """Llama 3 405B's goodput (planner.costmodel.train.goodput) on ``gpus`` of ``cluster``:
+    a procurement option's (it depends on the option, never on the plan), or with ``plan``
+    and the Llama 3 paper's interruption rate, docs/cost-model.md's check."""
+    from planner.costmodel.train.goodput import training_goodput
+    from planner.specs.loaders import load_cluster, load_model
+
+    c = load_cluster(cluster, gpus)
+    if plan is not None:
+        c = c.model_copy(update={"failures_per_gpu_hour": 466 / (54 * 24 * 16384)})
+    return training_goodput(load_model("llama3-405b"), c, gpus, plan or "bf16")
+
+
+def _goodput_line(g: Any) -> str:
+    return (f"{pct(g.fraction)}, an interruption every {g.mtbf_s / 3600:.2f} h, a "
+            f"{g.checkpoint_bytes / 2**30:,.0f} GiB checkpoint every {g.interval_s:.0f} s, "
+            f"{g.lost_per_failure_s:.0f} s lost per interruption")
+
+
+def _goodput_readme() -> str:
+    """README: the goodput line of the procurement answer (16,384 x mi300x)."""
+    return f"16,384 GPUs: {_goodput_line(goodput_of('mi300x-cluster', 16384))}"
+
+
+def _goodput_procure() -> str:
+    """docs/procure.md: 8,192 B200, then 16,384."""
+    g, big = goodput_of("dgx-b200-superpod", 8192), goodput_of("dgx-b200-superpod", 16384)
+    return (f"Llama 3 405B on 8,192 B200: `f` = {pct(g.fraction)} (an interruption every "
+            f"{g.mtbf_s / 3600:.2f} h, a {g.checkpoint_bytes / 2**30:,.0f} GiB checkpoint every "
+            f"{g.interval_s:.0f} s, {g.lost_per_failure_s:.0f} s lost per interruption); on "
+            f"16,384 GPUs {pct(big.fraction)}")
+
+
+def _goodput_check() -> str:
+    """docs/cost-model.md's check: the Llama 3 paper's plan and interruption rate
+    (tests/test_goodput.py), then the restart time at 5 and 20 minutes."""
+    from planner.costmodel.train.goodput import job_goodput
+    from planner.specs.plan import Plan
+
+    plan = Plan(tp=8, cp=1, pp=16, dp=128, global_batch_size=1024, seq_len=8192,
+                microbatch_size=1, zero_stage=1, uneven_pipeline=True)
+    g = goodput_of("dgx-h100-superpod", 16384, plan)
+    again = {r: job_goodput(g_cluster(r), 16384, g.checkpoint_bytes, "sync").fraction
+             for r in (300, 1200)}
+    return (f"`M` = {g.mtbf_s / 3600:.2f} h, a {g.checkpoint_bytes / 1e12:.1f} TB checkpoint "
+            f"written in {g.write_s:.1f} s every {g.interval_s:.0f} s, "
+            f"{g.lost_per_failure_s:.0f} s lost per interruption, `f` = {pct(g.fraction)} (the "
+            f"catalog's default rate is this one), against the published \"higher than 90 %\" "
+            f"(tests/test_goodput.py). With `R` = 5 min `f` is {pct(again[300])}, with 20 min "
+            f"{pct(again[1200])}")
+
+
+def g_cluster(restart_s: float) -> Any:
+    from planner.specs.loaders import load_cluster
+
+    return load_cluster("dgx-h100-superpod", 16384).model_copy(
+        update={"failures_per_gpu_hour": 466 / (54 * 24 * 16384), "restart_s": restart_s})
+
+
 SOLVE_512 = "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 512"
 SOLVE_64 = "planner solve -m llama3-8b -c dgx-h100-superpod --gpus 64"
 SOLVE_SUPERPOD = "planner solve -m llama3-70b -c examples/superpod.yaml"
@@ -380,6 +638,28 @@ SOLVES: tuple[Figure, ...] = (
            "megatron @run.sh", _round_trip),
     Figure("README.md", f"{SOLVE_SUPERPOD} --framework torchtitan (and --export megatron)",
            _launch_torchtitan),
+    Figure("README.md", "planner solve -m llama3-8b -c dgx-a100-superpod --gpus 64 "
+           "--global-batch 512", _a100_8b),
+    Figure("README.md", "planner solve -m gpt3-175b -c dgx-a100-superpod --gpus 1024",
+           _a100_175b("limitations")),
+    Figure("README.md", "planner solve -m gpt3-175b -c dgx-a100-superpod --gpus 1024",
+           _a100_175b("row")),
+    *(Figure("docs/export.md", export_command(args), _export_row(file, args))
+      for file, args in EXPORT_PLANS),
+    Figure("README.md", "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 8 "
+           "--global-batch 64", _offload("memory")),
+    Figure("README.md", "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 8 "
+           "--global-batch 64", _offload("step")),
+    Figure("README.md", SERVE_EXAMPLE, _simulated_readme),
+    Figure("README.md", "planner procure --model llama3-405b --tokens 15e12 --days 90 (its "
+           "goodput line: training_goodput on 16,384 GPUs of mi300x-cluster)", _goodput_readme),
+    Figure("docs/procure.md", "training_goodput of llama3-405b on dgx-b200-superpod (8,192 and "
+           "16,384 GPUs; planner procure's goodput line)", _goodput_procure),
+    Figure("docs/cost-model.md", "tests/test_goodput.py's case: training_goodput of llama3-405b "
+           "at TP8 CP1 PP16 DP128 on 16,384 H100, 466 interruptions in 54 days", _goodput_check),
+    Figure("docs/serving.md", SERVE_EXAMPLE, _simulated_row("disaggregated", "")),
+    Figure("docs/serving.md", SERVE_EXAMPLE + " --fix mode=aggregated",
+           _simulated_row("aggregated", "--fix mode=aggregated")),
 )
 
 
@@ -396,6 +676,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("docs/validation.md", "planner validate --json (corpus_sources)", source_table,
            "corpus sources"),
     Figure("README.md", "planner validate", _serving),
+    Figure("README.md", "planner validate (memory table)", _memory("README.md")),
+    Figure("docs/cost-model.md", "planner validate (memory table)", _memory("docs/cost-model.md")),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
            _summary_row("bench_heldout_nemo", "H100", "H100, NeMo 24.12 | 11")),
     Figure("docs/validation.md", "python benchmarks/bench_heldout_nemo.py",
@@ -408,6 +690,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("docs/validation.md", "python benchmarks/bench_heldout_mosaicml.py",
            lambda: f"All 16 runs: {pct(bench('bench_heldout_mosaicml')['all']['mape'])} MAPE."),
     Figure("README.md", "python benchmarks/bench_heldout_mosaicml.py", _mosaicml("README.md")),
+    *(Figure("docs/validation.md", "python benchmarks/bench_heldout_torchtitan.py",
+             _torchtitan_row(run)) for run, _ in TORCHTITAN_ROWS),
+    Figure("docs/validation.md", "python benchmarks/bench_heldout_torchtitan.py",
+           _torchtitan_mape),
     *SOLVES,
 )
 
@@ -418,8 +704,9 @@ def stale(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> list[str]
     for f in figures:
         want = f.text()
         # line breaks and indentation in prose are the document's, not the figure's
-        if " ".join(want.split()) not in " ".join((root / f.doc).read_text(
-                encoding="utf-8").split()):
+        # a quote marker inside a registered sentence is markup, not its text
+        if " ".join(want.split()) not in " ".join(QUOTE.sub(" ", (root / f.doc).read_text(
+                encoding="utf-8")).split()):
             out.append(f"{f.doc}: expected {want!r} (from `{f.command}`); re-run it and copy "
                        "the figure")
     return out
@@ -446,7 +733,211 @@ def write_blocks(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> li
     return changed
 
 
+#: Every figure the documents hold must be accounted for (issue 37, item 6). A figure is a
+#: number with a unit (UNITS). It is accounted for when it is
+#:   - in a generated block (``<!-- check_docs: NAME -->`` ... ``<!-- /check_docs -->``),
+#:   - inside the text of a registered Figure above, as the document holds it,
+#:   - marked as a quotation of a source: ``<!-- quote: SOURCE -->`` (a paper and its table,
+#:     a vendor's page, a repository file, the project file that sets the value, or the
+#:     measurement a timing was read from) covers every figure of its block: the paragraph,
+#:     list item, table or heading the marker sits in, or the one right below a line that
+#:     holds only the marker; ``<!-- quote 68.1 s | 9.3 s: SOURCE -->`` covers only the
+#:     figures it lists (each must be in the block, or the marker is reported stale);
+#:     ``<!-- quote column paper: SOURCE -->`` above a table covers the figures of the
+#:     columns whose header starts with ``paper`` (a claim's published value beside ours),
+#:   - in code (fenced blocks, ``inline code``), an HTML comment or a link's target, or
+#:   - not a figure: a product name's capacity (``A100 80GB``), a GPU count (``8x H100``).
+#: ``--unregistered`` lists the others; tools/docs_unregistered.txt holds those still left
+#: (the ratchet: tests/test_check_docs.py fails on one not in it, and on an entry of it that
+#: is gone, so the list only shrinks).
+DOCS = ("README.md", "docs/*.md")
+UNITS = r"(?:%|GiB|MiB|TiB|GB/s|TB/s|GB|TB|MB|PB|Gbps|MW|kW|ms|us|µs|min|s|h|x|×)"
+NUMBER = r"[-+−±~≈]?\d[\d,]*(?:\.\d+)?"
+UNIT_FIGURE = re.compile(rf"(?<![\w.$/#@^-]){NUMBER}(?:\s?(?:-|–|to)\s?{NUMBER})?\s?{UNITS}"
+                         r"(?!\w)")
+QUOTE = re.compile(r"<!-- quote(?P<only>[^:>]*): (?P<source>[^>]*?) -->")
+#: a GPU or system name right before a capacity (``A100 80GB``) or after a count (``8x H100``)
+PRODUCT = r"(?:A100|H100|H200|B200|GB200|MI300X|MI325X|DGX A100|DGX H100)"  # any case
+BASELINE = ROOT / "tools" / "docs_unregistered.txt"
+
+
+@dataclass(frozen=True)
+class Loose:
+    """A figure no registered command or quotation accounts for."""
+
+    doc: str
+    line: int
+    figure: str
+    context: str  # the line's text around it
+
+    @property
+    def key(self) -> str:
+        """What the baseline records: the document, the figure's unit and its context with
+        every digit as ``#`` (a refit that moves the number keeps the key; new prose not)."""
+        return "\t".join((self.doc, re.sub(r"\d", "#", self.figure),
+                          re.sub(r"\d", "#", self.context)))
+
+
+def documents(root: Path = ROOT) -> list[str]:
+    return sorted({str(p.relative_to(root)) for pat in DOCS for p in root.glob(pat)})
+
+
+def _blank(m: re.Match) -> str:
+    return re.sub(r"[^\n]", " ", m[0])
+
+
+def _blocks(lines: list[str]) -> list[int]:
+    """A block number per line: a blank line, a heading, a list item or a table's edge starts
+    a new block; a line that holds only a quote marker belongs to the block below it."""
+    ids, n, prev_table = [], 0, False
+    item = re.compile(r"\s*(?:[-*+]|\d+\.)\s")
+    for ln in lines:
+        table = ln.lstrip().startswith("|")
+        if not ln.strip() or ln.startswith("#") or item.match(ln) or table != prev_table:
+            n += 1
+        ids.append(n)
+        prev_table = table
+        if not ln.strip():
+            n += 1
+    for i in range(len(lines) - 2, -1, -1):
+        if QUOTE.fullmatch(lines[i].strip()):
+            ids[i] = ids[i + 1]
+    return ids
+
+
+def scan(doc: str, root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
+         ) -> tuple[list[Loose], dict[str, int], list[str]]:
+    """The loose figures of ``doc``, the count of each kind accounted for (``registered``,
+    ``quoted``, ``other``: code, comments, non-figures) and the stale quote markers."""
+    raw = (root / doc).read_text(encoding="utf-8")
+    code = re.sub(r"```.*?```", _blank, raw, flags=re.S)
+    code = re.sub(r"`[^`\n]*`", _blank, code)
+    lines = code.split("\n")
+    block_of = _blocks(lines)
+    quotes: dict[int, list[tuple[int, set[str] | None]]] = {}
+    columns: dict[int, list[tuple[int, str]]] = {}  # block -> (marker line, column header)
+    for i, ln in enumerate(lines):
+        for m in QUOTE.finditer(ln):
+            if m["only"].strip().startswith("column "):
+                columns.setdefault(block_of[i], []).append((i, m["only"].strip()[7:].strip()))
+                continue
+            only = {x.strip() for x in m["only"].split("|")} if m["only"].strip() else None
+            quotes.setdefault(block_of[i], []).append((i, only))
+    first_row = {}  # block -> its first line (a table's header)
+    for i, b in enumerate(block_of):
+        if lines[i].lstrip().startswith("|"):
+            first_row.setdefault(b, i)
+    # the markers' own text (a figure a listing names) is no figure of the document
+    text = QUOTE.sub(_blank, raw)
+    code = QUOTE.sub(_blank, code)
+    masked = re.sub(r"<!-- check_docs: .*?<!-- /check_docs -->", _blank, code, flags=re.S)
+    masked = re.sub(r"<!--.*?-->", _blank, masked, flags=re.S)
+    masked = re.sub(r"\]\([^)]*\)", _blank, masked)
+    spans = []
+    for f in figures:
+        if f.doc == doc and not f.block:
+            spans += [(m.start(), m.end()) for m in re.finditer(
+                r"\s+".join(map(re.escape, f.text().split())), text)]
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    counts = {"registered": 0, "quoted": 0, "other": 0}
+    loose, used = [], set()
+    for m in UNIT_FIGURE.finditer(text):
+        line = next(i for i in range(len(starts) - 1, -1, -1) if starts[i] <= m.start())
+        fig = " ".join(m[0].split())
+        before, after = text[max(0, m.start() - 16):m.start()], text[m.end():m.end() + 12]
+        if masked[m.start():m.end()] != m[0]:
+            counts["other"] += 1  # in code, a comment, a generated block or a link
+        elif any(a <= m.start() < b for a, b in spans):
+            counts["registered"] += 1
+        elif (re.search(rf"{PRODUCT}[\s-]+$", before) and re.fullmatch(r"\d+\s?GB", fig)) or (
+                re.fullmatch(r"[\d,]+\s?[x×]", fig) and re.match(rf"\s+{PRODUCT}\b", after,
+                                                                 re.I)) or (
+                re.fullmatch(rf"{NUMBER} [x×]", fig) and re.match(r" ", after)):
+            # a capacity in a product's name, a GPU count, a spaced x (a product: 4 x 8)
+            counts["other"] += 1
+        else:
+            cover = [(i, only) for i, only in quotes.get(block_of[line], [])
+                     if only is None or fig in only]
+            b = block_of[line]
+            if b in columns and b in first_row:
+                col = text[starts[line]:m.start()].count("|") - 1
+                head = [c.strip() for c in lines[first_row[b]].strip().strip("|").split("|")]
+                cover += [(i, None) for i, name in columns[b]
+                          if 0 <= col < len(head) and head[col].startswith(name)]
+            if cover:
+                counts["quoted"] += 1
+                used.update((i, fig) for i, _ in cover)
+            else:
+                ctx = " ".join(text[starts[line]:starts[line + 1] if line + 1 < len(starts)
+                                    else len(text)].split())
+                loose.append(Loose(doc, line + 1, fig, ctx))
+    stale_quotes = [f"{doc}:{i + 1}: quote marker lists {x!r}, not a figure of its block"
+                    for q in quotes.values() for i, only in q for x in sorted(only or ())
+                    if (i, x) not in used]
+    stale_quotes += [f"{doc}:{i + 1}: quote marker names no source" for i, ln in
+                     enumerate(lines) for m in QUOTE.finditer(ln) if not m["source"].strip()]
+    return loose, counts, stale_quotes
+
+
+def unregistered(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES
+                 ) -> tuple[list[Loose], dict[str, dict[str, int]], list[str]]:
+    """Every loose figure of README.md and docs/, the counts per document, stale markers."""
+    loose, counts, bad = [], {}, []
+    for doc in documents(root):
+        lo, c, b = scan(doc, root, figures)
+        loose += lo
+        counts[doc] = {**c, "loose": len(lo)}
+        bad += b
+    return loose, counts, bad
+
+
+def read_baseline(path: Path = BASELINE) -> list[str]:
+    if not path.exists():
+        return []
+    return [x for x in path.read_text(encoding="utf-8").split("\n")
+            if x and not x.startswith("#")]
+
+
+def write_baseline(loose: list[Loose], path: Path = BASELINE) -> None:
+    head = ("# Figures of README.md and docs/ that no registered command or quotation accounts\n"
+            "# for yet (python tools/check_docs.py --unregistered --write-baseline). The list\n"
+            "# may only shrink: register a figure or mark its quotation, then rewrite it.\n"
+            "# document<TAB>figure<TAB>its line, digits as #\n")
+    path.write_text(head + "".join(f"{x.key}\n" for x in loose), encoding="utf-8")
+
+
+def ratchet(loose: list[Loose], baseline: list[str]) -> tuple[list[Loose], list[str]]:
+    """The loose figures the baseline does not hold, and its entries no longer loose."""
+    from collections import Counter
+
+    left = Counter(baseline)
+    new = []
+    for x in loose:
+        if left[x.key] > 0:
+            left[x.key] -= 1
+        else:
+            new.append(x)
+    return new, sorted(left.elements())
+
+
 def main(argv: list[str]) -> int:
+    if "--unregistered" in argv:
+        loose, counts, bad = unregistered()
+        for x in loose:
+            print(f"{x.doc}:{x.line}: {x.figure}: {x.context}")
+        for doc, c in counts.items():
+            print(f"{doc}: {c['registered']} registered, {c['quoted']} quoted, "
+                  f"{c['other']} in code or not figures, {c['loose']} unregistered",
+                  file=sys.stderr)
+        print("\n".join(bad), file=sys.stderr) if bad else None
+        if "--write-baseline" in argv:
+            write_baseline(loose)
+            print(f"wrote {len(loose)} entries to {BASELINE.relative_to(ROOT)}", file=sys.stderr)
+            return 1 if bad else 0
+        new, gone = ratchet(loose, read_baseline())
+        print(f"{len(loose)} unregistered figures ({len(read_baseline())} in the baseline, "
+              f"{len(new)} new, {len(gone)} gone)", file=sys.stderr)
+        return 1 if new or gone or bad else 0
     if "--write" in argv:
         print("rewrote generated blocks in " + (", ".join(write_blocks()) or "nothing"))
     if "--list" in argv:
@@ -459,4 +950,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # the checkout's planner, not another copy installed: the figures are this tree's
+    sys.path.insert(0, str(ROOT))
     sys.exit(main(sys.argv[1:]))
