@@ -35,8 +35,8 @@ from planner.costmodel.pipeline import bubble_factor
 #: reduce-scatters, every microbatch) hides behind compute like the once-per-iteration
 #: buckets of Megatron's distributed optimizer do. It does not, measured: MosaicML's FSDP
 #: runs (llm-foundry benchmarking tables, 16 runs on A100 and H100) come out 13-24 % faster
-#: in the model than measured when it overlaps and within 4.9 % MAPE when it is charged in
-#: full; MAD-Max (Hsia et al. 2024, Sec. VI) measures DDP 1.68x faster than FSDP on 2048
+#: in the model than measured when it overlaps and far closer when it is charged in full
+#: (benchmarks/bench_heldout_mosaicml.py gives the figure); MAD-Max (Hsia et al. 2024, Sec. VI) measures DDP 1.68x faster than FSDP on 2048
 #: A100 for the same reason. The plan's overlap switches act on the once-per-iteration part.
 #: A framework whose sharding prefetches (FSDP2, a profile's ``kernels.fsdp_prefetch``)
 #: overrides it through ``GPUEfficiency.sharded_overlap``.
