@@ -239,11 +239,13 @@ def inner_keys(tb: Tables, q: int) -> list[Key]:
     return [(q, rc, int(sp), z) for rc in rcs for sp in sps for z in zs]
 
 
-def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | None = None
-             ) -> tuple[list[int], list[Candidate], np.ndarray]:
+def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | None = None,
+             enough: int = 4) -> tuple[list[int], list[Candidate], np.ndarray]:
     """Points that may hold one of the ``top_k`` best plans, and the exactly evaluated
     incumbents. A point is dropped when its bound exceeds the K-th best incumbent (each of
-    the K best plans is at most that), so the best incumbent alone only serves K = 1."""
+    the K best plans is at most that), so the best incumbent alone only serves K = 1.
+    Points are probed in bound order until ``probe`` of them hold a feasible plan and the
+    K-th incumbent exists, or ``enough x probe`` of them hold one."""
     lbz = state_lower_bounds(tb)
     lb = np.min(lbz, axis=1)
     order = [int(q) for q in np.argsort(lb, kind="stable") if np.isfinite(lb[q])]
@@ -273,7 +275,7 @@ def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | Non
             feasible_points += 1
         values = sorted(c.objective for c in incumbents if math.isfinite(c.objective))
         # enough incumbents for the K-th best, or give up on them (keep every point)
-        if feasible_points >= probe and (len(values) >= top_k or feasible_points >= 4 * probe):
+        if feasible_points >= probe and (len(values) >= top_k or feasible_points >= enough * probe):
             break
     best = values[top_k - 1] if len(values) >= top_k else math.inf
     keep = [q for q in order if lb[q] <= best * (1 + 1e-9)] if math.isfinite(best) else order
@@ -298,6 +300,8 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     # a lower bound over every plan the model still holds (the plans it no longer holds
     # are each no better than the best incumbent): presolve's, then the solver's
     model_lb = -math.inf
+    if time_limit_s <= 0:  # set-up spent the limit: the best plan of the bound order
+        return _bound_ordered(tb, backend, top_k, max_time_s, stats, t0)
     if use_presolve:
         points, incumbents, lb = presolve(tb, top_k=top_k, max_time_s=max_time_s)
         for c in incumbents:
@@ -364,6 +368,20 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     if status == "time_limit" and math.isfinite(model_lb):
         bound = min(model_lb, _kth(pool, 1))  # the incumbent's gap to it is the answer's
     return _result(backend, status, pool, top_k, bound, stats, t0)
+
+
+def _bound_ordered(tb: Tables, backend: str, top_k: int, max_time_s: float | None,
+                   stats: SearchStats, t0: float) -> SearchResult:
+    """No time left for the model: the plans of the points in bound order, evaluated
+    exactly until the first point with a feasible plan (presolve's probe, no model), as
+    ``time_limit`` with the bound over the whole space (never ``optimal``: nothing is
+    proven)."""
+    points, incumbents, lb = presolve(tb, probe=1, top_k=top_k, max_time_s=max_time_s,
+                                      enough=1)
+    stats.evaluations += len(incumbents)
+    pool = {c.key: c for c in incumbents}
+    bound = min(float(np.min(lb[points])), _kth(pool, 1)) if points and pool else None
+    return _result(backend, "time_limit", pool, top_k, bound, stats, t0)
 
 
 def _nogood(vm: VarMap, key: Key) -> Constraint:

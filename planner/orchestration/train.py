@@ -299,16 +299,16 @@ def _search(space: SearchSpace, size: int, objective: Objective, backend: str, t
             progress=lambda done, total: say(f"exhaustive: {done:,} of {total:,} plans evaluated"),
             max_time_s=max_iteration_time_s)
         return res, {"evaluations": res.stats.evaluations}, setup_s
-    tb = None
-    if time.perf_counter() - t0 < time_limit_s:
-        say(f"tabulating the cost model over {size:,} plans")
-        tb = build_tables(space, objective)
+    # tabulated even past the limit: the tables' bound orders the points, and a set-up that
+    # spends the limit still answers with the best plan of the first points in that order
+    say(f"tabulating the cost model over {size:,} plans")
+    tb = build_tables(space, objective)
     setup_s = time.perf_counter() - t0
-    if tb is None or setup_s >= time_limit_s:
-        return SearchResult(backend, "time_limit"), {"tabulated": tb is not None}, setup_s
-    say("solving")
-    res = run_search(tb, backend, top_k, time_limit_s - setup_s, presolve, progress=say,
-                     log=log, max_time_s=max_iteration_time_s)
+    say("solving" if setup_s < time_limit_s else
+        f"set-up took {setup_s:.2f} s of the {time_limit_s:g} s limit: evaluating the "
+        "points in bound order")
+    res = run_search(tb, backend, top_k, max(time_limit_s - setup_s, 0.0), presolve,
+                     progress=say, log=log, max_time_s=max_iteration_time_s)
     return res, {"points": res.stats.points_total, "points_in_model": res.stats.points_model,
                  "solver_calls": res.stats.solver_calls,
                  "evaluations": res.stats.evaluations}, setup_s
