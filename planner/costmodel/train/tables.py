@@ -247,13 +247,20 @@ class _Ctx:
     base: Plan  # the settings every plan shares (attention kernel, dtype, overlaps)
     rc_ok: np.ndarray  # (T, R)
     num_states: int
+    network: bool = True  # False: every group spans one GPU (no communication at all)
 
     def tp_comm(self, sp: bool) -> str:
         return self.space.fixed.get("tp_comm") or ("rs_ag" if sp else "allreduce")
 
 
-def build_tables(space: PointSource, objective: Objective | str = "time") -> Tables:
-    """Every term of every point of ``space``, for every inner choice it allows."""
+def build_tables(space: PointSource, objective: Objective | str = "time",
+                 network: bool = True) -> Tables:
+    """Every term of every point of ``space``, for every inner choice it allows.
+
+    ``network=False``: as if every group were on one GPU, so that no collective, pipeline
+    send or expert exchange costs anything (the kernels, memory, optimizer and offload
+    terms are the same): each term is then at most its value on any placement, and the
+    tables' bounds are bounds of every placement of the point's degrees."""
     objective = Objective.of(objective)
     outers = space.outers
     rc_opts = space.recompute_options()
@@ -263,7 +270,8 @@ def build_tables(space: PointSource, objective: Objective | str = "time") -> Tab
                space.base.get("dtype", "bf16"),
                next((space.plan(o, None, i) for o in outers for i in space.inners(o)), None),
                np.array([[mode in opts for mode in RECOMPUTE] for opts in zip(*rc_opts)])
-               if rc_opts else np.zeros((nt, len(RECOMPUTE)), bool), space.num_states)
+               if rc_opts else np.zeros((nt, len(RECOMPUTE)), bool), space.num_states,
+               network)
     per_outer = _outer_arrays(ctx)
     points, q_outer, keys, q_keys = _point_keys(ctx)
     A = _assemble(ctx, per_outer, np.array(q_outer, dtype=np.int64), keys, q_keys)
@@ -367,7 +375,10 @@ def _point_keys(ctx: _Ctx):
     for oi, o in enumerate(space.outers):
         for dom in space.placements(o):
             sk = (o.tp, o.cp, o.dp, o.pp, dom, o.ep, o.etp)
-            if sk not in span_cache:
+            if sk not in span_cache and not ctx.network:
+                one = (1,) * len(ctx.levels)
+                span_cache[sk] = (one, one, one, one, (one, one, one) if moe else ((), (), ()))
+            elif sk not in span_cache:
                 tp_s, cp_s, dp_s, pp_s = spans_for((o.tp, o.cp, o.dp, o.pp), dom, space.order,
                                                    ctx.levels)
                 ex = (expert_spans(tp_s, cp_s, dp_s, o.ep, o.etp, space.order) if moe
