@@ -344,6 +344,7 @@ class _GroupRows:
         self.split: dict[tuple, tuple[float, float]] = {}  # stage_params_split by its inputs
         self.per: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.units: dict[tuple, np.ndarray] = {}
+        self.unit: dict[tuple, int] = {}  # dp_overlap_units by its inputs
 
     def row(self, groups: tuple[Group, ...], key: tuple) -> int:
         if key not in self.index:
@@ -382,8 +383,11 @@ class _GroupRows:
         uk = (pk, o.dp * o.cp)
         if uk not in self.units:
             units = np.zeros(self.G, np.int64)  # 0 on the rows of no group
-            units[:len(groups)] = [dp_overlap_units(float(d), o.dp * o.cp, int(n))
-                                   for d, n in zip(dense, layers[:len(groups)])]
+            for gi in range(len(groups)):
+                ck = (float(dense[gi]), o.dp * o.cp, int(layers[gi]))
+                if ck not in self.unit:
+                    self.unit[ck] = dp_overlap_units(*ck)
+                units[gi] = self.unit[ck]
             self.units[uk] = units
         return dense, expert, self.units[uk]
 
