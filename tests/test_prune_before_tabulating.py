@@ -49,3 +49,23 @@ def test_pruned_solve_returns_the_whole_space_answer(monkeypatch, name, gpus, ba
     assert cut.status == whole.status == "optimal"
     assert [p.plan for p in cut.plans] == [p.plan for p in whole.plans]
     assert [p.objective for p in cut.plans] == [p.objective for p in whole.plans]
+
+
+def test_no_pruning_where_a_host_stall_falls_with_communication(monkeypatch):
+    """Megatron-Core's MoE layers wait on the host for less when their exchanges take
+    longer (moe_expert_host_us > 0): the network-free terms are not a bound there, and
+    the space is tabulated whole."""
+    from formulations.train.space import SpaceOptions
+    from planner.specs.framework import load_framework
+
+    fw = load_framework("megatron-core")
+    model, cluster = load_model("mixtral-8x7b"), load_cluster("dgx-h100-superpod", 64)
+    space = train.build_space(model, cluster, options=SpaceOptions(framework=fw))
+    assert space.cluster.gpu.efficiency.moe_expert_host_us > 0
+    monkeypatch.setattr(train, "PRUNE_MIN_POINTS", 0)
+    kept, pruned = train.prune_before_tabulating(space, train.Objective.of("time"), 1, None)
+    assert pruned == 0 and kept is space
+    # the same space without the stall is pruned
+    dense = train.build_space(load_model("llama3-8b"), cluster,
+                              options=SpaceOptions(framework=fw))
+    assert train.prune_before_tabulating(dense, train.Objective.of("time"), 1, None)[1] > 0

@@ -347,7 +347,15 @@ def prune_before_tabulating(space: SearchSpace, objective: Objective, top_k: int
     tabulated in full and their best plans evaluated exactly (presolve's probe); an outer
     whose bound exceeds the K-th best of those holds no plan among the K best. The
     network-free tables have one point per outer instead of one per placement, and the
-    per-placement tables are then built for the outers left only."""
+    per-placement tables are then built for the outers left only.
+
+    Not where the network-free terms may exceed the real ones: an MoE layer whose host
+    launches its experts slower than the GPU runs them (``moe_expert_host_us > 0``, the
+    Megatron-Core frameworks') stalls for less when its exchanges take longer
+    (:func:`planner.costmodel.moe.host_stall_s`), and a recomputed forward stalls again,
+    so that layer's time can fall as its communication grows."""
+    if space.model.moe is not None and space.cluster.gpu.efficiency.moe_expert_host_us > 0:
+        return space, 0
     placed = [o for o in space.outers if space.placements(o)]
     points = sum(len(space.placements(o)) for o in placed)
     if points < PRUNE_MIN_POINTS:
