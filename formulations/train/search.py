@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
 import numpy as np
@@ -102,10 +102,26 @@ def lower_bounds(tb: Tables) -> np.ndarray:
     return np.min(state_lower_bounds(tb), axis=1)
 
 
+#: Points bounded at a time: the bound's temporaries are (points x state options x layer
+#: types x recomputation modes x 2) arrays; in chunks they stay in cache instead of
+#: paging hundreds of MB in a large space. Each point's bound is its own: the same values.
+BOUND_CHUNK = 4096
+
+
 def state_lower_bounds(tb: Tables) -> np.ndarray:
     """A lower bound of the objective at every point and state option, shape (Q, Z)."""
     with np.errstate(invalid="ignore"):  # inf x 0 for infeasible ZeRO stages, masked below
-        return _lower_bounds(tb)
+        if tb.num_points <= BOUND_CHUNK:
+            return _lower_bounds(tb)
+        return np.concatenate([_lower_bounds(points_slice(tb, a, a + BOUND_CHUNK))
+                               for a in range(0, tb.num_points, BOUND_CHUNK)])
+
+
+def points_slice(tb: Tables, start: int, stop: int) -> Tables:
+    """The tables of points ``start:stop`` (every term but the per-type ``rc_ok``)."""
+    A = tb.terms
+    cut = {f.name: getattr(A, f.name)[start:stop] for f in fields(A) if f.name != "rc_ok"}
+    return replace(tb, points=tb.points[start:stop], terms=replace(A, **cut))
 
 
 def _fitting(tb: Tables) -> np.ndarray:
@@ -239,11 +255,68 @@ def inner_keys(tb: Tables, q: int) -> list[Key]:
     return [(q, rc, int(sp), z) for rc in rcs for sp in sps for z in zs]
 
 
-def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | None = None
-             ) -> tuple[list[int], list[Candidate], np.ndarray]:
+#: Relative margin of the vectorized evaluator's screen: it composes the same float terms
+#: as the exact evaluator in another order (they agree to ~1e-12, benchmarks/
+#: bench_entry_points.py asserts 1e-9); plans within the margin of the K-th best are
+#: evaluated exactly, so ties are broken as before.
+SCREEN_REL = 1e-6
+#: Points screened per call of the vectorized evaluator (its cost per call grows with the
+#: space, its cost per plan is small).
+SCREEN_POINTS = 64
+
+
+class _Screen:
+    """The inner keys of the points in bound order and their objectives by the vectorized
+    evaluator (``inf``: infeasible or over ``max_time_s``), a chunk of points at a time."""
+
+    def __init__(self, tb: Tables, order: list[int], max_time_s: float | None) -> None:
+        self.tb, self.order, self.max_time_s = tb, order, max_time_s
+        self.done: dict[int, tuple[list[Key], np.ndarray]] = {}
+
+    def at(self, i: int) -> tuple[list[Key], np.ndarray]:
+        if i not in self.done:
+            self._fill(i)
+        return self.done[i]
+
+    def _fill(self, start: int) -> None:
+        idx = range(start, min(start + SCREEN_POINTS, len(self.order)))
+        per = [inner_keys(self.tb, self.order[i]) for i in idx]
+        flat = [k for keys in per for k in keys]
+        vals = screened_objectives(self.tb, flat, self.max_time_s)
+        pos = 0
+        for i, keys in zip(idx, per):
+            self.done[i] = (keys, vals[pos:pos + len(keys)])
+            pos += len(keys)
+
+
+def screened_objectives(tb: Tables, keys: list[Key], max_time_s: float | None = None
+                        ) -> np.ndarray:
+    """The objective of each plan by the vectorized evaluator (``inf`` where infeasible or,
+    past the margin, slower than ``max_time_s``)."""
+    from planner.costmodel.train.batch import evaluate_columns, objective_values
+
+    if not keys:
+        return np.zeros(0)
+    q = np.array([k[0] for k in keys], np.int64)
+    rc = np.array([k[1] for k in keys], np.int64).reshape(len(keys), -1)
+    sp = np.array([k[2] for k in keys], np.int64)
+    z = np.array([k[3] for k in keys], np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = evaluate_columns(tb, q, rc, sp, z)
+        val = objective_values(tb, q, est)
+    ok = est.feasible & np.isfinite(val)
+    if max_time_s is not None:
+        ok &= est.iteration_time_s <= max_time_s * (1 + SCREEN_REL)
+    return np.where(ok, val, math.inf)
+
+
+def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | None = None,
+             enough: int = 4) -> tuple[list[int], list[Candidate], np.ndarray]:
     """Points that may hold one of the ``top_k`` best plans, and the exactly evaluated
     incumbents. A point is dropped when its bound exceeds the K-th best incumbent (each of
-    the K best plans is at most that), so the best incumbent alone only serves K = 1."""
+    the K best plans is at most that), so the best incumbent alone only serves K = 1.
+    Points are probed in bound order until ``probe`` of them hold a feasible plan and the
+    K-th incumbent exists, or ``enough x probe`` of them hold one."""
     lbz = state_lower_bounds(tb)
     lb = np.min(lbz, axis=1)
     order = [int(q) for q in np.argsort(lb, kind="stable") if np.isfinite(lb[q])]
@@ -254,26 +327,35 @@ def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | Non
     incumbents: list[Candidate] = []
     values: list[float] = []  # admissible objectives, sorted
     feasible_points = 0
-    for q in order:
+    screen = _Screen(tb, order, max_time_s)
+    best_screened: list[float] = []  # the K smallest screened values so far
+    for i, q in enumerate(order):
         # with an offload tier (2.5x the state options), inner choices whose own bound
         # cannot reach the K-th incumbent are left to the model: they stay in it, only
         # their early exact evaluation is skipped
         kth = values[top_k - 1] if len(values) >= top_k else math.inf
         if tiered and lb[q] > kth * (1 + 1e-9):
             break  # the points are in bound order: no later point has a key to evaluate
-        keys = [k for k in inner_keys(tb, q)
-                if not tiered or lbz[q, k[3]] <= kth * (1 + 1e-9)]
-        cands = [evaluate_key(tb, k, max_time_s) for k in keys]
+        keys, vals = screen.at(i)
+        kept = [j for j, k in enumerate(keys) if not tiered or lbz[q, k[3]] <= kth * (1 + 1e-9)]
+        best_screened = sorted(best_screened + [float(vals[j]) for j in kept
+                                                if math.isfinite(vals[j])])[:top_k]
+        # only the plans that may be among the K best so far are evaluated exactly (the
+        # others could not change the K-th incumbent): screened by the vectorized evaluator
+        cut = best_screened[-1] if len(best_screened) >= top_k else math.inf
+        cands = [evaluate_key(tb, keys[j], max_time_s) for j in kept
+                 if vals[j] <= cut * (1 + SCREEN_REL) or not math.isfinite(cut)]
         for c in cands:
             # the bound composes the same float terms as the evaluator in another order: at
             # a plan that attains it, it can land an ulp above the exact value
             c.bound = min(float(lb[q]), c.objective)
         incumbents += cands
-        if any(c.estimate.feasible for c in cands):
+        if any(c.estimate.feasible for c in cands) or (
+                not cands and any(math.isfinite(vals[j]) for j in kept)):
             feasible_points += 1
         values = sorted(c.objective for c in incumbents if math.isfinite(c.objective))
         # enough incumbents for the K-th best, or give up on them (keep every point)
-        if feasible_points >= probe and (len(values) >= top_k or feasible_points >= 4 * probe):
+        if feasible_points >= probe and (len(values) >= top_k or feasible_points >= enough * probe):
             break
     best = values[top_k - 1] if len(values) >= top_k else math.inf
     keep = [q for q in order if lb[q] <= best * (1 + 1e-9)] if math.isfinite(best) else order
@@ -298,6 +380,8 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     # a lower bound over every plan the model still holds (the plans it no longer holds
     # are each no better than the best incumbent): presolve's, then the solver's
     model_lb = -math.inf
+    if time_limit_s <= 0:  # set-up spent the limit: the best plan of the bound order
+        return _bound_ordered(tb, backend, top_k, max_time_s, stats, t0)
     if use_presolve:
         points, incumbents, lb = presolve(tb, top_k=top_k, max_time_s=max_time_s)
         for c in incumbents:
@@ -364,6 +448,20 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     if status == "time_limit" and math.isfinite(model_lb):
         bound = min(model_lb, _kth(pool, 1))  # the incumbent's gap to it is the answer's
     return _result(backend, status, pool, top_k, bound, stats, t0)
+
+
+def _bound_ordered(tb: Tables, backend: str, top_k: int, max_time_s: float | None,
+                   stats: SearchStats, t0: float) -> SearchResult:
+    """No time left for the model: the plans of the points in bound order, evaluated
+    exactly until the first point with a feasible plan (presolve's probe, no model), as
+    ``time_limit`` with the bound over the whole space (never ``optimal``: nothing is
+    proven)."""
+    points, incumbents, lb = presolve(tb, probe=1, top_k=top_k, max_time_s=max_time_s,
+                                      enough=1)
+    stats.evaluations += len(incumbents)
+    pool = {c.key: c for c in incumbents}
+    bound = min(float(np.min(lb[points])), _kth(pool, 1)) if points and pool else None
+    return _result(backend, "time_limit", pool, top_k, bound, stats, t0)
 
 
 def _nogood(vm: VarMap, key: Key) -> Constraint:

@@ -165,7 +165,13 @@ class SearchSpace:
         # the fields come from validated inputs and enumerated degrees: the structural
         # rules need no second validation of each candidate (model_construct, ~50x faster)
         data = self._plan_data(o, None, Inner(("none",) * len(self.layer_types), False, 0))
-        plan = Plan.model_construct(**data)
+        # every candidate sets the same fields: the first one's defaults serve the others
+        # (a copy with the fields replaced, ~4x faster than model_construct again)
+        template = self.__dict__.get("_structure_template")
+        if template is None:
+            plan = self.__dict__["_structure_template"] = Plan.model_construct(**data)
+        else:
+            plan = template.model_copy(update=data)
         return not check_structure(self.model, self.cluster, plan, self.options.allow_idle_gpus)
 
     # ---- placements and inner options -------------------------------------------------

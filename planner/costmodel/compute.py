@@ -121,6 +121,7 @@ def gemm_efficiency(gpu: GPUSpec, dtype: str, m: float, n: float, k: float) -> f
     return gpu.gemm_peak_fraction(dtype) * s(m) * s(n) * s(k)
 
 
+@lru_cache(maxsize=1 << 17)  # pure; a search costs the same GEMM under many strategies
 def gemm_time_s(gpu: GPUSpec, dtype: str, m: float, n: float, k: float,
                 batch: float = 1.0, elem_bytes: float = 2.0) -> float:
     """Roofline time of ``batch`` GEMMs of shape (m, n, k): max of math and HBM time.

@@ -6,14 +6,18 @@ CP-SAT or MILP formulation (or brute force), and read the answer back as typed r
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
 from formulations.train.exhaustive import run_exhaustive
-from formulations.train.search import Candidate, SearchResult, run_search
-from formulations.train.space import DECISIONS, SearchSpace, SpaceOptions
+import numpy as np
+
+from formulations.train.search import (Candidate, SearchResult, lower_bounds, presolve,
+                                       run_search)
+from formulations.train.space import DECISIONS, Outer, SearchSpace, SpaceOptions
 from planner.costmodel.train.tables import build_tables
 import planner.catalog as catalog
 from planner.costmodel.constants import GiB
@@ -307,19 +311,77 @@ def _search(space: SearchSpace, size: int, objective: Objective, backend: str, t
             progress=lambda done, total: say(f"exhaustive: {done:,} of {total:,} plans evaluated"),
             max_time_s=max_iteration_time_s)
         return res, {"evaluations": res.stats.evaluations}, setup_s
-    tb = None
-    if time.perf_counter() - t0 < time_limit_s:
-        say(f"tabulating the cost model over {size:,} plans")
-        tb = build_tables(space, objective)
+    # tabulated even past the limit: the tables' bound orders the points, and a set-up that
+    # spends the limit still answers with the best plan of the first points in that order
+    say(f"tabulating the cost model over {size:,} plans")
+    tabulated, pruned = prune_before_tabulating(space, objective, top_k, max_iteration_time_s)
+    tb = build_tables(tabulated, objective)
     setup_s = time.perf_counter() - t0
-    if tb is None or setup_s >= time_limit_s:
-        return SearchResult(backend, "time_limit"), {"tabulated": tb is not None}, setup_s
-    say("solving")
-    res = run_search(tb, backend, top_k, time_limit_s - setup_s, presolve, progress=say,
-                     log=log, max_time_s=max_iteration_time_s)
-    return res, {"points": res.stats.points_total, "points_in_model": res.stats.points_model,
+    say("solving" if setup_s < time_limit_s else
+        f"set-up took {setup_s:.2f} s of the {time_limit_s:g} s limit: evaluating the "
+        "points in bound order")
+    res = run_search(tb, backend, top_k, max(time_limit_s - setup_s, 0.0), presolve,
+                     progress=say, log=log, max_time_s=max_iteration_time_s)
+    return res, {"points": res.stats.points_total + pruned,
+                 "points_pruned_before_tabulating": pruned,
+                 "points_in_model": res.stats.points_model,
                  "solver_calls": res.stats.solver_calls,
                  "evaluations": res.stats.evaluations}, setup_s
+
+
+#: Spaces of at least this many points are bounded before they are tabulated (smaller ones
+#: tabulate faster than the network-free tables and the probe cost: a cost trade-off).
+PRUNE_MIN_POINTS = 50_000
+#: Outers (in the network-free bound's order) tabulated and evaluated for the incumbent.
+PRUNE_PROBE_OUTERS = 8
+
+
+def with_outers(space: SearchSpace, outers: list[Outer]) -> SearchSpace:
+    """The same space (rules, placements, inner options) restricted to ``outers``."""
+    sub = copy.copy(space)
+    sub.outers = list(outers)
+    return sub
+
+
+def prune_before_tabulating(space: SearchSpace, objective: Objective, top_k: int,
+                            max_time_s: float | None) -> tuple[SearchSpace, int]:
+    """The space less the outer configurations (degrees, microbatch, interleaving, expert
+    layout) that cannot hold one of the ``top_k`` best plans, and how many points (outer,
+    placement) that drops.
+
+    Each outer is bounded without its network (``build_tables(network=False)``: every
+    collective, send and expert exchange free; the same kernels, memory and states), a
+    bound of every placement's plans; the few outers with the smallest bounds are
+    tabulated in full and their best plans evaluated exactly (presolve's probe); an outer
+    whose bound exceeds the K-th best of those holds no plan among the K best. The
+    network-free tables have one point per outer instead of one per placement, and the
+    per-placement tables are then built for the outers left only.
+
+    Not where the network-free terms may exceed the real ones: an MoE layer whose host
+    launches its experts slower than the GPU runs them (``moe_expert_host_us > 0``, the
+    Megatron-Core frameworks') stalls for less when its exchanges take longer
+    (:func:`planner.costmodel.moe.host_stall_s`), and a recomputed forward stalls again,
+    so that layer's time can fall as its communication grows."""
+    if space.model.moe is not None and space.cluster.gpu.efficiency.moe_expert_host_us > 0:
+        return space, 0
+    placed = [o for o in space.outers if space.placements(o)]
+    points = sum(len(space.placements(o)) for o in placed)
+    if points < PRUNE_MIN_POINTS:
+        return space, 0
+    free = with_outers(space, placed)
+    first = space.placements
+    free.placements = lambda o: first(o)[:1]  # type: ignore[method-assign]
+    lbf = lower_bounds(build_tables(free, objective, network=False))
+    order = [i for i in np.argsort(lbf, kind="stable") if np.isfinite(lbf[i])]
+    probe = with_outers(space, [placed[i] for i in order[:PRUNE_PROBE_OUTERS]])
+    _, incumbents, _ = presolve(build_tables(probe, objective), top_k=top_k,
+                                max_time_s=max_time_s)
+    values = sorted(c.objective for c in incumbents if math.isfinite(c.objective))
+    if len(values) < top_k:
+        return space, 0
+    cut = values[top_k - 1] * (1 + 1e-9)  # as presolve: the bound may land an ulp above
+    keep = [o for o, b in zip(placed, lbf) if b <= cut]
+    return with_outers(space, keep), points - sum(len(space.placements(o)) for o in keep)
 
 
 def _time_limit_error(backend: str, time_limit_s: float, size: int, setup_s: float,

@@ -247,13 +247,20 @@ class _Ctx:
     base: Plan  # the settings every plan shares (attention kernel, dtype, overlaps)
     rc_ok: np.ndarray  # (T, R)
     num_states: int
+    network: bool = True  # False: every group spans one GPU (no communication at all)
 
     def tp_comm(self, sp: bool) -> str:
         return self.space.fixed.get("tp_comm") or ("rs_ag" if sp else "allreduce")
 
 
-def build_tables(space: PointSource, objective: Objective | str = "time") -> Tables:
-    """Every term of every point of ``space``, for every inner choice it allows."""
+def build_tables(space: PointSource, objective: Objective | str = "time",
+                 network: bool = True) -> Tables:
+    """Every term of every point of ``space``, for every inner choice it allows.
+
+    ``network=False``: as if every group were on one GPU, so that no collective, pipeline
+    send or expert exchange costs anything (the kernels, memory, optimizer and offload
+    terms are the same): each term is then at most its value on any placement, and the
+    tables' bounds are bounds of every placement of the point's degrees."""
     objective = Objective.of(objective)
     outers = space.outers
     rc_opts = space.recompute_options()
@@ -263,7 +270,8 @@ def build_tables(space: PointSource, objective: Objective | str = "time") -> Tab
                space.base.get("dtype", "bf16"),
                next((space.plan(o, None, i) for o in outers for i in space.inners(o)), None),
                np.array([[mode in opts for mode in RECOMPUTE] for opts in zip(*rc_opts)])
-               if rc_opts else np.zeros((nt, len(RECOMPUTE)), bool), space.num_states)
+               if rc_opts else np.zeros((nt, len(RECOMPUTE)), bool), space.num_states,
+               network)
     per_outer = _outer_arrays(ctx)
     points, q_outer, keys, q_keys = _point_keys(ctx)
     A = _assemble(ctx, per_outer, np.array(q_outer, dtype=np.int64), keys, q_keys)
@@ -296,7 +304,8 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
     shard, eshard = np.zeros(O, np.int64), np.zeros(O, np.int64)
     bufs: dict[tuple, float] = {}  # comm buffers by shape and ZeRO stage
     modes = getattr(space, "recompute_modes", None)  # per outer, where a framework limits them
-    params: dict[tuple, tuple[float, float]] = {}  # stage parameters by what decides them
+    rows = _GroupRows(ctx, G)
+    src = np.zeros(O, np.int64)  # per outer: its stage groups' row in rows
     for oi, o in enumerate(outers):
         out["sp_ok"][oi, [int(sp) for sp in space.sp_options(o)]] = True
         out["rc_point_ok"][oi] = [m in modes(o) for m in RECOMPUTE] if modes else True
@@ -307,30 +316,85 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
                 shape = state_shape(model, o.tp, o.cp, o.mbs, ctx.seq, o.ep, o.etp)
                 bufs[bk] = comm_buffer_bytes(model, shape, z, types)
             out["state_ok"][oi, k], out["buffers_bytes"][oi, k] = True, bufs[bk]
-        for gi, grp in enumerate(groups[oi]):
-            _group_row(out, oi, gi, grp, o, ctx, params)
+        src[oi] = rows.row(groups[oi], (o.pp, o.v, ms[oi], o.uneven))
+        out["group_params"][oi], out["group_expert_params"][oi], out["group_dp_units"][oi] = \
+            rows.params(groups[oi], (o.pp, o.v, ms[oi], o.uneven), o)
         shard[oi] = o.dp * o.cp  # the group ZeRO shards the states over
         eshard[oi] = expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp)  # routed experts' group
+    for name, arr in rows.arrays().items():
+        out[name] = arr[src] if O else out[name]
     out.update(_state_slopes_per_outer(ctx, shard, eshard))
     return out
 
 
-def _group_row(out: dict[str, np.ndarray], oi: int, gi: int, grp: Group, o: Outer,
-               ctx: _Ctx, cache: dict[tuple, tuple[float, float]]) -> None:
-    layers = dict(grp.layers)
-    out["group_valid"][oi, gi] = True
-    out["group_embedding"][oi, gi], out["group_head"][oi, gi] = grp.embedding, grp.head
-    out["group_count"][oi, gi], out["group_inflight"][oi, gi] = grp.count, grp.inflight
-    out["group_layers"][oi, gi] = max(sum(layers.values()), 1)
-    for ti, t in enumerate(ctx.types):
-        out["group_type_layers"][oi, gi, ti] = layers.get(t, 0)
-    key = (o.tp, o.pp, grp.layers, grp.embedding, grp.head, o.ep, o.etp)
-    if key not in cache:
-        cache[key] = stage_params_split(ctx.model, o.tp, o.pp, layers, grp.embedding,
-                                        grp.head, o.ep, o.etp)
-    out["group_params"][oi, gi], out["group_expert_params"][oi, gi] = cache[key]
-    out["group_dp_units"][oi, gi] = dp_overlap_units(cache[key][0], o.dp * o.cp,
-                                                     out["group_layers"][oi, gi])
+
+
+class _GroupRows:
+    """The stage-group rows of the outers: what the stages hold, once per stage layout
+    (pipeline degree, interleaving, microbatches, unevenness), and the parameters and DP
+    overlap shares, once per layout and sharding."""
+
+    STATIC = ("group_valid", "group_embedding", "group_head", "group_count", "group_inflight",
+              "group_layers", "group_type_layers")
+
+    def __init__(self, ctx: _Ctx, G: int) -> None:
+        self.ctx, self.G = ctx, G
+        self.index: dict[tuple, int] = {}
+        self.rows: list[dict[str, np.ndarray]] = []
+        self.split: dict[tuple, tuple[float, float]] = {}  # stage_params_split by its inputs
+        self.per: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.units: dict[tuple, np.ndarray] = {}
+        self.unit: dict[tuple, int] = {}  # dp_overlap_units by its inputs
+
+    def row(self, groups: tuple[Group, ...], key: tuple) -> int:
+        if key not in self.index:
+            G, T = self.G, len(self.ctx.types)
+            r = {"group_valid": np.zeros(G, bool), "group_type_layers": np.zeros((G, T), np.int64),
+                 **{k: np.zeros(G, np.int64) for k in self.STATIC[1:6]}}
+            for gi, grp in enumerate(groups):
+                layers = dict(grp.layers)
+                r["group_valid"][gi] = True
+                r["group_embedding"][gi], r["group_head"][gi] = grp.embedding, grp.head
+                r["group_count"][gi], r["group_inflight"][gi] = grp.count, grp.inflight
+                r["group_layers"][gi] = max(sum(layers.values()), 1)
+                for ti, t in enumerate(self.ctx.types):
+                    r["group_type_layers"][gi, ti] = layers.get(t, 0)
+            self.index[key] = len(self.rows)
+            self.rows.append(r)
+        return self.index[key]
+
+    def params(self, groups: tuple[Group, ...], key: tuple, o: Outer
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per group: parameters (dense, routed experts) and DP overlap units."""
+        pk = (key, o.tp, o.ep, o.etp)
+        if pk not in self.per:
+            G = self.G
+            dense, expert, layers = np.zeros(G), np.zeros(G), np.ones(G, np.int64)
+            for gi, grp in enumerate(groups):
+                sk = (o.tp, o.pp, grp.layers, grp.embedding, grp.head, o.ep, o.etp)
+                if sk not in self.split:
+                    self.split[sk] = stage_params_split(self.ctx.model, o.tp, o.pp,
+                                                        dict(grp.layers), grp.embedding,
+                                                        grp.head, o.ep, o.etp)
+                dense[gi], expert[gi] = self.split[sk]
+                layers[gi] = max(sum(n for _, n in grp.layers), 1)
+            self.per[pk] = (dense, expert, layers)
+        dense, expert, layers = self.per[pk]
+        uk = (pk, o.dp * o.cp)
+        if uk not in self.units:
+            units = np.zeros(self.G, np.int64)  # 0 on the rows of no group
+            for gi in range(len(groups)):
+                ck = (float(dense[gi]), o.dp * o.cp, int(layers[gi]))
+                if ck not in self.unit:
+                    self.unit[ck] = dp_overlap_units(*ck)
+                units[gi] = self.unit[ck]
+            self.units[uk] = units
+        return dense, expert, self.units[uk]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        if not self.rows:
+            return {}
+        return {k: np.stack([r[k] for r in self.rows]) for k in self.STATIC}
 
 
 def _state_slopes_per_outer(ctx: _Ctx, shard: np.ndarray, eshard: np.ndarray
@@ -367,7 +431,10 @@ def _point_keys(ctx: _Ctx):
     for oi, o in enumerate(space.outers):
         for dom in space.placements(o):
             sk = (o.tp, o.cp, o.dp, o.pp, dom, o.ep, o.etp)
-            if sk not in span_cache:
+            if sk not in span_cache and not ctx.network:
+                one = (1,) * len(ctx.levels)
+                span_cache[sk] = (one, one, one, one, (one, one, one) if moe else ((), (), ()))
+            elif sk not in span_cache:
                 tp_s, cp_s, dp_s, pp_s = spans_for((o.tp, o.cp, o.dp, o.pp), dom, space.order,
                                                    ctx.levels)
                 ex = (expert_spans(tp_s, cp_s, dp_s, o.ep, o.etp, space.order) if moe
@@ -396,6 +463,7 @@ def _layer_table(ctx: _Ctx, keys: dict) -> np.ndarray:
     """Per unique layer key: :data:`LAYER_FIELDS` x type x recompute x sp."""
     layer_terms = np.zeros((len(keys), len(LAYER_FIELDS), len(ctx.types), len(RECOMPUTE), 2))
     sps = _sp_table(ctx.space)
+    strats: dict[tuple, Any] = {}  # a strategy by (sp, type, mode, cp exchange): built once
     for (tp, cp, mbs, ep, etp, cpc, tp_s, cp_s, ep_s, etp_s), k in keys.items():
         setup = layer_setup(ctx.model, ctx.levels, ctx.cluster.collective_chunks, tp, cp, mbs,
                             ctx.seq, ep, etp, tp_s, cp_s, ep_s, etp_s)
@@ -404,7 +472,11 @@ def _layer_table(ctx: _Ctx, keys: dict) -> np.ndarray:
                 shape, net = setup[t]
                 for ri, mode in enumerate(RECOMPUTE):
                     if ctx.rc_ok[ti, ri]:
-                        strat = strategy_from(ctx.base, mode, sp, ctx.tp_comm(sp), t, cpc)
+                        sk = (sp, t, mode, cpc)
+                        strat = strats.get(sk)
+                        if strat is None:
+                            strat = strats[sk] = strategy_from(ctx.base, mode, sp,
+                                                               ctx.tp_comm(sp), t, cpc)
                         c = layer_cost(ctx.model, ctx.cluster.gpu, net, shape, strat)
                         layer_terms[k, :, ti, ri, int(sp)] = (c.total_s, c.fwd_s, c.bwd_s + c.recompute_s,
                                                      c.act_bytes, c.workspace_bytes,
