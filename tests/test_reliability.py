@@ -263,18 +263,22 @@ def test_best_found_at_the_time_limit_claims_no_optimality(monkeypatch, capsys):
 
 @pytest.mark.parametrize("backend", ["cpsat", "exhaustive"])
 def test_time_limit_counts_the_set_up(capsys, backend):
-    """A limit spent before any plan is evaluated says so (exit 1, status time_limit), never
-    a claimed optimum; the solver is not given a floor of extra time."""
+    """A limit spent in set-up still answers with the first plan found (the points in bound
+    order, or the brute force's first feasible plan), marked time_limit, never a claimed
+    optimum; the overrun is said; the solver is not given a floor of extra time."""
     import json
 
-    with pytest.raises(InfeasibleError, match="time limit") as e:
-        planner.solve("llama3-8b", "dgx-h100-superpod", gpus=16, backend=backend,
-                      time_limit_s=1e-9)
-    assert e.value.status == "time_limit" and any("set-up" in h for h in e.value.hints)
+    # the brute force evaluates a chunk of plans at a time: a space of one chunk is then
+    # evaluated whole, and its answer is proven (late, and the overrun says so)
+    allowed = {"time_limit"} if backend == "cpsat" else {"time_limit", "optimal"}
+    res = planner.solve("llama3-8b", "dgx-h100-superpod", gpus=16, backend=backend,
+                        time_limit_s=1e-9)
+    assert res.status in allowed and res.best.estimate.feasible
     code, out, err = run(capsys, "solve", *SMALL_SOLVE, "--backend", backend,
                          "--time-limit", "1e-9", "--json")
-    assert code == 1 and json.loads(out)["solver"]["status"] == "time_limit"
-    assert "setting up the search" in err and "Traceback" not in err
+    data = json.loads(out)
+    assert code == 0 and data["solver"]["status"] in allowed and data["plan"]
+    assert "past --time-limit" in err and "Traceback" not in err
 
 
 # ---- found by the fuzz suite (tests/test_fuzz.py) -------------------------------------------

@@ -45,7 +45,10 @@ def run_exhaustive(space, objective: Objective | str = "time", top_k: int = 1,
     kept: list[tuple] = []  # keys that may be among the K best
     kth = math.inf
     for q, rc, sp, z in _chunks(tb):
-        if time.perf_counter() - t0 > time_limit_s:
+        # past the limit only once a plan is in hand: a limit spent before the first
+        # feasible plan still answers with the first one found (never "no plan" for lack
+        # of time while plans are there to evaluate)
+        if math.isfinite(kth) and time.perf_counter() - t0 > time_limit_s:
             status = "time_limit"
             break
         est = evaluate_columns(tb, q, rc, sp, z)

@@ -379,19 +379,9 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     pool: dict[Key, Candidate] = {}
     # a lower bound over every plan the model still holds (the plans it no longer holds
     # are each no better than the best incumbent): presolve's, then the solver's
-    model_lb = -math.inf
     if time_limit_s <= 0:  # set-up spent the limit: the best plan of the bound order
         return _bound_ordered(tb, backend, top_k, max_time_s, stats, t0)
-    if use_presolve:
-        points, incumbents, lb = presolve(tb, top_k=top_k, max_time_s=max_time_s)
-        for c in incumbents:
-            pool[c.key] = c
-        stats.evaluations += len(incumbents)
-        if points:
-            model_lb = float(np.min(lb[points]))
-    else:
-        points = [q for q in range(tb.num_points)]
-    stats.points_model = len(points)
+    points, model_lb = _presolved(tb, use_presolve, top_k, max_time_s, pool, stats)
     if not points:
         return _result(backend, "infeasible", pool, top_k, None, stats, t0)
 
@@ -448,6 +438,21 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     if status == "time_limit" and math.isfinite(model_lb):
         bound = min(model_lb, _kth(pool, 1))  # the incumbent's gap to it is the answer's
     return _result(backend, status, pool, top_k, bound, stats, t0)
+
+
+def _presolved(tb: Tables, use_presolve: bool, top_k: int, max_time_s: float | None,
+               pool: dict[Key, Candidate], stats: SearchStats) -> tuple[list[int], float]:
+    """The points the model keeps and a lower bound over every plan it holds: presolve's
+    (its incumbents into ``pool``), or every point and no bound without it."""
+    if not use_presolve:
+        stats.points_model = tb.num_points
+        return list(range(tb.num_points)), -math.inf
+    points, incumbents, lb = presolve(tb, top_k=top_k, max_time_s=max_time_s)
+    for c in incumbents:
+        pool[c.key] = c
+    stats.evaluations += len(incumbents)
+    stats.points_model = len(points)
+    return points, float(np.min(lb[points])) if points else -math.inf
 
 
 def _bound_ordered(tb: Tables, backend: str, top_k: int, max_time_s: float | None,

@@ -304,10 +304,8 @@ def _search(space: SearchSpace, size: int, objective: Objective, backend: str, t
     ``time_limit``). Returns the result, its statistics and the set-up time."""
     if backend == "exhaustive":
         setup_s = time.perf_counter() - t0
-        if setup_s >= time_limit_s:
-            return SearchResult(backend, "time_limit"), {"evaluations": 0}, setup_s
         res: SearchResult = run_exhaustive(
-            space, objective, top_k, time_limit_s - setup_s,
+            space, objective, top_k, max(time_limit_s - setup_s, 0.0),
             progress=lambda done, total: say(f"exhaustive: {done:,} of {total:,} plans evaluated"),
             max_time_s=max_iteration_time_s)
         return res, {"evaluations": res.stats.evaluations}, setup_s
