@@ -13,6 +13,10 @@ from rich.table import Table
 
 import planner.catalog as catalog
 from planner.cli.console import _emit_json, out, print_table
+from planner.costmodel.layer import total_params
+from planner.specs.framework import load_framework
+from planner.specs.loaders import load_cluster, load_gpu, load_model
+from planner.specs.serve import load_engine
 
 
 class CatalogKind(str, Enum):
@@ -39,8 +43,6 @@ DROP_ORDER = {CatalogKind.models: ["vocab", "moe", "seq_len", "hidden", "layers"
 
 
 def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
-    from planner.specs.loaders import load_cluster, load_gpu, load_model
-
     rows: list[dict[str, Any]] = []
     if kind is CatalogKind.gpus:
         for n in catalog.names("gpus"):
@@ -50,8 +52,6 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
                              hbm_TBps=g.hbm_TBps, nvlink_GBps=g.nvlink_GBps, tdp_w=g.tdp_w,
                              usd_per_gpu_hour=g.price_per_gpu_hour, aliases=g.aliases))
     elif kind is CatalogKind.frameworks:
-        from planner.specs.framework import load_framework
-
         for n in catalog.names("frameworks"):
             f = load_framework(n)
             rows.append(dict(name=f.name, export=f.export_format, version=f.version,
@@ -59,8 +59,6 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
                              recompute=", ".join(f.recompute), attention=f.kernels.attention_backend,
                              elementwise=f.kernels.elementwise, aliases=f.aliases))
     elif kind is CatalogKind.engines:
-        from planner.specs.serve import load_engine
-
         for n in catalog.names("engines"):
             e = load_engine(n)
             # short keys: the table fits 80 columns
@@ -75,8 +73,6 @@ def _rows(kind: CatalogKind) -> list[dict[str, Any]]:
             rows.append(dict(name=c.name, gpu=c.gpu.name, num_gpus=c.num_gpus, topology=topo,
                              aliases=c.aliases))
     else:
-        from planner.costmodel.layer import total_params
-
         for n in catalog.names("models"):
             mm = load_model(n)
             if getattr(mm, "kind", None) == "dlrm":  # a recommendation model (specs/dlrm.py)

@@ -14,6 +14,17 @@ import typer
 from planner.cli.console import _emit_json, out
 from planner.errors import InputError
 from planner.specs.topology import SCHEDULERS
+from planner.costmodel.network import (
+    collective_breakdown,
+    collective_coeffs,
+    level_bandwidth_Bps,
+    p2p_time_s,
+)
+from planner.specs.cluster import TopologyLevel
+from planner.specs.loaders import load_cluster
+from planner.specs.topology import shorthand_levels, shorthand_of
+from planner.specs.units import parse_bandwidth_GBps, parse_size_bytes
+from planner.specs.validate import validate
 
 OPS = {
     "allreduce": "allreduce", "reducescatter": "reduce_scatter", "allgather": "all_gather",
@@ -56,12 +67,6 @@ def build_levels(topology: Optional[str], cluster: Optional[str], bandwidths: Op
                  inr: Optional[str], scheduling: Optional[str] = None
                  ) -> tuple[list[Any], int, str]:
     """The levels, the chunk count and a name, from a shorthand or a cluster."""
-    from planner.specs.cluster import TopologyLevel
-    from planner.specs.loaders import load_cluster
-    from planner.specs.topology import shorthand_levels
-    from planner.specs.units import parse_bandwidth_GBps
-    from planner.specs.validate import validate
-
     if (topology is None) == (cluster is None):
         raise InputError("give either --topology (with --bandwidths) or --cluster")
     if cluster is not None:
@@ -113,10 +118,6 @@ def collective_result(op: str, size_bytes: float, levels: list[Any], spans: list
                       chunks: int) -> dict[str, Any]:
     """The JSON object of ``planner collective``."""
     import math
-
-    from planner.costmodel.network import (collective_breakdown, collective_coeffs,
-                                           level_bandwidth_Bps, p2p_time_s)
-    from planner.specs.topology import shorthand_of
 
     dims = []
     if op == "p2p":
@@ -183,8 +184,6 @@ def collective(
     """Time one collective on a multi-dimensional topology, and its traffic per dimension."""
     from rich.markup import escape
     from rich.table import Table
-
-    from planner.specs.units import parse_size_bytes
 
     kind = _op(op)
     size_bytes = parse_size_bytes(size, "--size")

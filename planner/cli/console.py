@@ -17,6 +17,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from planner.errors import InfeasibleError, PlannerError
+from planner.fileio import check_outputs
+from planner.orchestration.overrun import overrun_fields, overrun_line, overrun_s
+from planner.report.tables import fit_table, left_out_note
+from planner.validation.coverage import calibration_notes
 
 out = Console()
 err = Console(stderr=True)
@@ -26,8 +30,6 @@ COMMAND_START_S = [time.monotonic()]
 
 def warn_calibration(cluster: Any, plan: Any) -> list[str]:
     """Print (and return) what the plan uses beyond its GPU's calibration runs."""
-    from planner.validation.coverage import calibration_notes
-
     notes = calibration_notes(cluster, plan)
     for n in notes:
         err.print(f"[yellow]calibration:[/] {escape(n)}")
@@ -133,8 +135,6 @@ def print_table(console: Console, table: Any, *, whole: tuple[str, ...] = (),
     """``table`` within the console's width: the ``whole`` columns (names) never cut, the
     others wrapped, the ``drop`` columns left out (and named) only when nothing else fits
     (planner/report/tables.py)."""
-    from planner.report.tables import fit_table, left_out_note
-
     fitted, dropped = fit_table(table, console.width, whole=whole, words=words, drop=drop)
     console.print(fitted)
     if (note := left_out_note(dropped, console.width)) is not None:
@@ -145,8 +145,6 @@ def say_overrun(fields: dict[str, Any], time_limit_s: float) -> None:
     """One stderr line when the command ran more than 10 % past ``--time-limit``: the
     answer's own overrun and why (``fields``), or more where reading and checking the
     inputs before the search took the rest (counted from :data:`COMMAND_START_S`)."""
-    from planner.orchestration.overrun import overrun_line, overrun_s
-
     total = overrun_s(time.monotonic() - COMMAND_START_S[0], time_limit_s)
     stated = fields.get("time_limit_overrun_s")
     if total is not None and (stated is None or total > stated):
@@ -164,8 +162,6 @@ def say_failed_overrun(search_start_s: float, time_limit_s: float, why: str
                        ) -> dict[str, Any]:
     """:func:`say_overrun` for a search that ended without a plan (``search_start_s``: its
     :func:`time.monotonic` start): the overrun fields for the JSON answer, or nothing."""
-    from planner.orchestration.overrun import overrun_fields
-
     fields = overrun_fields(time.monotonic() - search_start_s, time_limit_s, why)
     say_overrun(fields, time_limit_s)
     return fields
@@ -193,8 +189,6 @@ def check_files(outputs: list[tuple[str, str | None]], inputs: list[tuple[str, s
     """Every command's output check, before any work: each output (option, path) is
     writable, exists only with --force, and is no input (what, path) nor another output
     (planner/fileio.py)."""
-    from planner.fileio import check_outputs
-
     check_outputs(outputs, inputs, force=force, keep=keep)
 
 

@@ -18,6 +18,11 @@ from planner.api import solve as run_solve
 from planner.specs.base import Spec
 from planner.specs.requests import SolveRequest
 from planner.specs.dlrm import DLRMPlan
+from planner.costmodel.dlrm.evaluate import evaluate_dlrm
+from planner.export.torchrec import torchrec_plan
+from planner.fileio import write_output_atomic
+from planner.specs.loaders import load_plan_dict
+from planner.specs.validate import _short, validate
 
 
 def solve_dlrm_cli(request: SolveRequest, json_: bool, out_path: str | None = None,
@@ -54,12 +59,9 @@ def _write(res: Any, path: str, force: bool) -> None:
 
     import yaml
 
-    from planner.export.torchrec import torchrec_plan
-
     data = {"model": res.model.name, "cluster": res.cluster.name,
             "plan": res.solution.plan.to_dict(),
             "torchrec": torchrec_plan(res.model, res.cluster, res.solution.plan)}
-    from planner.fileio import write_output_atomic
 
     text = (json.dumps(data, indent=1) if path.endswith(".json")
             else yaml.safe_dump(data, sort_keys=False))
@@ -184,9 +186,6 @@ def read_dlrm_plan(path: str, model: Any, cluster: Any) -> tuple[DLRMPlan, list[
     DLRMPlan) and warnings: a cluster other than ``cluster`` (an unknown key is refused:
     a typo would leave a field at its default). A file solved for another model than
     ``model`` is refused: its tables are not this model's."""
-    from planner.specs.loaders import load_plan_dict
-    from planner.specs.validate import _short, validate
-
     data = load_plan_dict(path)
     if "plan" in data:
         f = validate(SolveOutFile, data, path)
@@ -213,9 +212,6 @@ def evaluate_dlrm_cli(m: Any, c: Any, plan_path: str | None, *, json_: bool,
     """``planner evaluate -m <dlrm> -c CLUSTER --plan FILE``: what a given sharding costs,
     printed as ``planner solve`` prints its best one; exit 1 (the JSON object still
     printed) when it does not fit in memory."""
-    from planner.costmodel.dlrm.evaluate import evaluate_dlrm
-    from planner.specs.validate import validate
-
     given = [k for k, v in transformer_only.items() if v not in (None, False, [], ())]
     if given:
         raise InputError(f"{', '.join(given)}: {'options' if len(given) > 1 else 'an option'} "

@@ -18,11 +18,28 @@ from planner.cli.console import (
     warn_calibration,
     warn_context_length,
 )
+from planner.api import evaluate as run_evaluate
+from planner.cli.dlrm import evaluate_dlrm_cli
+from planner.costmodel.frameworks import show, unstated_defaults, violations
+from planner.costmodel.network import PlacementError, domain_factors
+from planner.costmodel.runtime import apply_profile
+from planner.errors import InputError
+from planner.export import plan_from_megatron
+from planner.export.megatron import command_words, tokenize
+from planner.export.readback import (
+    deepspeed_launch_from_header,
+    plan_from_deepspeed,
+    plan_from_torchtitan,
+)
+from planner.fileio import read_user_file
+from planner.report.plots import plot_breakdown
+from planner.report.text import print_estimate
+from planner.specs.framework import load_framework
+from planner.specs.loaders import load_cluster, load_model, parse_override
+from planner.specs.plan_base import build_plan
 
 
 def _overrides(sets: list[str], shortcuts: dict[str, Any]) -> list[tuple[str, Any]]:
-    from planner.specs.loaders import parse_override
-
     pairs = [parse_override(s) for s in sets]
     pairs += [(k, v) for k, v in shortcuts.items() if v is not None]
     return pairs
@@ -35,9 +52,6 @@ ELISIONS = ("...", "\u2026")
 def _refuse_elisions(text: str) -> None:
     """A pasted ``...`` is no argument: the arguments it stands for would be read as
     absent and their defaults costed instead, silently."""
-    from planner.errors import InputError
-    from planner.export.megatron import command_words
-
     try:
         launcher, words = command_words(text)
     except ValueError:
@@ -52,8 +66,6 @@ def _refuse_elisions(text: str) -> None:
 def batch_default_note(text: str, plan: Any) -> str | None:
     """What decided the global batch when the arguments give no ``--global-batch-size``
     (Megatron-LM's default: one microbatch per data-parallel rank)."""
-    from planner.export.megatron import tokenize
-
     if "--global-batch-size" in tokenize(text)[0]:
         return None
     return (f"global batch {plan.global_batch_size:,} = micro {plan.microbatch_size} x dp "
@@ -69,9 +81,6 @@ def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: 
     """The plan a framework's arguments or file run (``--from megatron "ARGS"``,
     ``--from torchtitan FILE.toml``, ``--from deepspeed FILE.json``); what was ignored goes
     to ``warnings``, the defaults that decided the plan to ``notes``."""
-    from planner.errors import InputError
-    from planner.export import plan_from_megatron
-
     if fmt not in FROM_FORMATS:
         raise InputError(f"--from {fmt!r}: expected {', '.join(FROM_FORMATS)}" if fmt else
                          f"no such option or argument: {args!r} (framework arguments need "
@@ -81,18 +90,13 @@ def _plan_from(fmt: Optional[str], args: Optional[str], plan: Optional[str], m: 
         raise InputError(f"--from {fmt} needs {what} and no --plan")
     if launch is not None and fmt != "deepspeed":
         raise InputError(f"--launch-line is for --from deepspeed, not --from {fmt}")
-    from planner.fileio import read_user_file
 
     if fmt != "megatron":
         path = args[1:] if args.startswith("@") else args
         text = read_user_file(path, f"--from {fmt} FILE")
         if fmt == "torchtitan":
-            from planner.export.readback import plan_from_torchtitan
-
             p, ignored = plan_from_torchtitan(text, m, c)
         else:
-            from planner.export.readback import plan_from_deepspeed
-
             line, source = _launch_line(path, text, launch)
             notes.append(f"world from the launch line ({source})")
             p, ignored = plan_from_deepspeed(text, line, m, c)
@@ -121,10 +125,6 @@ def _launch_line(path: str, text: str, launch: Optional[str]) -> tuple[str, str]
     ``launch:`` line the planner's export header records."""
     import os
 
-    from planner.errors import InputError
-    from planner.export.readback import deepspeed_launch_from_header
-    from planner.fileio import read_user_file
-
     if launch is not None:
         if launch.startswith("@"):
             return read_user_file(launch[1:], "--launch-line @FILE"), launch[1:]
@@ -148,8 +148,6 @@ def _framework_kernels(name: Optional[str], cluster: Any) -> Any:
     """The cluster costed with framework ``name``'s kernels (itself without a framework)."""
     if name is None:
         return cluster
-    from planner.costmodel.runtime import apply_profile
-    from planner.specs.framework import load_framework
 
     return apply_profile(cluster, load_framework(name))
 
@@ -159,8 +157,6 @@ def _framework_fill(name: Optional[str], notes: list[str]) -> Any:
     each field it decides is named in ``notes``."""
     if name is None:
         return None
-    from planner.costmodel.frameworks import show, unstated_defaults
-    from planner.specs.framework import load_framework
 
     profile = load_framework(name)
 
@@ -179,8 +175,6 @@ def _framework_violations(name: Optional[str], plan: Any, m: Any, c: Any) -> lis
     stderr ("framework F cannot run this plan: field=value: why")."""
     if name is None:
         return []
-    from planner.costmodel.frameworks import violations
-    from planner.specs.framework import load_framework
 
     profile = load_framework(name)
     found = [str(v) for v in violations(profile, plan, m, c)]
@@ -227,11 +221,6 @@ def evaluate(
 ) -> None:
     """Predict what one training plan costs: iteration time, memory, MFU and breakdowns
     (a DLRM model: what a sharding plan costs, per rank)."""
-    from planner.api import evaluate as run_evaluate
-    from planner.specs.loaders import load_cluster, load_model
-    from planner.specs.plan_base import build_plan
-    from planner.errors import InputError
-
     argfile = (args[1:] if args and args.startswith("@") else
                args if args and from_ in ("torchtitan", "deepspeed") else None)
     check_files([("--plot", plot)], [("the model", model), ("the cluster", cluster),
@@ -239,7 +228,6 @@ def evaluate(
     m = load_model(model)
     c = with_headroom(load_cluster(cluster, gpus), memory_headroom)
     if getattr(m, "kind", None) == "dlrm":  # a sharding plan: planner/cli/dlrm.py
-        from planner.cli.dlrm import evaluate_dlrm_cli
 
         return evaluate_dlrm_cli(m, c, plan, json_=json_, global_batch=global_batch,
                                  transformer_only={
@@ -276,13 +264,8 @@ def _show(m: Any, c: Any, p: Any, est: Any, notes: list[str], defaults: list[str
           checked: tuple[Optional[str], Any], plot: Optional[str], force: bool,
           json_: bool) -> None:
     """The estimate as JSON or tables (and the plot), with the defaults that decided it."""
-    from planner.costmodel.network import PlacementError, domain_factors
-    from planner.report.text import print_estimate
-
     framework, broken = checked
     if plot:
-        from planner.report.plots import plot_breakdown
-
         plot_breakdown([(f"{m.name} on {c.num_gpus}x {c.gpu.name}", est)], plot, force=force)
     if json_:
         fw = {} if framework is None else {"framework": {"name": framework,

@@ -11,6 +11,13 @@ from rich.markup import escape
 
 from planner.cli.console import check_files, err
 from planner.specs.requests import CLUSTER_HELP, FORCE_HELP, GPUS_HELP, MODEL_HELP
+from planner.errors import InputError
+from planner.export import export_plan
+from planner.export.launch import launch_files
+from planner.fileio import write_output_atomic
+from planner.specs.loaders import load_cluster, load_model
+from planner.specs.model import ModelSpec
+from planner.specs.plan_base import build_plan
 
 
 class ExportFormat(str, Enum):
@@ -45,16 +52,10 @@ def export(
     launcher: Optional[Launcher] = typer.Option(None, "--launcher", help=LAUNCHER_HELP),
 ) -> None:
     """Write a plan as a launch file for a training framework; refuse what it cannot run."""
-    from planner.specs.loaders import load_cluster, load_model
-    from planner.specs.plan_base import build_plan
-
-    from planner.errors import InputError
-
     if launcher is not None and not out_path:
         raise InputError(f"--launcher {launcher.value} writes several files: give --out FOLDER")
     check_files([] if launcher else [("--out", out_path)],
                 [("the plan", plan), ("the model", model), ("the cluster", cluster)], force)
-    from planner.specs.model import ModelSpec
 
     m = load_model(model)
     if not isinstance(m, ModelSpec):
@@ -78,8 +79,6 @@ def write_launch(launcher: str, fmt: str, plan, model, cluster, folder: str,  # 
     (created; an existing file is replaced only with ``force``) and name each on stderr;
     the paths written. For ``planner solve --launcher`` as well (``option`` names the
     folder in errors)."""
-    from planner.export.launch import launch_files
-
     files = launch_files(launcher, fmt, plan, model, cluster)  # refusals before any write
     return write_folder(files, folder, force, option, f" ({fmt}, {launcher})")
 
@@ -90,9 +89,6 @@ def write_folder(files: list[tuple[str, str]], folder: str, force: bool, option:
     only with ``force``), each named on stderr; the paths written. ``option`` names the
     folder in errors."""
     import os
-
-    from planner.errors import InputError
-    from planner.fileio import write_output_atomic
 
     try:
         os.makedirs(folder, exist_ok=True)
@@ -113,9 +109,6 @@ def write_export(fmt: str, plan, model, cluster, out_path: Optional[str],  # typ
                  force: bool = False, option: str = "--out") -> None:
     """Render ``plan`` for ``fmt`` and print it or write it to ``out_path`` (shared with
     ``planner solve --export``; ``option`` names the path in errors)."""
-    from planner.export import export_plan
-    from planner.fileio import write_output_atomic
-
     text = export_plan(fmt, plan, model, cluster)
     if out_path:
         write_output_atomic(out_path, text, option, force=force)

@@ -25,6 +25,9 @@ from planner.errors import InfeasibleError
 from planner.procurement.trainserve import TrainServeResult
 from planner.specs.requests import ProcureOutput, ProcureRequest, engine_profile
 from planner.workers import signals_raise
+from planner.cli.dlrm import show_procure_dlrm
+from planner.report.plots import plot_pareto
+from planner.report.procure import print_procurement, procurement_csv
 
 
 @command(ProcureRequest, ProcureOutput)
@@ -64,14 +67,9 @@ def _show(result: Any, failure: InfeasibleError | None, *, plot: Optional[str], 
     """The procurement as a plot, one JSON object, CSV or tables (with the failure, if any,
     in the JSON object)."""
     if getattr(getattr(result, "model", None), "kind", "") == "dlrm":
-        from planner.cli.dlrm import show_procure_dlrm  # --tokens counted samples
-
         return show_procure_dlrm(result, json_)
-    from planner.report.procure import print_procurement, procurement_csv
 
     if plot:
-        from planner.report.plots import plot_pareto
-
         plot_pareto(result, plot, force=force)
     choice = getattr(result, "choice", None)
     notes = warn_calibration(choice.gpu, choice.plan) if choice is not None else []
@@ -93,7 +91,6 @@ def _show_train_serve(res: TrainServeResult, json_: bool) -> None:
     considered, the answer and its break-even (one JSON object with --json)."""
     if json_:
         return _emit_json(res.to_json())
-    from planner.report.procure import print_procurement
 
     print_procurement(out, res.training, False)
     out.print(escape(res.summary), highlight=False, soft_wrap=True)

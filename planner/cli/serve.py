@@ -27,6 +27,10 @@ from planner.procurement.serve import ServeProcurement
 from planner.specs.requests import ServeOutput, ServeRequest, engine_profile
 from planner.specs.serve import ServeEngine, load_engine
 from planner.validation.band import SERVING
+from planner.export.serve_launch import launch_commands
+from planner.report.serve import plot_serve_pareto
+from planner.specs.names import check_name
+from planner.validation.serve_sim import check_requests, simulate
 
 @command(ServeRequest, ServeOutput)
 def serve(request: ServeRequest, output: ServeOutput) -> None:
@@ -64,8 +68,6 @@ def serve(request: ServeRequest, output: ServeOutput) -> None:
     say_overrun(res.solver, request.time_limit_s)
     sim = _simulate(m, clusters, res, request.workload, output.simulate_requests, eng)
     if output.plot_path:
-        from planner.report.serve import plot_serve_pareto
-
         plot_serve_pareto(res.pareto, output.plot_path,
                           f"{name}: ISL {request.isl}, OSL {request.osl}", force=output.force)
     cmds = _launch(weights, res.plan, only) if weights else None
@@ -147,8 +149,6 @@ def _weights(model: str, m: Any, model_path: str | None, launch: bool) -> str | 
     catalog name or a planner model file is no checkpoint an engine can load."""
     from pathlib import Path
 
-    from planner.specs.names import check_name
-
     if not launch:
         if model_path is not None:
             raise InputError("--model-path: names the weights of the --launch commands; "
@@ -168,8 +168,6 @@ def _weights(model: str, m: Any, model_path: str | None, launch: bool) -> str | 
 
 
 def _launch(weights: str, plan, only: str | None = None) -> dict:
-    from planner.export.serve_launch import launch_commands
-
     cmds = launch_commands(weights, plan)
     return cmds if only is None else {only: cmds[only]}
 
@@ -177,15 +175,12 @@ def _launch(weights: str, plan, only: str | None = None) -> dict:
 def _simulate_bounds(n: int, osl: int) -> None:
     """Refuse an oversized --simulate before the search, not after it."""
     if n:
-        from planner.validation.serve_sim import check_requests
-
         check_requests(n, osl)
 
 
 def _simulate(model, clusters, res, w, n: int, eng) -> dict | None:
     if not n:
         return None
-    from planner.validation.serve_sim import simulate
 
     main = next(c for c in clusters if res.plan.gpu in (c.gpu.name, *c.gpu.aliases))
     return simulate(model, main, res.plan, w, n, engine=eng, others=tuple(clusters)).to_json()

@@ -27,6 +27,13 @@ from planner.specs.dlrm import DLRMSpec
 from planner.specs.loaders import load_cluster, load_model, read_structured
 from planner.specs.mixed import is_mixed
 from planner.specs.requests import SolveOutput, SolveRequest
+from planner.cli.dlrm import solve_dlrm_cli
+from planner.costmodel.network import PlacementError, domain_factors
+from planner.export import FORMATS
+from planner.export.common import FORMAT_FRAMEWORK
+from planner.fileio import write_output_atomic
+from planner.report.text import print_estimate, solve_status, solve_tables
+from planner.specs.requests import framework_profile
 
 
 @command(SolveRequest, SolveOutput)
@@ -49,7 +56,6 @@ def solve(request: SolveRequest, output: SolveOutput) -> None:
     request = request.model_copy(update={"model": m, "cluster": c, "gpus": None,
                                          "memory_headroom_gib": None, "framework": profile})
     if isinstance(m, DLRMSpec):  # a recommendation model: planner/cli/dlrm.py
-        from planner.cli.dlrm import solve_dlrm_cli
 
         return solve_dlrm_cli(request, output.as_json, output.out_path, output.force)
     warn_context_length(m, request.seq_len, bool(request.plan))
@@ -142,11 +148,6 @@ def _check_export(fmt: Optional[str], path: Optional[str], json_: bool,
     """The --framework profile (default: that of the --export format, else None: no
     restriction) and the --export format (``framework``: the profile's); with --json the
     file must go to --export-out."""
-    from planner.errors import InputError
-    from planner.export import FORMATS
-    from planner.export.common import FORMAT_FRAMEWORK
-    from planner.specs.requests import framework_profile
-
     # `is None`, not `or`: --framework '' is an empty name (refused), not "no framework"
     profile = framework_profile(framework if framework is not None
                                 else FORMAT_FRAMEWORK.get(fmt or ""))
@@ -177,16 +178,11 @@ def _emit_infeasible(e: InfeasibleError, backend: str, objective: str) -> None:
 def _write_plan(plan: Any, path: str, force: bool) -> None:
     import yaml
 
-    from planner.fileio import write_output_atomic
-
     write_output_atomic(path, yaml.safe_dump(plan.to_dict(), sort_keys=False), "--out",
                         force=force)
 
 
 def _print_result(res: Any, m: Any, c: Any, out_path: Optional[str]) -> None:
-    from planner.costmodel.network import PlacementError, domain_factors
-    from planner.report.text import print_estimate, solve_status, solve_tables
-
     best = res.best
     try:
         domain = domain_factors(best.plan, c.domain_size)

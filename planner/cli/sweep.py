@@ -14,6 +14,11 @@ from rich.markup import escape
 from planner.cli.console import check_files, err
 from planner.errors import InputError
 from planner.workers import signals_raise
+from planner.report.sweep import plot_bottlenecks, plot_heatmap
+from planner.sweep import expand, load_sweep, run_sweep
+from planner.sweep.runners import check_run_options
+from planner.sweep.scaling import axis_labels
+from planner.sweep.table import done_results, output_format, output_lock
 
 
 class Backend(str, Enum):
@@ -43,8 +48,6 @@ def _plot(rows: list[dict[str, Any]], axes: list[str], path: str, kind: PlotKind
           x: str | None, y: str | None, value: str | None, group: str | None,
           force: bool = False, command: str = "solve",
           labels: dict[str, str] | None = None) -> None:
-    from planner.report.sweep import plot_bottlenecks, plot_heatmap
-
     kind = kind or (PlotKind.heatmap if len(axes) >= 2 else PlotKind.bottleneck)
     if kind == PlotKind.heatmap:
         if len(axes) < 2 and (x is None or y is None):
@@ -88,10 +91,6 @@ def sweep(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr."),
 ) -> None:
     """Run a what-if sweep: every point of the grid is a solve or a procure."""
-    from planner.sweep import expand, load_sweep, run_sweep
-    from planner.sweep.runners import check_run_options
-    from planner.sweep.table import done_results, output_format, output_lock
-
     check_run_options(backend.value, address, workers)
     if out_path:
         output_format(out_path)
@@ -112,8 +111,6 @@ def sweep(
     axes = list(points[0].axes)
     _summary(rows, axes, out_path)
     if plot:
-        from planner.sweep.scaling import axis_labels
-
         _plot(rows, axes, plot, plot_kind, x, y, value, group, force, spec.command,
               axis_labels(axes, points))
 

@@ -6,6 +6,11 @@ import typer
 from rich.table import Table
 
 from planner.cli.console import _emit_json, out, print_table
+from planner.validation import run_recipes, run_validation
+from planner.validation.corpus import sources
+from planner.validation.fit import fit_summary
+from planner.validation.heldout import heldout_report
+from planner.validation.torchtitan import run_torchtitan
 
 
 def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -13,14 +18,7 @@ def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     H100 and B200; torchtitan's own H100 runs): predicted against published time,
     throughput and memory, with the mean absolute percentage error per GPU generation and
     framework."""
-    from planner.validation import run_recipes, run_validation
-
     from planner.validation.serving import run_serving
-
-    from planner.validation.corpus import sources
-    from planner.validation.fit import fit_summary
-    from planner.validation.heldout import heldout_report
-    from planner.validation.torchtitan import run_torchtitan
 
     rep, nemo, serving = run_validation(), run_recipes(), run_serving()
     titan = run_torchtitan()
