@@ -18,6 +18,7 @@ def validate(json_: bool = typer.Option(False, "--json", help="Print JSON.")) ->
     H100 and B200; torchtitan's own H100 runs): predicted against published time,
     throughput and memory, with the mean absolute percentage error per GPU generation and
     framework."""
+    # lazily: planner.validation.serving builds the ServeEngine spec validator at import
     from planner.validation.serving import run_serving
 
     rep, nemo, serving = run_validation(), run_recipes(), run_serving()
