@@ -65,6 +65,21 @@ from planner.specs.serve import ServeEngine
 from planner.specs.site import load_inventory
 from planner.specs.validate import _short
 from planner.validation.band import with_band
+from planner.costmodel.serve.evaluate import evaluate_serve as _evaluate_serve
+from planner.costmodel.train.batch import evaluate_many as _many
+from planner.costmodel.train.mixed import evaluate_mixed as _evaluate_mixed
+from planner.export import export_plan as _export, plan_from_megatron as _from_megatron
+from planner.export.readback import (
+    plan_from_deepspeed as _from_deepspeed,
+    plan_from_torchtitan as _from_torchtitan,
+    serve_plan_from_vllm as _from_vllm,
+)
+from planner.export.launch import launch_files as _launch, serve_manifests as _manifests
+from planner.orchestration.mixed import solve_mixed as _solve_mixed
+from planner.orchestration.serve import transformer, workload
+from planner.specs.mixed import MixedClusterSpec, MixedPlan, load_mixed_cluster as _load
+from planner.specs.serve import ServePlan
+from planner.specs.validate import validate
 
 if TYPE_CHECKING:
     from planner.costmodel.serve.evaluate import ServeEstimate
@@ -151,8 +166,6 @@ def evaluate_many(model: ModelSpec | str, cluster: ClusterSpec | str,
     :func:`evaluate` (equal to it plan by plan, to float rounding). Returns
     :class:`planner.costmodel.train.batch.Estimates`: numpy arrays ``iteration_time_s``,
     ``memory_per_gpu_bytes``, ``feasible``, ``mfu``, ... in the order of ``plans``."""
-    from planner.costmodel.train.batch import evaluate_many as _many
-
     m, c = _resolve(model, cluster)
     _flag("allow_idle_gpus", allow_idle_gpus)
     if isinstance(plans, (Mapping, Plan, str)) or not isinstance(plans, Iterable):
@@ -423,8 +436,6 @@ def export_plan(fmt: str, model: ModelSpec | str, cluster: ClusterSpec | str,
                 plan: Plan | dict[str, Any]) -> str:
     """``plan`` as a launch file for ``fmt`` (megatron, megatron-bridge, torchtitan or
     deepspeed; ``planner export``), or an InputError naming what the framework cannot run."""
-    from planner.export import export_plan as _export
-
     if not isinstance(fmt, str):
         raise InputError(f"fmt {_short(fmt)}: expected a format name")
     m, c = _resolve(model, cluster)
@@ -435,12 +446,10 @@ def plan_from_megatron(args: str, model: ModelSpec | str, cluster: ClusterSpec |
                        ) -> tuple[Plan, list[str]]:
     """The plan a Megatron-LM argument string runs on ``cluster`` and the arguments ignored
     (``planner evaluate --from megatron``)."""
-    from planner.export import plan_from_megatron as _parse
-
     if not isinstance(args, str):
         raise InputError(f"args {_short(args)}: expected a Megatron-LM argument string")
     m, c = _resolve(model, cluster)
-    return _parse(args, m, c)
+    return _from_megatron(args, m, c)
 
 
 # ---- serving (docs/serving.md) ----------------------------------------------------------
@@ -492,11 +501,6 @@ def evaluate_serve(model: ModelSpec | str, cluster: ClusterSpec | str, plan: Any
                    engine: str | ServeEngine | None = None) -> ServeEstimate:
     """One serving plan (a ServePlan or its fields) under a workload: its ServeEstimate.
     ``engine``: as :func:`serve`'s (default trtllm, the engine :func:`serve` plans for)."""
-    from planner.costmodel.serve.evaluate import evaluate_serve as _evaluate_serve
-    from planner.orchestration.serve import transformer, workload
-    from planner.specs.serve import ServePlan
-    from planner.specs.validate import validate
-
     m, c = _resolve(model, cluster)
     p = plan if isinstance(plan, ServePlan) else validate(ServePlan, plan, "serve plan")
     return _evaluate_serve(transformer(m), c, p,
@@ -509,8 +513,6 @@ def launch_files(launcher: str, fmt: str, model: ModelSpec | str, cluster: Clust
                  plan: Plan | dict[str, Any]) -> list[tuple[str, str]]:
     """(file name, text) of a training plan's launch with ``launcher`` (slurm: the export
     file and an sbatch script; kubernetes: a ConfigMap and a PyTorchJob in one YAML stream)."""
-    from planner.export.launch import launch_files as _launch
-
     for what, v in (("launcher", launcher), ("fmt", fmt)):
         if not isinstance(v, str):
             raise InputError(f"{what} {_short(v)}: expected a name")
@@ -521,10 +523,6 @@ def launch_files(launcher: str, fmt: str, model: ModelSpec | str, cluster: Clust
 def serve_manifests(engine: str, model_ref: str, plan: Any, node_size: int) -> str:
     """Kubernetes manifests (Deployments or LeaderWorkerSets, one per pool) of a serving
     plan for ``engine`` (vllm, sglang, trtllm); ``node_size``: GPUs per node."""
-    from planner.export.launch import serve_manifests as _manifests
-    from planner.specs.serve import ServePlan
-    from planner.specs.validate import validate
-
     p = plan if isinstance(plan, ServePlan) else validate(ServePlan, plan, "serve plan")
     return _manifests(engine, model_ref, p, node_size)
 
@@ -533,44 +531,36 @@ def plan_from_torchtitan(toml_text: str, model: ModelSpec | str, cluster: Cluste
                          ) -> tuple[Plan, list[str]]:
     """The plan a torchtitan TOML job config runs and the keys ignored
     (``planner evaluate --from torchtitan``)."""
-    from planner.export.readback import plan_from_torchtitan as _parse
-
     if not isinstance(toml_text, str):
         raise InputError(f"toml_text {_short(toml_text)}: expected the TOML text")
     m, c = _resolve(model, cluster)
-    return _parse(toml_text, m, c)
+    return _from_torchtitan(toml_text, m, c)
 
 
 def plan_from_deepspeed(ds_config_json: str, launch_line: str, model: ModelSpec | str,
                         cluster: ClusterSpec | str) -> tuple[Plan, list[str]]:
     """The plan a ds_config runs under its launch line and the keys and arguments ignored
     (``planner evaluate --from deepspeed``)."""
-    from planner.export.readback import plan_from_deepspeed as _parse
-
     for what, v in (("ds_config_json", ds_config_json), ("launch_line", launch_line)):
         if not isinstance(v, str):
             raise InputError(f"{what} {_short(v)}: expected text")
     m, c = _resolve(model, cluster)
-    return _parse(ds_config_json, launch_line, m, c)
+    return _from_deepspeed(ds_config_json, launch_line, m, c)
 
 
 def serve_plan_from_vllm(args: str, model: ModelSpec | str, cluster: ClusterSpec | str
                          ) -> tuple[Any, list[str]]:
     """The serving plan a ``vllm serve`` command runs (one replica) and the arguments
     ignored (for ``planner serve --from vllm``)."""
-    from planner.export.readback import serve_plan_from_vllm as _parse
-
     if not isinstance(args, str):
         raise InputError(f"args {_short(args)}: expected a vllm serve command")
     m, c = _resolve(model, cluster)
-    return _parse(args, m, c)
+    return _from_vllm(args, m, c)
 
 # ---- mixed fleets (issue 39 item 3) ------------------------------------------------------
 def load_mixed_cluster(cluster: Any) -> Any:
     """A mixed cluster: a :class:`planner.specs.mixed.MixedClusterSpec` or the path of a
     cluster file with ``pools`` and ``join`` (examples/mixed-h100-a100.yaml)."""
-    from planner.specs.mixed import MixedClusterSpec, load_mixed_cluster as _load
-
     return cluster if isinstance(cluster, MixedClusterSpec) else _load(cluster)
 
 
@@ -578,10 +568,6 @@ def evaluate_mixed(model: ModelSpec | str, cluster: Any, plan: Any) -> Any:
     """Cost of a mixed plan (a :class:`planner.specs.mixed.MixedPlan` or its mapping:
     ``plan`` with the shared settings, ``stages`` with each stage's pool and layers) on a
     mixed cluster; returns a :class:`planner.costmodel.train.mixed.MixedEstimate`."""
-    from planner.costmodel.train.mixed import evaluate_mixed as _evaluate_mixed
-    from planner.specs.mixed import MixedPlan
-    from planner.specs.validate import validate
-
     m = model if isinstance(model, ModelSpec) else load_model(model)
     _transformer(m)
     mc = load_mixed_cluster(cluster)
@@ -602,9 +588,6 @@ def solve_mixed(model: ModelSpec | str, cluster: Any, *,
     their spaces (docs/mixed.md). Returns a
     :class:`planner.orchestration.mixed.MixedSolveResult` (``.status``, ``.best_kind``,
     ``.mixed.plan``, ``.single``, ``.to_json()``)."""
-    from planner.orchestration.mixed import solve_mixed as _solve_mixed
-    from planner.specs.plan_base import base_overrides
-
     m = model if isinstance(model, ModelSpec) else load_model(model)
     _transformer(m)
     _callable("progress", progress)

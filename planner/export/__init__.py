@@ -13,6 +13,9 @@ from planner.export.common import FORMATS, Target
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
+from planner.costmodel.train.evaluator import check_structure
+from planner.export import bridge, deepspeed, megatron, torchtitan
+from planner.export.megatron import parse_args
 
 #: default file name suffix of each format
 SUFFIX = {"megatron": "megatron.sh", "megatron-bridge": "bridge.txt",
@@ -21,8 +24,6 @@ SUFFIX = {"megatron": "megatron.sh", "megatron-bridge": "bridge.txt",
 
 def export_plan(fmt: str, plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> str:
     """The launch file of ``plan`` for ``fmt`` (one of :data:`FORMATS`), as text."""
-    from planner.export import bridge, deepspeed, megatron, torchtitan
-
     renderers = {"megatron": megatron.render, "megatron-bridge": bridge.render,
                  "torchtitan": torchtitan.render, "deepspeed": deepspeed.render}
     if fmt not in renderers:
@@ -34,8 +35,6 @@ def export_plan(fmt: str, plan: Plan, model: ModelSpec, cluster: ClusterSpec) ->
 def check_exportable(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> None:
     """A transformer model and a plan that can run on the cluster (fewer GPUs than the
     cluster has are fine: the launch uses the plan's), else an InputError saying why."""
-    from planner.costmodel.train.evaluator import check_structure
-
     if not isinstance(model, ModelSpec):
         raise InputError(f"model '{getattr(model, 'name', model)}': only transformer models "
                          "(model YAML or Hugging Face config) can be exported")
@@ -49,8 +48,6 @@ def plan_from_megatron(text: str, model: ModelSpec, cluster: ClusterSpec
                        ) -> tuple[Plan, list[str]]:
     """The plan a Megatron-LM argument string (or exported launch script) runs, and the
     arguments ignored as having no effect on the plan's cost."""
-    from planner.export.megatron import parse_args
-
     if not isinstance(model, ModelSpec):
         raise InputError(f"model '{getattr(model, 'name', model)}': --from megatron reads "
                          "transformer models only")

@@ -37,6 +37,8 @@ from typing import Any
 from planner.errors import InputError
 from planner.export.common import Target, comment_line, launch_shape
 from planner.specs.plan import Plan
+from planner.export import SUFFIX, export_plan
+from planner.export.serve_launch import launch_commands
 
 LAUNCHERS: tuple[str, ...] = ("slurm", "kubernetes")
 SLURM_SOURCE = "sbatch(1), https://slurm.schedmd.com/sbatch.html"
@@ -103,8 +105,6 @@ def node_command(fmt: str, nodes: int, per_node: int, endpoint: str, job_id: str
 
 def export_name(fmt: str, target: Target) -> str:
     """The export file's name: the model's name made safe, and the format's suffix."""
-    from planner.export import SUFFIX
-
     return f"{k8s_name(target.model.name, max_chars=40)}.{SUFFIX[fmt]}"
 
 
@@ -197,8 +197,6 @@ def launch_files(launcher: str, fmt: str, plan: Plan, model: Any, cluster: Any
     """(file name, text) of every file a training plan's launch needs with ``launcher``
     (``slurm``: the export file and an sbatch script; ``kubernetes``: one YAML stream with
     a ConfigMap of the export file and a PyTorchJob). Refusals as :func:`export_plan`."""
-    from planner.export import export_plan
-
     _check_launcher(launcher)
     text = export_plan(fmt, plan, model, cluster)
     target = Target(model, cluster)
@@ -238,8 +236,6 @@ def serve_manifests(engine: str, model_ref: str, plan: Any, node_size: int | dic
     GPU name, for a plan over several GPU types). ``model_ref``: the engine's model path or
     Hugging Face id, passed as one quoted word; ``name`` (default: ``model_ref``) names the
     objects."""
-    from planner.export.serve_launch import launch_commands
-
     if engine not in ("vllm", "sglang", "trtllm"):
         raise InputError(f"engine {engine!r}: expected vllm, sglang or trtllm")
     pools = launch_commands(model_ref, plan)[engine]
@@ -311,8 +307,6 @@ def serve_slurm_scripts(engine: str, model_ref: str, plan: Any,
     replica's GPUs), ``srun`` starting the engine once on each. A replica larger than a
     node is refused here (its ranks need a rendezvous per replica: use the Kubernetes
     LeaderWorkerSet)."""
-    from planner.export.serve_launch import launch_commands
-
     if engine not in ("vllm", "sglang", "trtllm"):
         raise InputError(f"engine {engine!r}: expected vllm, sglang or trtllm")
     base = k8s_name(name or model_ref, max_chars=40)

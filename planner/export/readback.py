@@ -28,6 +28,8 @@ from planner.export.common import (
     recompute_field,
 )
 from planner.specs.plan import Plan
+from planner.export.shell import ShellError, command_words
+from planner.specs.serve import ServePlan
 
 
 def _plan(fmt: str, data: dict[str, Any], target: Target) -> Plan:
@@ -196,8 +198,6 @@ def _enabled(cfg: dict, key: str) -> bool:
 def launch_world(line: str) -> tuple[int, int, list[str]]:
     """(nodes, processes per node, the training script's arguments) of a ``deepspeed`` or
     ``torchrun`` launch line (a script's last such command)."""
-    from planner.export.shell import ShellError, command_words
-
     try:
         before, after = command_words(line)
     except ShellError as e:
@@ -373,8 +373,6 @@ def serve_plan_from_vllm(args: str, model: Any, cluster: Any) -> tuple[Any, list
     a ``vllm serve`` command runs, and the arguments ignored. ``--max-num-seqs`` and
     ``--max-num-batched-tokens`` must be given: vLLM's defaults depend on the GPU and the
     usage context, which a command does not state."""
-    from planner.specs.serve import ServePlan
-
     try:
         words = shlex.split(args)
     except ValueError as e:

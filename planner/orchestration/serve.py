@@ -27,6 +27,9 @@ from planner.orchestration.overrun import overrun_fields
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.serve import MAX_REPLICAS, ServeEngine, ServePlan, ServeWorkload
+from formulations.serve.space import _layouts
+from planner.costmodel.serve.evaluate import cluster_for, layout_reasons
+from planner.specs.validate import validate
 
 #: A mode's solve starts with at least this much time, even past the deadline (it then
 #: stops at its first plan; the overrun is reported).
@@ -84,9 +87,6 @@ def _check_args(w: ServeWorkload, objective: str | None) -> str:
 def _why_no_layout(model: ModelSpec, clusters: list[ClusterSpec], space: ServeSpace,
                    tabs: dict) -> list[str]:
     """When no layout of the space exists at all: the first few distinct reasons."""
-    from formulations.serve.space import _layouts
-    from planner.costmodel.serve.evaluate import layout_reasons
-
     if any(rows for pools in tabs.values() for rows in pools.values()):
         return []
     seen: list[str] = []
@@ -118,9 +118,6 @@ def reachable(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload,
     """The fastest first token and the fastest token interval any layout of ``space``
     reaches on the GPUs given, each under no other load (one sequence: its prefill alone,
     a decode batch of one), with the layouts; empty when no layout fits."""
-    from formulations.serve.space import _layouts
-    from planner.costmodel.serve.evaluate import cluster_for
-
     best: dict[str, tuple[float, str]] = {}
     for cluster, base in _layouts(model, clusters, space):
         cluster = cluster_for(cluster, base)
@@ -333,8 +330,6 @@ def plan_serve(model: ModelSpec, clusters: list[ClusterSpec], w: ServeWorkload, 
 def workload(isl: Any, osl: Any, rate_rps: Any = None, ttft_ms: Any = None, tpot_ms: Any = None,
              percentile: Any = 0.99) -> ServeWorkload:
     """A checked :class:`ServeWorkload` (InputError naming the field otherwise)."""
-    from planner.specs.validate import validate
-
     for name, v in (("isl", isl), ("osl", osl)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise InputError(f"{name}: expected a whole number of tokens, got {v!r}")

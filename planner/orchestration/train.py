@@ -37,6 +37,8 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 from planner.validation.band import with_band
 from planner.validation.trust import published_comparison
+from planner.costmodel.network import PlacementError, spans_for
+from planner.specs.plan import WORLD_DIMS
 
 Backend = Literal["cpsat", "milp", "exhaustive"]
 BACKENDS = ("cpsat", "milp", "exhaustive")
@@ -474,9 +476,6 @@ def explain_empty(space: SearchSpace) -> InfeasibleError:
 
 def explain_no_placement(space: SearchSpace) -> InfeasibleError:
     """Plans pass the structural rules, but none can be placed on the topology."""
-    from planner.costmodel.network import PlacementError, spans_for
-    from planner.specs.plan import WORLD_DIMS
-
     fixed = (space.fixed.get("placement") or {}).get("domain")
     o = space.outers[0]
     dom = tuple(int(fixed.get(d, 1)) for d in WORLD_DIMS) if fixed else None

@@ -17,6 +17,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.procurement.metrics import Option, meets
 from planner.procurement.option import Inputs, answer_option
 from planner.specs.cluster import ClusterSpec
+from planner.procurement.metrics import fmt
 
 #: A site limit's option flag.
 FLAGS = {"facility_power_mw": "--max-power-mw", "racks": "--max-racks",
@@ -116,8 +117,6 @@ def _noun(metric: str) -> str:
 
 
 def _asked(limits: dict[str, float]) -> str:
-    from planner.procurement.metrics import fmt
-
     if not limits:
         return "trains the model"
     return "meets " + " and ".join(fmt(m, v) for m, v in limits.items())

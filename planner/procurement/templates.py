@@ -10,6 +10,7 @@ import planner.catalog as catalog
 from planner.errors import InputError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.gpu import GPUSpec
+from planner.specs.loaders import load_cluster, load_gpu
 
 
 #: Catalog cluster whose network, node and host figures a GPU without its own cluster
@@ -49,8 +50,6 @@ def derived_template(base: ClusterSpec, gpu: GPUSpec) -> ClusterSpec:
 def catalog_templates(gpus: Sequence[str] | None = None) -> list[ClusterSpec]:
     """Every catalog cluster, plus a :func:`derived_template` for each catalog GPU that no
     catalog cluster has; only those with the ``gpus`` named (catalog names or aliases)."""
-    from planner.specs.loaders import load_cluster, load_gpu
-
     templates = [load_cluster(name) for name in catalog.names("clusters")
                  if name not in IN_HOUSE]
     have = {c.gpu.name for c in templates}
@@ -68,11 +67,8 @@ def catalog_templates(gpus: Sequence[str] | None = None) -> list[ClusterSpec]:
 def _cluster_of_gpu(gpu_ref: str) -> ClusterSpec | None:
     """The catalog template (not in-house) of the catalog GPU ``gpu_ref`` names, when a
     catalog cluster has that GPU; None otherwise (unknown GPU, or only derived)."""
-    import planner.catalog as catalog
-
     if catalog.find("gpus", gpu_ref.strip()) is None:
         return None
-    from planner.specs.loaders import load_gpu
 
     gpu = load_gpu(gpu_ref.strip()).name
     return next((t for t in catalog_templates([gpu]) if ":" not in t.name), None)
@@ -105,8 +101,6 @@ def named_templates(refs: Sequence[ClusterSpec | str],
     cluster that replaces a derived template (``dgx-h100-superpod:h200``)."""
     import difflib
     from pathlib import Path
-
-    from planner.specs.loaders import load_cluster, load_gpu
 
     derived: dict[str, ClusterSpec] | None = None
     out: list[ClusterSpec] = []

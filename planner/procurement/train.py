@@ -55,6 +55,7 @@ from planner.specs.pricing import PricingSpec, load_pricing
 from planner.specs.site import InventorySpec, SiteSpec, inventory_from
 from planner.specs.validate import validate
 from planner.workers import WorkerPool
+from planner.specs.loaders import load_cluster
 
 
 def procure(model: ModelSpec, tokens: float, *, days: float | None = None,
@@ -218,7 +219,6 @@ def _owned_templates(owned: Mapping[str, int] | InventorySpec | None,
     (name or alias), else the catalog cluster or cluster file it names."""
     if owned is None:
         return []
-    from planner.specs.loaders import load_cluster
 
     inv = inventory_from(owned, "owned inventory")
     by_name = {a.lower(): t for t in templates for a in (t.name, *t.aliases)}

@@ -6,6 +6,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from planner.costmodel.train.evaluator import OFFLOAD_KEY, TIME_KEYS, Estimate
+from planner.errors import InputError
+from planner.fileio import atomic_output
+from planner.report.procure import money, tokens_text
 
 COLORS = {
     "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8172B3",
@@ -29,9 +32,6 @@ def save_figure(fig: Any, plt: Any, path: str | Path, *, force: bool = True,
     """Save ``fig`` to ``path`` through a temporary file renamed over it (never through a
     link, never half a PNG; ``force`` False: not over a file that appeared meanwhile), in
     the format of the path's suffix (PNG without one), then close it."""
-    from planner.errors import InputError
-    from planner.fileio import atomic_output
-
     out = Path(path)
     try:
         with atomic_output(out, "--plot", force=force) as tmp:
@@ -82,7 +82,6 @@ def plot_pareto(result: Any, path: str | Path, title: str | None = None, *,
     starred. ``result`` is a :class:`planner.procurement.ProcureResult`."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
-    from planner.report.procure import money, tokens_text
 
     records = result.in_view()
     # One colour per GPU type; per cluster template when templates share a GPU (RAMP and a

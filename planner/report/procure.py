@@ -14,6 +14,7 @@ from rich.text import Text
 
 from planner.procurement import ProcureResult, Procured
 from planner.report.text import _fmt_s, goodput_text, plan_line
+from planner.report.tables import fit_table, left_out_note
 
 TITLES = {"cost": "cheapest", "energy": "least energy", "gpu_hours": "fewest GPU-hours",
           "time": "fastest"}
@@ -173,8 +174,6 @@ def print_procurement(console: Console, res: ProcureResult, pareto: bool) -> Non
     if res.choice is not None:
         console.print(choice_panel(res))
     if pareto:
-        from planner.report.tables import fit_table, left_out_note
-
         table, dropped = fit_table(front_table(res), console.width,
                                    whole=("option", "cost", "days"), words=("cluster",),
                                    drop=("limits", "MFU", "MWh"))

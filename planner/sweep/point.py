@@ -16,6 +16,11 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 from planner.sweep.scaling import scaled_cluster
 from planner.sweep.spec import Point, PointSpec, check_point
+from planner.api import procure, solve
+from planner.procurement import catalog_templates, named_templates
+from planner.procurement.train import _owned_templates
+from planner.specs.loaders import load_cluster, load_gpu, load_model
+from planner.specs.site import load_inventory
 
 #: how the evaluator's time breakdown groups into MAD-Max's limiting resources (Hsia et
 #: al., ISCA 2024, Fig. 20: compute, memory, network; plus the pipeline bubble and the wait
@@ -63,9 +68,6 @@ def estimate_columns(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
 
 
 def _solve_row(p: PointSpec) -> dict[str, Any]:
-    from planner.api import solve
-    from planner.specs.loaders import load_cluster, load_model
-
     model = load_model(p.model)
     cluster = scaled_cluster(load_cluster(p.cluster, p.gpus), p)  # type: ignore[arg-type]
     res = solve(model, cluster, fix=p.fix, global_batch_size=p.global_batch_size,
@@ -95,10 +97,6 @@ def _max_iteration_s(model: ModelSpec, p: PointSpec) -> float | None:
 
 
 def _procure_row(p: PointSpec) -> dict[str, Any]:
-    from planner.api import procure
-    from planner.procurement import catalog_templates, named_templates
-    from planner.specs.loaders import load_model
-
     model = load_model(p.model)
     names = p.gpu_types.split(",") if p.gpu_types else None
     templates = named_templates(p.clusters.split(","), names) if p.clusters else \
@@ -126,14 +124,10 @@ def _procure_row(p: PointSpec) -> dict[str, Any]:
 
 def _owned(p: PointSpec) -> Any:
     """The point's owned fleet: its mapping, or the inventory file it names."""
-    from planner.specs.site import load_inventory
-
     return load_inventory(p.owned) if isinstance(p.owned, str) else p.owned
 
 
 def _fleet(p: PointSpec, templates: list[ClusterSpec]) -> list[tuple[ClusterSpec, int]]:
-    from planner.procurement.train import _owned_templates
-
     return _owned_templates(_owned(p), templates)
 
 
@@ -157,8 +151,6 @@ def run_point(settings: dict[str, Any]) -> dict[str, Any]:
 def check_points(points: Sequence[Point]) -> None:
     """Every point's input, before any is run: its fields, its model and cluster names, its
     GPU count and scalings (loads each model and cluster once)."""
-    from planner.specs.loaders import load_cluster, load_gpu, load_model
-
     models: set[str] = set()
     clusters: dict[tuple[str, int | None], ClusterSpec] = {}
     for pt in points:

@@ -16,14 +16,14 @@ from planner.specs.validate import format_validation_error
 from planner.specs.cluster import ClusterSpec, TopologyLevel
 from planner.specs.gpu import GPUSpec
 from planner.sweep.spec import Point, PointSpec
+from planner.procurement import catalog_templates, named_templates
+from planner.specs.loaders import load_cluster, load_gpu
 
 T = TypeVar("T", bound=Spec)
 
 
 def price_factor(gpu: GPUSpec, p: PointSpec) -> float:
     """``price`` times the ``price.<gpu>`` factor of this GPU type (names or aliases)."""
-    from planner.specs.loaders import load_gpu
-
     f = p.price
     for name, g in p.gpu_price.items():
         if load_gpu(name).name == gpu.name:
@@ -126,9 +126,6 @@ _GPU_AXES = {
 
 def _base_clusters(p: PointSpec) -> list[ClusterSpec]:
     """The unscaled clusters a point runs on: its cluster, or its procure templates."""
-    from planner.procurement import catalog_templates, named_templates
-    from planner.specs.loaders import load_cluster
-
     if p.command == "solve":
         return [load_cluster(p.cluster, p.gpus)] if p.cluster else []
     names = p.gpu_types.split(",") if p.gpu_types else None

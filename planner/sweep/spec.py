@@ -26,6 +26,7 @@ from planner.errors import InputError
 from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
 from planner.specs.validate import _short, validate
+from planner.specs.loaders import read_structured
 
 Command = Literal["solve", "procure"]
 #: the string a composite axis uses for the point's ``factor`` value
@@ -163,8 +164,6 @@ def _set(settings: dict[str, Any], name: str, value: Any, where: str) -> None:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """A sweep file (YAML or JSON), checked: unknown keys and fields are errors."""
-    from planner.specs.loaders import read_structured
-
     p = Path(path)
     if not (p.exists() or p.is_symlink()):  # read_structured names a FIFO, a link loop ...
         raise InputError(f"sweep file {str(path)!r}: no such file")

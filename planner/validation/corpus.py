@@ -42,6 +42,11 @@ from planner.specs.gpu import GPUSpec
 from planner.specs.plan import Plan
 from planner.specs.validate import validate
 from planner.validation.band import generation
+from planner.validation.korthikanti import FRAMEWORK, MODES, calibration_data, calibration_plan
+from planner.validation.torchtitan import FRAMEWORK as TORCHTITAN
+from planner.validation.torchtitan import (
+    plannable_runs, run_cluster, run_model, run_plan, torchtitan_data)
+from planner.validation.nemo import nemo_data, recipe_cluster, recipe_model, recipe_plan
 
 Metric = Literal["tokens_per_s_per_gpu", "iteration_time_s"]
 
@@ -205,8 +210,6 @@ CITE_KORTHIKANTI = ("Korthikanti et al., 'Reducing Activation Recomputation in L
 
 
 def _korthikanti_runs() -> list[Run]:
-    from planner.validation.korthikanti import FRAMEWORK, MODES, calibration_data, calibration_plan
-
     data = calibration_data()
     base = load_cluster("dgx-a100-superpod")
     out = []
@@ -222,8 +225,6 @@ def _korthikanti_runs() -> list[Run]:
 
 
 def _nemo_runs() -> list[Run]:
-    from planner.validation.nemo import nemo_data, recipe_cluster, recipe_model, recipe_plan
-
     data = nemo_data()
     out = []
     for row in data["rows"]:
@@ -236,9 +237,6 @@ def _nemo_runs() -> list[Run]:
 
 
 def _torchtitan_runs() -> list[Run]:
-    from planner.validation.torchtitan import (
-        FRAMEWORK, plannable_runs, run_cluster, run_model, run_plan, torchtitan_data)
-
     data = torchtitan_data()
     out = []
     for r in plannable_runs(data):
@@ -247,7 +245,7 @@ def _torchtitan_runs() -> list[Run]:
         plan = run_plan(r, model)
         # torchtitan logs local_batch x fsdp x seq tokens per step: the plan's global batch
         out.append(Run(r["name"], src, data["sources"][src], "torchtitan", "torchtitan",
-                       FRAMEWORK, model, run_cluster(r), plan, "tokens_per_s_per_gpu",
+                       TORCHTITAN, model, run_cluster(r), plan, "tokens_per_s_per_gpu",
                        float(r["measured_tps_per_gpu"]), "torchtitan_h100.yaml"))
     return out
 

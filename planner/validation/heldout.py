@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 from planner.validation import scaling
 from planner.validation.band import heldout_records
 from planner.validation.corpus import corpus_runs, gpu_bucket, seq_bucket
+from planner.validation.band import heldout_file
 
 #: How validate slices the held-out runs: label -> key of a record.
 REGIMES: dict[str, Callable[[dict[str, Any]], str]] = {
@@ -66,8 +67,6 @@ def heldout_report() -> dict[str, Any]:
 def stale_runs(tolerance: float = 5e-4) -> list[str]:
     """Corpus runs whose recorded shipped residual differs from the live one (or that the
     file does not list): the fit needs ``python tools/calibrate.py --write`` again."""
-    from planner.validation.band import heldout_file
-
     recorded = {r["run"]: r["residual"] for r in heldout_file()}
     out = []
     for run in corpus_runs():
@@ -81,7 +80,5 @@ def stale_runs(tolerance: float = 5e-4) -> list[str]:
 
 def infeasible_runs() -> list[dict[str, Any]]:
     """Published configurations the model says do not fit (each ran: a finding)."""
-    from planner.validation.band import heldout_file
-
     return [{"run": r["run"], "source": r["source"], "why": r["held_out"]}
             for r in heldout_file() if not r.get("feasible", True)]
