@@ -18,6 +18,7 @@ from planner.costmodel.dlrm.evaluate import DLRMEstimate, Loads, compose, evalua
 from planner.errors import InfeasibleError, InputError, ResourceError
 from planner.specs.cluster import ClusterSpec
 from planner.specs.dlrm import DLRMPlan, DLRMSpec
+from planner.costmodel.dlrm.model import dense_cost, usable_hbm_bytes
 
 #: HiGHS 1.12 claims optimality for a slower plan now and then, with either presolve
 #: setting: with it, a plan 6 % slower than the optimum on a 55-variable instance
@@ -360,8 +361,6 @@ def best_fit_plan(model: DLRMSpec, cluster: ClusterSpec, vm: DLRMVars,
     variables, or None when some copy fits nowhere."""
     import numpy as np
 
-    from planner.costmodel.dlrm.model import dense_cost, usable_hbm_bytes
-
     ln = links(model, cluster)
     cap = usable_hbm_bytes(cluster) - dense_cost(model, cluster).memory_bytes
     # each phase at least the average of every table's cheapest total work (a floor the
@@ -471,8 +470,6 @@ def work_bound_s(model: DLRMSpec, cluster: ClusterSpec) -> float:
     at least the total work of all ranks over the rank count (a sum of per-phase maxima is
     at least the sum of per-phase means), each table doing its least total work, plus the
     dense middle and the optimizer step."""
-    from planner.costmodel.dlrm.model import dense_cost
-
     ln = links(model, cluster)
 
     def work(o: Option) -> float:
@@ -506,8 +503,6 @@ def decode(model: DLRMSpec, vm: DLRMVars, values: list[int]) -> DLRMPlan:
 
 def _infeasible(model: DLRMSpec, cluster: ClusterSpec) -> InfeasibleError:
     """Why nothing fits: the least memory any plan needs on its fullest rank."""
-    from planner.costmodel.dlrm.model import dense_cost, usable_hbm_bytes
-
     ln = links(model, cluster)
     options = [table_options(model, cluster, i) for i in range(len(model.tables))]
     least = sum(t.count * min(o.cost.memory_bytes * (o.shards if o.scope != "node" else ln.node)

@@ -31,6 +31,8 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
 from planner.specs.validate import format_validation_error
+from planner.specs.loaders import framework_spelling
+from planner.specs.serve import WeightDtype
 
 SCALE = 10**6  # capacities in micro-requests/s
 OBJECTIVES = ("gpus", "cost", "energy", "throughput")
@@ -61,8 +63,6 @@ def weight_dtypes(text: str) -> tuple[str, ...]:
     """``--weight-dtypes`` (comma-separated) as the space's allow-list, checked."""
     from typing import get_args
 
-    from planner.specs.serve import WeightDtype
-
     known = get_args(WeightDtype)
     out = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
     bad = [t for t in out if t not in known]
@@ -76,8 +76,6 @@ def fixed_space(space: ServeSpace, fix: dict) -> ServeSpace:
     """``space`` with the fixed knobs pinned (checked against the spec's types)."""
     bad = sorted(set(fix) - set(FIXABLE))
     if bad:
-        from planner.specs.loaders import framework_spelling
-
         known = framework_spelling(bad[0])
         said = f" ({bad[0]} is {known} here)" if known in FIXABLE else ""
         raise InputError(f"--fix {bad[0]}: not a serving knob{said}; expected one of "

@@ -38,6 +38,7 @@ from planner.costmodel.compose import (
 from planner.costmodel.objective import TIME
 from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.specs.plan import Plan
+from planner.costmodel.train.batch import evaluate_columns, objective_values
 
 
 
@@ -293,8 +294,6 @@ def screened_objectives(tb: Tables, keys: list[Key], max_time_s: float | None = 
                         ) -> np.ndarray:
     """The objective of each plan by the vectorized evaluator (``inf`` where infeasible or,
     past the margin, slower than ``max_time_s``)."""
-    from planner.costmodel.train.batch import evaluate_columns, objective_values
-
     if not keys:
         return np.zeros(0)
     q = np.array([k[0] for k in keys], np.int64)

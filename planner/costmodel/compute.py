@@ -12,6 +12,7 @@ from planner.costmodel.constants import FLASH_BWD_FLOP_RATIO
 from planner.specs.gpu import GPUSpec
 from planner.specs.kernels import kernel_table
 from planner.specs.model import ModelSpec
+from planner.specs.loaders import load_gpu
 
 #: the kernel table's name for each attention backend a GPU efficiency may name
 #: (flash3 was not measured: it falls back to the fitted fractions)
@@ -34,8 +35,6 @@ def _table_dtype(table: str | None, dtype: str) -> str | None:
 @lru_cache(maxsize=None)
 def _table_gpu(table: str) -> GPUSpec:
     """The catalog GPU a kernel table was measured on (its peaks and bandwidth)."""
-    from planner.specs.loaders import load_gpu
-
     return load_gpu(kernel_table(table).gpu)
 
 

@@ -20,6 +20,8 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.framework import FrameworkProfile
 from planner.specs.model import ModelSpec
 from planner.specs.plan import WORLD_DIMS, Plan
+import planner.catalog as catalog
+from planner.specs.framework import load_framework
 
 
 @dataclass(frozen=True)
@@ -325,9 +327,6 @@ def violations(profile: FrameworkProfile, plan: Plan, model: ModelSpec,
 def catalog_violations(plan: Plan, model: ModelSpec, cluster: ClusterSpec
                        ) -> dict[str, list[Violation]]:
     """Every catalog framework with the rules ``plan`` breaks there (none: it runs)."""
-    import planner.catalog as catalog
-    from planner.specs.framework import load_framework
-
     return {name: violations(load_framework(name), plan, model, cluster)
             for name in catalog.names("frameworks")}
 

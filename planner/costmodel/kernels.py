@@ -34,12 +34,11 @@ from functools import lru_cache
 import numpy as np
 
 from planner.specs.kernels import KernelTable, Row
+from planner.specs.loaders import load_gpu
 
 
 @lru_cache(maxsize=None)
 def _catalog_gpu(name: str):
-    from planner.specs.loaders import load_gpu
-
     return load_gpu(name)
 
 

@@ -25,6 +25,12 @@ from planner.costmodel.attention import (
 from planner.costmodel.shapes import LayerCost, LayerShape, LayerStrategy, Net, local_dims
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
+from planner.costmodel.moe import (
+    moe_active_expert_params,
+    moe_ffn_flops_per_token,
+    moe_layer_cost,
+    moe_layer_params,
+)
 
 
 # ---- dimensions ----------------------------------------------------------------------
@@ -47,8 +53,6 @@ def layer_params(model: ModelSpec, layer_type: str, tp: int, ep: int = 1,
     """Parameters of one layer of ``layer_type`` held by one GPU (TP rank; for MoE layers
     also its EP/ETP shard of the experts). ``etp`` defaults to ``tp``."""
     if layer_type == "moe":
-        from planner.costmodel.moe import moe_layer_params
-
         return sum(moe_layer_params(model, tp, ep, etp or tp))
     return dense_layer_params(model, tp)
 
@@ -77,7 +81,6 @@ def active_params(model: ModelSpec) -> float:
     has 46.7B total, 12.9B active)."""
     if model.moe is None:
         return total_params(model)
-    from planner.costmodel.moe import moe_active_expert_params, moe_layer_params
 
     n = model.layer_counts().get("moe", 0)
     routed = moe_layer_params(model, 1, 1, 1)[1]
@@ -91,8 +94,6 @@ def layer_model_flops_per_token(model: ModelSpec, layer_type: str, seq: int) -> 
     h = model.hidden_size
     gemm = 2 * sum(n * k for _, _, n, k in attention_gemms(model, 1.0, 1))
     if layer_type == "moe":
-        from planner.costmodel.moe import moe_ffn_flops_per_token
-
         gemm += moe_ffn_flops_per_token(model)
     else:
         gemm += 2 * model.ffn_matrices * h * model.ffn_hidden_size
@@ -194,8 +195,6 @@ def layer_cost(model: ModelSpec, gpu: GPUSpec, net: Net, shape: LayerShape,
     """Cost of one layer (dense, or MoE when ``strat.layer_type == "moe"``) for one
     microbatch on one GPU."""
     if strat.layer_type == "moe":
-        from planner.costmodel.moe import moe_layer_cost
-
         return moe_layer_cost(model, gpu, net, shape, strat)
     dt = strat.dtype
     gemms = _gemms(model, shape)

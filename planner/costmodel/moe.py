@@ -45,6 +45,7 @@ from planner.costmodel.shapes import LayerCost, LayerShape, LayerStrategy, Net, 
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import DEFAULT_ORDER
+from planner.costmodel.network import combine, subgroup
 
 
 # ---- sizes ----------------------------------------------------------------------------
@@ -383,8 +384,6 @@ def expert_spans(tp_spans: tuple[int, ...], cp_spans: tuple[int, ...], dp_spans:
     the rest expert data parallelism). The EP group thus spans the attention's TP ranks
     when ``etp < tp`` (Qwen3-235B on H100: TP2, ETP1, EP32 = 32 consecutive ranks).
     """
-    from planner.costmodel.network import combine, subgroup
-
     stage = combine(tp_spans, cp_spans, dp_spans)
     edp = math.prod(stage) // (ep * etp)
     dims = [d for d in order if d in ("tp", "ep", "dp")]

@@ -20,6 +20,7 @@ from planner.errors import InputError
 from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
 from planner.specs.plan import WORLD_DIMS, Dim, Recompute
+from planner.specs.loaders import load_catalog_profile, reference
 
 ExportFormat = Literal["megatron", "megatron-bridge", "torchtitan", "deepspeed"]
 #: state options as profiles name them: which of the optimizer states and the ZeRO-3
@@ -249,7 +250,6 @@ def load_framework(ref: str | FrameworkProfile) -> FrameworkProfile:
     (:data:`planner.specs.requests.DEFAULT_FRAMEWORK`)."""
     if isinstance(ref, FrameworkProfile):
         return ref
-    from planner.specs.loaders import load_catalog_profile, reference
 
     return load_catalog_profile(FrameworkProfile, "frameworks", reference(ref, "framework"),
                                 "--framework", "framework", "a profile YAML file")

@@ -9,6 +9,7 @@ from pydantic import Field, PositiveFloat, model_validator
 
 from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
+import planner.catalog as catalog
 
 
 
@@ -91,8 +92,6 @@ class GPUSpec(Spec):
         if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
             raise ValueError("peak_tflops needs at least bf16 or fp16")
         if self.kernel_table is not None:
-            import planner.catalog as catalog
-
             have = sorted(p.stem for p in (catalog.catalog_root() / "kernels").glob("*.yaml"))
             if self.kernel_table not in have:
                 raise ValueError(f"kernel_table '{self.kernel_table}': no such measured table; "

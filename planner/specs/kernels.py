@@ -15,6 +15,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 import planner.catalog as catalog
 from planner.specs.base import Spec, notes_field
 from planner.specs.validate import validate
+from planner.specs.loaders import read_structured
 
 
 class Row(Spec):
@@ -136,6 +137,5 @@ def kernel_table(gpu_name: str) -> KernelTable | None:
     path = catalog.catalog_root() / "kernels" / f"{gpu_name}.yaml"
     if not path.is_file():
         return None
-    from planner.specs.loaders import read_structured
 
     return validate(KernelTable, read_structured(path), f"kernel table '{gpu_name}'")

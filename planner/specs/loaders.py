@@ -24,6 +24,7 @@ from planner.specs.model import ModelSpec
 from planner.specs.names import check_name
 from planner.specs.plan import Plan
 from planner.specs.validate import _short, validate
+from planner.specs.hf import is_hf_config, model_from_hf
 
 #: Limits on spec files: no model, cluster, plan or pricing file comes near them.
 MAX_FILE_BYTES = MAX_SPEC_BYTES
@@ -209,7 +210,6 @@ def load_model(ref: str) -> ModelSpec | DLRMSpec:
     if _looks_like_path(ref):
         path = Path(ref)
         data = read_structured(path)
-        from planner.specs.hf import is_hf_config, model_from_hf
 
         if is_hf_config(data):
             return model_from_hf(data, source=str(path))

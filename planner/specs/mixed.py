@@ -24,6 +24,8 @@ from planner.specs.base import Spec, notes_field
 from planner.specs.cluster import ClusterSpec, TopologyLevel
 from planner.specs.names import Name
 from planner.specs.plan import Plan
+from planner.specs.loaders import cluster_from_dict, load_cluster, read_structured
+from planner.specs.validate import validate
 
 
 class PoolLink(Spec):
@@ -156,9 +158,6 @@ def is_mixed(data: Any) -> bool:
 def mixed_from_dict(data: dict[str, Any], source: str) -> MixedClusterSpec:
     """A mixed cluster from a file's data: each pool's cluster resolved (catalog name,
     file or inline mapping) and resized to its ``num_gpus``."""
-    from planner.specs.loaders import cluster_from_dict, load_cluster
-    from planner.specs.validate import validate
-
     raw = validate(_MixedFile, data, source)
     pools = []
     for i, ref in enumerate(raw.pools):
@@ -179,8 +178,6 @@ def mixed_from_dict(data: dict[str, Any], source: str) -> MixedClusterSpec:
 
 def load_mixed_cluster(ref: str | Path) -> MixedClusterSpec:
     """A mixed cluster file (YAML or JSON with ``pools`` and ``join``)."""
-    from planner.specs.loaders import read_structured
-
     path = Path(ref)
     if not path.is_file():
         raise InputError(f"mixed cluster '{ref}': no such file")

@@ -12,6 +12,9 @@ from pydantic import Field
 from planner.errors import InputError
 from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name, check_name
+import planner.catalog as catalog
+from planner.catalog import catalog_root
+from planner.specs.loaders import read_structured, validate
 
 PricingMode = Literal["rent", "own"]
 HOURS_PER_YEAR = 8760.0
@@ -76,8 +79,6 @@ class PricingSpec(Spec):
 
 
 def default_pricing_path() -> Path:
-    from planner.catalog import catalog_root
-
     return catalog_root() / "pricing" / "default.yaml"
 
 
@@ -106,9 +107,6 @@ def load_pricing(path: str | None = None, mode: PricingMode | None = None,
                  overrides: dict[str, Any] | None = None) -> PricingSpec:
     """The shipped defaults, updated key by key from ``path`` (a pricing YAML), then from
     ``overrides``; ``mode`` last. GPU keys may be catalog names or aliases."""
-    import planner.catalog as catalog
-    from planner.specs.loaders import read_structured, validate
-
     data = read_structured(default_pricing_path())
     layers = []
     if path is not None:

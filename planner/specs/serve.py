@@ -9,6 +9,8 @@ from pydantic import Field, PositiveInt, model_validator
 
 from planner.specs.base import Spec, notes_field
 from planner.specs.names import Name
+from planner.errors import InputError
+from planner.specs.loaders import load_catalog_profile, reference
 
 WeightDtype = Literal["bf16", "fp8", "int4", "fp4"]
 KVDtype = Literal["bf16", "fp8"]
@@ -134,7 +136,6 @@ def load_engine(ref: "str | ServeEngine") -> ServeEngine:
     :data:`planner.specs.requests.DEFAULT_ENGINE`."""
     if isinstance(ref, ServeEngine):
         return ref
-    from planner.specs.loaders import load_catalog_profile, reference
 
     ref = reference(ref, "--engine")
     engine = load_catalog_profile(ServeEngine, "engines", ref, "--engine", "serving engine",
@@ -149,8 +150,6 @@ def check_cited(engine: ServeEngine, where: str) -> None:
     citation under a misspelt key, is refused (the class defaults are cited in this
     module). Objects built in code are not checked."""
     import difflib
-
-    from planner.errors import InputError
 
     for key in engine.sources:
         if key not in ENGINE_FIELDS:

@@ -18,6 +18,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from planner.errors import InputError
 from planner.specs.base import Spec
 from planner.specs.names import Name, check_name
+from planner.specs.loaders import read_structured
 
 
 class SiteSpec(Spec):
@@ -69,6 +70,4 @@ def inventory_from(data: Any, source: str = "inventory") -> InventorySpec:
 
 def load_inventory(path: str | Path) -> InventorySpec:
     """``inventory.yaml`` (or JSON): ``{cluster: GPUs owned}``."""
-    from planner.specs.loaders import read_structured
-
     return inventory_from(read_structured(Path(path)), str(path))

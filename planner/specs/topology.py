@@ -23,6 +23,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from planner.errors import InputError
 from planner.specs.validate import _short
 from planner.specs.base import Spec
+from planner.specs.units import parse_bandwidth_GBps
 
 _KINDS = {
     "ring": "ring", "ri": "ring", "r": "ring",
@@ -93,8 +94,6 @@ def _number(value: Any, what: str) -> float:
 def shorthand_levels(text: str, bandwidths_GBps: Any, latencies_us: Any = None,
                      efficiencies: Any = None) -> list[dict[str, Any]]:
     """Topology level mappings (``TopologyLevel`` fields) of a shorthand string."""
-    from planner.specs.units import parse_bandwidth_GBps
-
     dims = parse_shorthand(text)
     if bandwidths_GBps is None:
         raise InputError(f"topology '{text}': bandwidths_GBps is required, one per dimension "

@@ -44,6 +44,7 @@ from planner.costmodel.serve.step import (
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
+from planner.specs.loaders import load_gpu
 
 GiB = 2**30
 
@@ -143,7 +144,6 @@ def cluster_for(cluster: ClusterSpec, plan: ServePlan,
     own = next((c for c in others if _has_gpu(c, plan.gpu)), None)
     if own is not None:
         return own
-    from planner.specs.loaders import load_gpu
 
     return cluster.model_copy(update={"gpu": load_gpu(plan.gpu)})
 

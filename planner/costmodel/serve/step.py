@@ -28,6 +28,7 @@ from planner.specs.cluster import ClusterSpec
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
 from planner.specs.serve import ServeEngine, ServePlan
+from planner.costmodel.network import subgroup
 
 #: Bytes per weight. int4 weight-only (AWQ/GPTQ, W4A16) keeps one fp16 scale per group of
 #: 128 weights (Lin et al. 2024, AWQ, Sec. 4; TensorRT-LLM ``--group_size 128``); NVFP4
@@ -201,8 +202,6 @@ class ReplicaNet:
 
 def replica_net(cluster: ClusterSpec, plan: ServePlan,
                 engine: ServeEngine) -> ReplicaNet:
-    from planner.costmodel.network import subgroup
-
     tp, pp = replica_spans(cluster, plan.tp, plan.pp)
     return ReplicaNet(tuple(cluster.topology), tp, subgroup(tp, plan.ep), pp,
                       engine.collective_overhead_us * 1e-6, engine.fp8_act_quant_kernels)

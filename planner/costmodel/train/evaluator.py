@@ -75,6 +75,7 @@ from planner.specs.base import Spec
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
+from planner.costmodel.moe import shared_ffn
 
 TIME_KEYS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
              "dp_comm", "bubble", "optimizer", "straggler")
@@ -245,7 +246,6 @@ def _moe_structure(model: ModelSpec, plan: Plan) -> list[str]:
     if moe.expert_ffn_hidden_size % etp:
         r.append(f"expert_tp={etp} does not divide moe.expert_ffn_hidden_size="
                  f"{moe.expert_ffn_hidden_size}")
-    from planner.costmodel.moe import shared_ffn
 
     if shared_ffn(model) % plan.tp:
         r.append(f"tp={plan.tp} does not divide the shared experts' FFN width {shared_ffn(model)}")

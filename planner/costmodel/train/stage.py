@@ -16,6 +16,8 @@ from planner.costmodel.network import collective_time_s, p2p_time_s
 from planner.specs.cluster import TopologyLevel
 from planner.specs.gpu import GPUSpec
 from planner.specs.model import ModelSpec
+from planner.costmodel.layer import layer_params
+from planner.costmodel.moe import moe_layer_params
 
 
 @dataclass(frozen=True)
@@ -237,9 +239,6 @@ def stage_params_split(model: ModelSpec, tp: int, pp: int, layers: dict[str, int
                        ) -> tuple[float, float]:
     """(parameters sharded by ZeRO over dp x cp, routed-expert parameters sharded over
     the expert-data-parallel group) one GPU of a pipeline stage holds."""
-    from planner.costmodel.layer import layer_params
-    from planner.costmodel.moe import moe_layer_params
-
     own = sum(n * layer_params(model, t, tp) for t, n in layers.items() if t != "moe")
     experts = 0.0
     if layers.get("moe"):
@@ -266,8 +265,6 @@ def comm_buffer_bytes(model: ModelSpec, shape: LayerShape, zero: int,
                       layer_types: tuple[str, ...]) -> float:
     """Communication buffers: one layer's all-gathered activation under TP, and two layers
     of gathered weights prefetched under ZeRO 3 (PyTorch FSDP's default prefetch)."""
-    from planner.costmodel.layer import layer_params
-
     out = shape.tokens * model.hidden_size * C.ACT_BYTES if shape.tp > 1 else 0.0
     if zero == 3:
         out += 2 * max(layer_params(model, t, shape.tp, shape.ep, shape.etp)

@@ -31,6 +31,7 @@ from planner.costmodel.network import collective_time_s, combine, group_spans
 from planner.specs.cluster import ClusterSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
+from planner.costmodel.train.evaluator import prepare
 
 #: MAD-Max moves weights and gradients in the model's parameter precision (fp16/bf16).
 MADMAX_COMM_BYTES = 2.0
@@ -48,8 +49,6 @@ def two_stream_iteration(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
                          prefetch: Literal["madmax", "optimized"] = "madmax") -> StreamTimes:
     """One iteration of ``plan`` (zero_stage 0 = DDP, 3 = FSDP) replayed on MAD-Max's two
     streams."""
-    from planner.costmodel.train.evaluator import prepare  # local: the evaluator imports us not
-
     if plan.pp != 1 or plan.num_microbatches != 1:
         raise ValueError("the MAD-Max stream model needs pp = 1 and one microbatch per rank")
     if plan.zero_stage not in (0, 3):
