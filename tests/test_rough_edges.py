@@ -144,7 +144,7 @@ def test_heatmap_title_names_nf_only_when_a_cell_has_it(monkeypatch, tmp_path):
 @pytest.mark.parametrize("command, value", [("procure", "cost_usd"),
                                             ("solve", "iteration_time_s")])
 def test_sweep_heatmap_value_defaults_to_cost_for_procure(monkeypatch, command, value):
-    import planner.report.sweep as sw
+    import planner.cli.sweep as sw  # _plot looks plot_heatmap up in its own module
     from planner.cli.sweep import _plot
 
     seen = []
