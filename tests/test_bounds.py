@@ -26,11 +26,6 @@ MEGATRON = ["evaluate", "-m", "llama3-70b", "-c", "examples/superpod.yaml", "--f
 SERVE = ["serve", "-m", "llama3-70b", "-c", "dgx-h100-superpod", "--isl", "2048", "--osl", "256",
          "--fix", "kv_dtype=fp8", "--fix", "pp=1"]
 MEMORY_CAP_BYTES = 2 << 30
-START_UP_S = 8.0  # interpreter, imports and catalog loading on a busy 2-core machine
-#: ... and reading an input file and printing its answer, per MB of input (a 0.95 MB DLRM
-#: file: 2 s to read and validate, 1 s to print its 19,000 tables' plan, 3 s to start; up
-#: to four times that on a machine busy with other tests)
-IO_S_PER_MB = 16.0
 
 
 def _planner(args: list[str], timeout_s: float = 120) -> tuple[int, str, str, float]:
@@ -553,23 +548,19 @@ def _stated_overrun_s(err: str) -> float:
 
 @pytest.mark.slow(reason="hostile inputs through the CLI, one subprocess each, under a memory cap")
 def test_bounded_fuzz(tmp_path):
-    """Hostile inputs under 1 MB: exit 0, 1 or 2, never a traceback, within the memory cap,
-    and within the time limit plus 10 % or past it by no more than the command said on
-    stderr (plus the start-up allowance: interpreter, imports, reading the file)."""
+    """Hostile inputs under 1 MB: exit 0, 1 or 2, never a traceback, within the memory cap.
+    Wall time is printed, never asserted (it is the machine's load as much as the
+    command's); that a command past its limit says so is tests/test_reliability.py's."""
     runs = int(os.environ.get("PLANNER_BOUNDS_FUZZ", "0") or 0)  # a longer run, randomized
     rng = random.Random(None if runs else 31)
     failures, peak_rss_bytes, overruns_s = [], 0, [0.0]
     for k in range(runs or 12):
-        args, limit = _case(rng, tmp_path, k, bool(runs))
-        size_mb = (tmp_path / f"dlrm{k}.yaml").stat().st_size / 2**20 if k % 3 == 2 else 0.0
+        args, _ = _case(rng, tmp_path, k, bool(runs))
         code, _, err, wall, rss = _planner_rss(args)
         peak_rss_bytes = max(peak_rss_bytes, rss)
-        stated = _stated_overrun_s(err)
-        overruns_s.append(stated)
-        budget = ((max(limit * 1.1, limit + stated * 1.1) if limit else 20.0) + START_UP_S
-                  + IO_S_PER_MB * size_mb)
-        if code not in (0, 1, 2) or "Traceback" in err or wall > budget:
-            failures.append((args[-4:], code, round(wall, 2), round(budget, 2), err[-500:]))
+        overruns_s.append(_stated_overrun_s(err))
+        if code not in (0, 1, 2) or "Traceback" in err:
+            failures.append((args[-4:], code, round(wall, 2), err[-500:]))
             print("bounded fuzz failure:", failures[-1], flush=True)  # the assert cuts it
     print(f"bounded fuzz: {runs or 12} cases, {len(failures)} failures, peak resident "
           f"{peak_rss_bytes / 2**20:.0f} MiB, largest stated overrun {max(overruns_s):.2f} s")
