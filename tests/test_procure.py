@@ -93,14 +93,16 @@ def every_plan(instance: str, template_index: int, n: int) -> tuple[tuple[float,
 
 
 def brute_force(objective: str, limits: dict[str, float], pricing=None,
-                instance: str = "dense") -> float | None:
-    model, templates, counts = INSTANCES[instance]
+                instance: str = "dense", template_ids=None, counts=None) -> float | None:
+    """The optimum over every (template, count, plan) of the instance (or of the subset of
+    ``template_ids`` and ``counts``), each plan evaluated."""
+    model, templates, all_counts = INSTANCES[instance]
     pricing = pricing or load_pricing()
     iterations = TOKENS / (model.global_batch_size * model.seq_len)
     best = None
-    for i, tpl in enumerate(templates):
-        for n in counts:
-            metrics = option_metrics(tpl.resized(n), iterations, pricing)
+    for i in range(len(templates)) if template_ids is None else template_ids:
+        for n in all_counts if counts is None else counts:
+            metrics = option_metrics(templates[i].resized(n), iterations, pricing)
             for t, b in every_plan(instance, i, n):
                 vals = {m: metrics[m](t, b) for m in METRICS}
                 if meets(vals, limits):

@@ -17,14 +17,15 @@ from formulations.train.space import SearchSpace, SpaceOptions
 from planner.costmodel.train.batch import evaluate_columns, inner_columns
 from planner.costmodel.train.tables import build_tables
 from planner.errors import InfeasibleError
-from planner.procurement import METRICS, OBJECTIVE_METRIC, option_metrics, procure
+from planner.procurement import OBJECTIVE_METRIC, procure
 from planner.procurement.bounds import WorkTable, plan_bounds
-from planner.procurement.metrics import gemm_time_lower_bound_s, meets
+from planner.procurement.metrics import gemm_time_lower_bound_s
 from planner.specs.plan_base import model_defaults
 from planner.specs.pricing import load_pricing
 
 from conftest import small_cluster, tiny_model
 from test_procure import INSTANCES, OPTIONS, TOKENS, every_plan
+from test_procure import brute_force as procure_brute_force
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -92,18 +93,7 @@ def test_bounds_beat_the_gemm_bound():
 
 def brute_force(instance, template_ids, counts, objective, limits, pricing):
     """The optimum over every (template, count, plan) of the subset, each plan evaluated."""
-    model, templates, _ = INSTANCES[instance]
-    iterations = TOKENS / (model.global_batch_size * model.seq_len)
-    best = None
-    for i in template_ids:
-        for n in counts:
-            metrics = option_metrics(templates[i].resized(n), iterations, pricing)
-            for t, b in every_plan(instance, i, n):
-                vals = {m: metrics[m](t, b) for m in METRICS}
-                if meets(vals, limits):
-                    v = vals[OBJECTIVE_METRIC[objective]]
-                    best = v if best is None else min(best, v)
-    return best
+    return procure_brute_force(objective, limits, pricing, instance, template_ids, counts)
 
 
 def solve_subset(instance, template_ids, counts, objective, limits, pricing):
