@@ -35,6 +35,7 @@ def framework_efficiency(gpu: GPUSpec, profile: FrameworkProfile) -> dict[str, A
     update["sharded_overlap"] = profile.kernels.fsdp_prefetch
     update["loss_bytes_per_logit"] = LOSS_PEAK_BYTES_PER_LOGIT[profile.kernels.cross_entropy]
     update["moe_expert_host_us"] = profile.kernels.moe_expert_host_us
+    update["reduce_bucket_elements"] = profile.kernels.reduce_bucket_elements
     fit = profile.fit.get(gpu.name)
     if fit is not None:
         update["kernel_fraction"] = fit.kernel_fraction

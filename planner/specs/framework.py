@@ -74,6 +74,11 @@ class FrameworkKernels(Spec):
         "dispatcher's device-to-host sync (planner/costmodel/moe.py host_stall_s); 0: "
         "grouped expert kernels or CUDA graphs. A framework-level parameter fitted on the "
         "framework's MoE runs (tools/calibrate.py)")
+    reduce_bucket_elements: float = Field(
+        0.0, ge=0, description="elements of the gradient-reduction bucket the framework's "
+        "ZeRO optimizer allocates up front in the model's dtype, two with overlapped "
+        "ZeRO-1/2 reduction (DeepSpeed's reduce_bucket_size); 0: the gradients are reduced "
+        "in place (Megatron's grad buffer, FSDP2)")
     sources: dict[str, str] = Field(default_factory=dict, description="a citation per field")
 
 

@@ -54,6 +54,10 @@ class GPUEfficiency(Spec):
         "forward that the GPU waits for: the framework's (its profile's "
         "kernels.moe_expert_host_us); 0: the experts run as one grouped kernel launched "
         "ahead of the GPU (planner/costmodel/moe.py host_stall_s)")
+    reduce_bucket_elements: float = Field(
+        0.0, ge=0, description="elements of the gradient-reduction bucket allocated up front "
+        "in the model's dtype (the framework's: its profile's kernels.reduce_bucket_elements; "
+        "planner/costmodel/train/stage.py reduce_bucket_bytes); 0: none")
     loss_bytes_per_logit: float = Field(
         4.0, gt=0, description="HBM bytes per local logit live at the peak of the loss "
         "(the framework's: its profile's kernels.cross_entropy, "

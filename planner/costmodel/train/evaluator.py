@@ -64,6 +64,7 @@ from planner.costmodel.train.stage import (
     expert_dp_size,
     stage_params_split,
     comm_buffer_bytes,
+    reduce_bucket_bytes,
     embedding_cost,
     head_cost,
     optimizer_step_s,
@@ -523,6 +524,8 @@ def stage_result(model: ModelSpec, cluster: ClusterSpec, plan: Plan, st: Stage,
     shape = state_shape(model, plan.tp, plan.cp, plan.microbatch_size, plan.seq_len, plan.ep,
                         plan.etp)
     buffers = comm_buffer_bytes(model, shape, plan.zero_stage, tuple(st.layers) or model.layer_types)
+    buffers += reduce_bucket_bytes(gpu.efficiency.reduce_bucket_elements, plan.zero_stage, plan.dp,
+                                   plan.overlap_dp_grad_reduce, plan.dtype)
     mem = stage_memory(states.weights + states.gradients + states.optimizer, buffers, layer_act,
                        st.inflight_chunks, plan.virtual_stages, workspace,
                        head.act_bytes if st.head else 0.0, headroom_bytes(cluster))

@@ -261,6 +261,19 @@ def add_dp_comm(a: DPComm, b: DPComm) -> DPComm:
                   a.mb_bwd_s + b.mb_bwd_s)
 
 
+def reduce_bucket_bytes(elements: float, zero: int, dp: int, overlap_grad_reduce: bool,
+                        dtype: str) -> float:
+    """The gradient-reduction buckets a ZeRO optimizer allocates before the backward: one of
+    ``elements`` in the model's dtype, and a second with overlapped ZeRO-1/2 reduction over
+    more than one rank (DeepSpeed v0.18.0 ``stage_1_and_2.py`` ``backward_prologue``: buf_0,
+    and buf_1 ``if self.overlap_comm``; ``stage3.py`` one ``bucket.buffer`` per dtype). The
+    exporter sets ``overlap_comm`` from the plan's switch where dp > 1."""
+    if elements <= 0 or zero == 0:
+        return 0.0
+    count = 2 if zero in (1, 2) and overlap_grad_reduce and dp > 1 else 1
+    return count * elements * (4 if dtype == "fp32" else 2)
+
+
 def comm_buffer_bytes(model: ModelSpec, shape: LayerShape, zero: int,
                       layer_types: tuple[str, ...]) -> float:
     """Communication buffers: one layer's all-gathered activation under TP, and two layers

@@ -36,6 +36,7 @@ from planner.costmodel.pipeline import Stage, stage_layout
 from planner.costmodel.train.points import RECOMPUTE, STATES, Inner, Outer
 from planner.costmodel.train.stage import (
     comm_buffer_bytes,
+    reduce_bucket_bytes,
     dp_comm,
     embedding_cost,
     head_cost,
@@ -303,6 +304,8 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
                                                     "group_layers", "group_dp_units")}}
     shard, eshard = np.zeros(O, np.int64), np.zeros(O, np.int64)
     bufs: dict[tuple, float] = {}  # comm buffers by shape and ZeRO stage
+    bucket = ctx.cluster.gpu.efficiency.reduce_bucket_elements
+    ovl_grad = bool(getattr(ctx.base, "overlap_dp_grad_reduce", True))
     modes = getattr(space, "recompute_modes", None)  # per outer, where a framework limits them
     rows = _GroupRows(ctx, G)
     src = np.zeros(O, np.int64)  # per outer: its stage groups' row in rows
@@ -311,10 +314,11 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
         out["rc_point_ok"][oi] = [m in modes(o) for m in RECOMPUTE] if modes else True
         for k in space.state_options(o):
             z = STATES[k][0]
-            bk = (o.tp, o.cp, o.mbs, o.ep, o.etp, z)
+            bk = (o.tp, o.cp, o.mbs, o.ep, o.etp, z, o.dp > 1)
             if bk not in bufs:
                 shape = state_shape(model, o.tp, o.cp, o.mbs, ctx.seq, o.ep, o.etp)
-                bufs[bk] = comm_buffer_bytes(model, shape, z, types)
+                bufs[bk] = comm_buffer_bytes(model, shape, z, types) + reduce_bucket_bytes(
+                    bucket, z, o.dp, ovl_grad, ctx.dtype)
             out["state_ok"][oi, k], out["buffers_bytes"][oi, k] = True, bufs[bk]
         src[oi] = rows.row(groups[oi], (o.pp, o.v, ms[oi], o.uneven))
         out["group_params"][oi], out["group_expert_params"][oi], out["group_dp_units"][oi] = \
