@@ -91,6 +91,11 @@ class CorpusFile(Spec):
         None, gt=0, description="the inter-node bandwidth per GPU the source states, where it "
         "differs from the catalog cluster's outermost level (which it replaces)")
     network_why: str | None = Field(None, description="where the source states it")
+    sharded_overlap: bool | None = Field(
+        None, description="the source states that its sharded (ZeRO-3/FSDP) traffic is "
+        "scheduled behind compute every microbatch (GPUEfficiency.sharded_overlap), for a "
+        "framework no profile describes; null: the profile's, or the catalog GPU's")
+    sharded_overlap_why: str | None = Field(None, description="where the source states it")
     defaults: dict[str, Any] = Field(default_factory=dict, description="plan fields every run "
                                      "of the source states")
     assumed: dict[str, Any] = Field(default_factory=dict, description="plan fields no run "
@@ -189,6 +194,13 @@ def _file_runs(fname: str, f: CorpusFile) -> list[Run]:
             *inner, outer = cluster.topology
             cluster = cluster.model_copy(update={"topology": [*inner, outer.model_copy(
                 update={"bandwidth_GBps": f.network_GBps_per_gpu})]})
+        if f.sharded_overlap is not None:
+            if f.source.profile is not None:
+                raise InputError(f"{fname}: sharded_overlap is the profile's "
+                                 f"({f.source.profile}); state it only for a source without one")
+            eff = cluster.gpu.efficiency.model_copy(update={"sharded_overlap": f.sharded_overlap})
+            cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(
+                update={"efficiency": eff})})
         fields = {**f.defaults, **f.assumed, **r.plan, **r.assumed}
         if "dp" not in fields:
             per = fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
