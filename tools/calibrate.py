@@ -145,6 +145,23 @@ def best_point(results: list[tuple[list[float], dict[str, float]]],
     return min(results, key=lambda r: sum(abs(x) for x, k in zip(r[0], keep) if k))
 
 
+#: A run identifies a group's parameters when its residual moves by more than this across the
+#: grid (5 points of error); a held-out refit whose other sources offer fewer than
+#: ``IDENTIFYING_SOURCES`` sources of such runs is printed and recorded as weakly identified.
+MOVES = 0.05
+IDENTIFYING_SOURCES = 2
+
+
+def moving_runs(results: Sequence[tuple[list[float], dict[str, float]]], keep: Sequence[bool],
+                tol: float = MOVES) -> list[int]:
+    """The runs marked ``keep`` whose error over the grid ``results`` spans more than ``tol``:
+    the runs that can tell the grid points apart. The rest are indifferent to the parameters
+    (a dense run under the MoE host time, say), so a refit on them alone is set by noise or
+    by the grid's edge."""
+    return [i for i, k in enumerate(keep)
+            if k and max(e[i] for e, _ in results) - min(e[i] for e, _ in results) > tol]
+
+
 def grid_results(gen: str, runs: Sequence[Run]
                  ) -> tuple[list[tuple[list[float], dict[str, float]]], int]:
     """Every grid point of group ``gen`` that does not beat the cuBLASLt microbenchmark, with
@@ -181,10 +198,21 @@ def fit(gen: str, runs: Sequence[Run], everything: Sequence[Run]) -> tuple[dict,
     for src in sorted({r.source for r in runs}):
         mine = [r.source == src for r in runs]
         if not all(mine):
-            errs, _ = best_point(results, [not m for m in mine])
+            keep = [not m for m in mine]
+            errs, point = best_point(results, keep)
+            moving = moving_runs(results, keep)
+            n_src = len({runs[i].source for i in moving})
+            note = "group refitted without its source"
+            if n_src < IDENTIFYING_SOURCES:
+                # the other sources barely constrain the parameters: the refit is not a
+                # prediction from them, and the held-out residual says little
+                note += (f" (weakly identified: {len(moving)} runs from {n_src} sources move "
+                         f"by more than {MOVES:.0%} across the grid)")
+                print(f"held out {src}: refit at {point} is weakly identified: {len(moving)} "
+                      f"other runs from {n_src} sources move by more than {MOVES:.0%}")
             for i, m in enumerate(mine):
                 if m:
-                    held[i], how[i] = errs[i], "group refitted without its source"
+                    held[i], how[i] = errs[i], note
         elif gen in PROFILE_FIT_GROUPS:
             parent = gen.split(" ")[0]
             own = [r for r, m in zip(runs, mine) if m]
