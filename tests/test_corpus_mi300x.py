@@ -50,3 +50,20 @@ def test_mi300x_rows_are_the_published_tflops_over_the_scripts_flop_count():
             fpt = amd_benchmark_flops_per_token(32, 4096, 32, 8, 14336, 128256, r.seq_len)
         assert r.measured == pytest.approx(tflops * 1e12 / fpt, rel=1e-4)
     assert "amd-pytorch-training-v25.2" in sources()
+
+
+#: MLPerf Training v5.1 H200 runs: (global batch, median logged train_step_time in s, GPUs),
+#: read off the runs' MLLOG lines (see each corpus file's note)
+MLPERF_H200 = {"mlperf51-nebius-h200-llama31-405b-fp8-512": (1152, 50.011, 512),
+               "mlperf51-nebius-h200-llama31-405b-fp8-1024": (1152, 25.355, 1024),
+               "mlperf51-hpe-h200-llama31-8b-fp8-64": (32, 0.3532, 64)}
+
+
+def test_mlperf_h200_rows_are_the_logged_step_times():
+    runs = {r.name: r for f in ("corpus/mlperf51-nebius-h200.yaml", "corpus/mlperf51-hpe-h200.yaml")
+            for r in runs_from(f)}
+    assert set(runs) == set(MLPERF_H200)
+    for name, (gbs, step_s, gpus) in MLPERF_H200.items():
+        r = runs[name]
+        assert r.generation == "H200" and r.gpus == gpus and r.plan.global_batch_size == gbs
+        assert r.measured == pytest.approx(gbs * 8192 / step_s / gpus, rel=2e-4)
