@@ -54,13 +54,13 @@ def test_mi300x_rows_are_the_published_tflops_over_the_scripts_flop_count():
 
 #: MLPerf Training v5.1 H200 runs: (global batch, median logged train_step_time in s, GPUs),
 #: read off the runs' MLLOG lines (see each corpus file's note)
-MLPERF_H200 = {"mlperf51-nebius-h200-llama31-405b-fp8-512": (1152, 50.011, 512),
-               "mlperf51-nebius-h200-llama31-405b-fp8-1024": (1152, 25.355, 1024),
+MLPERF_H200 = {"mlperf50-nebius-h200-llama31-405b-fp8-512": (1152, 50.011, 512),
+               "mlperf50-nebius-h200-llama31-405b-fp8-1024": (1152, 25.355, 1024),
                "mlperf51-hpe-h200-llama31-8b-fp8-64": (32, 0.3532, 64)}
 
 
 def test_mlperf_h200_rows_are_the_logged_step_times():
-    runs = {r.name: r for f in ("corpus/mlperf51-nebius-h200.yaml", "corpus/mlperf51-hpe-h200.yaml")
+    runs = {r.name: r for f in ("corpus/mlperf50-nebius-h200.yaml", "corpus/mlperf51-hpe-h200.yaml")
             for r in runs_from(f)}
     assert set(runs) == set(MLPERF_H200)
     for name, (gbs, step_s, gpus) in MLPERF_H200.items():
