@@ -257,7 +257,8 @@ def record(r: Run, shipped: float | None, held: float | None, how: str,
 #: Where each group's point is written: GPU files (their ``efficiency``), or a profile's
 #: ``fit`` on a GPU (``profile:gpu``). The A100 40 GB is the same silicon as the 80 GB.
 TARGETS = {"A100": ("gpus/a100-sxm-80gb.yaml", "gpus/a100-sxm-40gb.yaml"),
-           "H100": ("gpus/h100-sxm.yaml",), "B200": ("gpus/b200.yaml",),
+           "H100": ("gpus/h100-sxm.yaml", "gpus/h200.yaml"),
+           "B200": ("gpus/b200.yaml", "gpus/gb200.yaml"),
            "H100 torchtitan": ("frameworks/torchtitan.yaml:h100-sxm",),
            "A100 megatron-core": ("frameworks/megatron-core.yaml:a100-sxm-80gb",),
            "MoE megatron": ("frameworks/megatron-core.yaml#kernels",

@@ -309,7 +309,11 @@ def seq_bucket(seq_len: int) -> str:
 
 
 #: GPU catalog name -> the fit group of its own efficiency parameters (tools/calibrate.py).
-GPU_GROUPS: dict[str, str] = {"a100-sxm-80gb": "A100", "h100-sxm": "H100", "b200": "B200"}
+#: a GPU's fit group: the H200 is the H100's die at the same 700 W, the GB200 the B200's die
+#: (each reads its own kernel table or its sibling's at its own peaks), so one framework-level
+#: fit covers both, fitted on both GPUs' runs
+GPU_GROUPS: dict[str, str] = {"a100-sxm-80gb": "A100", "h100-sxm": "H100", "h200": "H100",
+                              "b200": "B200", "gb200": "B200"}
 
 
 def fit_group(run: Run) -> str | None:
