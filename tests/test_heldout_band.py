@@ -95,7 +95,9 @@ def test_fit_groups_follow_what_a_prediction_reads():
     assert by["mosaicml-a100-mpt-7b-8"] == "A100"
     assert by["tt-8b-8gpu-fsdp"] == "H100 torchtitan"
     assert by["nemo2407-h100-llama2-7b-8"] == "H100"
-    assert by["nemo2504-gb200-llama3-8b"] is None  # no fit reads the GB200
+    assert by["nemo2504-gb200-llama3-8b"] == "B200"  # the same die: one fit
+    assert by["mlperf51-hpe-h200-llama31-8b-fp8-64"] == "H100"
+    assert by["amd-pt2502-mi300x-llama31-8b-bf16-8k"] is None  # no fit reads the MI300X
 
 
 def test_holding_a_source_out_refits_without_it():
