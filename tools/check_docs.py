@@ -1449,12 +1449,14 @@ FIGURES: tuple[Figure, ...] = (
 def stale(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> list[str]:
     """One line per figure whose text the document under ``root`` does not hold."""
     out = []
+    # line breaks and indentation in prose are the document's, not the figure's
+    # a quote marker inside a registered sentence is markup, not its text
+    # (each document read once: the registry is long)
+    held = {doc: " ".join(QUOTE.sub(" ", (root / doc).read_text(encoding="utf-8")).split())
+            for doc in {f.doc for f in figures}}
     for f in figures:
         want = f.text()
-        # line breaks and indentation in prose are the document's, not the figure's
-        # a quote marker inside a registered sentence is markup, not its text
-        if " ".join(want.split()) not in " ".join(QUOTE.sub(" ", (root / f.doc).read_text(
-                encoding="utf-8")).split()):
+        if " ".join(want.split()) not in held[f.doc]:
             out.append(f"{f.doc}: expected {want!r} (from `{f.command}`); re-run it and copy "
                        "the figure")
     return out
