@@ -22,7 +22,8 @@ for the columns headed ``paper``). A wall-clock timing cannot be re-run to the d
 quoted from the run that measured it. The rules are at ``UNIT_FIGURE`` below.
 
 Every figure here comes from a command of a few seconds (``planner validate``, the held-out
-benchmarks, solves of a second or two through ``planner.solve``, the catalog), so
+benchmarks, solves of a second or two through ``planner.solve``, the catalog, the seed
+papers' reproductions through their tests' own helpers and the two seed sweeps), so
 ``tests/test_check_docs.py`` checks them all on every test run; each command runs once, its
 figures share the result.
 """
@@ -680,7 +681,8 @@ def seed_test(name: str) -> Any:
     tests = str(ROOT / "tests")
     if tests not in sys.path:
         sys.path.insert(0, tests)
-    spec = importlib.util.spec_from_file_location(f"check_docs_{name}", ROOT / "tests" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"check_docs_{name}",
+                                                  ROOT / "tests" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up by name
@@ -1060,11 +1062,10 @@ def madmax(what: str) -> Any:
 
 def _madmax_gemm() -> str:
     from planner.specs.kernels import kernel_table
-    from planner.specs.loaders import load_gpu
 
     bd = madmax("FSDP").time_breakdown_s
-    gpu = load_gpu("a100-sxm-80gb")
-    table = kernel_table("a100-sxm-80gb")
+    gpu = seed_test("test_seeds_madmax").madmax_cluster().gpu
+    table = kernel_table(gpu.kernel_table)
     fastest = max(r.tflops for r in table.gemm if r.dtype == "fp16") / gpu.peak_tflops["fp16"]
     return (f"ours ({bd['forward'] + bd['backward']:.2f} s) is no slower than it and no faster "
             f"than every GEMM at the fastest published speed ({9.72 * 0.705 / fastest:.2f} s)")
@@ -1113,7 +1114,8 @@ def _madmax_adam() -> str:
     return (f"which for a full GPT-3 replica under DDP is {d.time_breakdown_s['optimizer']:.1f} s "
             f"per iteration; and, like MAD-Max's measurements, it charges FSDP's per-microbatch "
             f"gathers and reduce-scatters in full (`compose.SHARDED_MICROBATCH_OVERLAP`, which "
-            f"MosaicML's published FSDP runs also support: `benchmarks/bench_heldout_mosaicml.py`). "
+            f"MosaicML's published FSDP runs also support: "
+            f"`benchmarks/bench_heldout_mosaicml.py`). "
             f"With those, (TP,DDP) beats FSDP by {s['(TP,DDP)']:.2f}x and DDP {ddp} "
             f"({n['DDP']:.2f}x without the Adam step)")
 
@@ -1132,6 +1134,9 @@ def _madmax_tp256() -> str:
 
 
 # MAD-Max DLRM (tests/test_dlrm.py): Table I on zionex-128, and RAMP's 256-GPU DLRM
+DLRM_FAST_GBps = 100  # the faster inter-node level of test_faster_network_speeds_up_...
+
+
 @lru_cache(maxsize=None)
 def dlrm_solved(model: str, cluster: str = "zionex-128", fast: bool = False) -> Any:
     from formulations.dlrm.search import solve_sharding
@@ -1142,7 +1147,7 @@ def dlrm_solved(model: str, cluster: str = "zionex-128", fast: bool = False) -> 
          load_cluster(str(ROOT / cluster) if "/" in cluster else cluster, 256))
     if fast:  # test_faster_network_speeds_up_network_bound_dlrm_a_most's network
         c = c.model_copy(update={"topology": [c.topology[0], c.topology[1].model_copy(
-            update={"bandwidth_GBps": 4 * c.topology[1].bandwidth_GBps})]})
+            update={"bandwidth_GBps": DLRM_FAST_GBps})]})
     s = solve_sharding(load_model(model), c, "cpsat", 60 if cluster == "zionex-128" else 30)
     if s.status != "optimal":
         raise RuntimeError(f"solve_sharding({model}, {cluster}) ended {s.status!r}")
@@ -1166,9 +1171,13 @@ def _dlrm_bound() -> str:
 
 
 def _dlrm_fast() -> str:
+    from planner.specs.loaders import load_cluster
+
+    x = DLRM_FAST_GBps / load_cluster("zionex-128").topology[1].bandwidth_GBps
     g = {m: dlrm_solved(m, fast=True).samples_per_s / dlrm_solved(m).samples_per_s
          for m in ("dlrm-a", "dlrm-b")}
-    return f"4x inter-node bandwidth: DLRM-A {g['dlrm-a']:.2f}x, DLRM-B {g['dlrm-b']:.2f}x"
+    return (f"{x:.0f}x inter-node bandwidth: DLRM-A {g['dlrm-a']:.2f}x, DLRM-B "
+            f"{g['dlrm-b']:.2f}x")
 
 
 def _dlrm_ramp() -> str:
@@ -1339,6 +1348,9 @@ def _madmax_bottleneck() -> str:
             f"{s['memory']:.0f} % and bubble {s['bubble']:.0f} %")
 
 
+THEMIS_TEST = "test_themis_balances_multi_dimensional_allreduce_like_wafer_scale"
+
+
 def _seed(text: Callable[[], str], command: str) -> Figure:
     return Figure(SEEDS_DOC, command, text)
 
@@ -1350,10 +1362,8 @@ SEEDS_FIGURES: tuple[Figure, ...] = (
             "--latencies 0.02 --op allreduce --size 1GiB") for a in (2, 4, 8, 16)),
     _seed(lambda: f"| {astra_us(2, 16) / astra_us(8):.2f}× | 1% |",
           "tests/test_networks.py::test_table3_wafer_scale_speedup"),
-    _seed(_cell(_astra_wafer), "test_themis_balances_multi_dimensional_allreduce_like_wafer_scale"),
-    _seed(_cell(_astra_themis), "test_themis_balances_multi_dimensional_allreduce_like_wafer_scale"),
-    _seed(_cell(_astra_equal_bw), "test_themis_balances_multi_dimensional_allreduce_like_wafer_scale"),
-    _seed(_cell(_astra_conv4d), "test_themis_balances_multi_dimensional_allreduce_like_wafer_scale"),
+    *(_seed(_cell(f), f"tests/test_networks.py::{THEMIS_TEST}")
+      for f in (_astra_wafer, _astra_themis, _astra_equal_bw, _astra_conv4d)),
     _seed(_cell(_astra_dlrm_row), "test_astra_sim_dlrm_conventional_with_themis_near_wafer_scale"),
     _seed(_astra_dlrm_a2a, "test_astra_sim_dlrm_conventional_with_themis_near_wafer_scale"),
     _seed(_astra_units, "planner collective -t 'Ring(2)_FC(8)_Ring(8)_Switch(4)' -b "
@@ -1383,15 +1393,18 @@ SEEDS_FIGURES: tuple[Figure, ...] = (
           "(and its rows with attention=flash)"),
     *(_seed(_madmax_row(s), "tests/test_seeds_madmax.py (stream model and default)")
       for s in ("DDP", "(TP,DDP)", "(DDP,TP)")),
-    _seed(_madmax_fsdp, "tests/test_seeds_madmax.py::test_strategy_ratios_with_madmax_stream_model"),
+    _seed(_madmax_fsdp,
+          "tests/test_seeds_madmax.py::test_strategy_ratios_with_madmax_stream_model"),
     _seed(_madmax_gemm_row, "tests/test_seeds_madmax.py::test_gemm_time_matches_madmax"),
     _seed(_madmax_memory, "tests/test_seeds_madmax.py::test_memory_validity_labels"),
-    _seed(_madmax_prefetch, "tests/test_seeds_madmax.py::test_optimized_prefetch_shrinks_the_gains"),
+    _seed(_madmax_prefetch,
+          "tests/test_seeds_madmax.py::test_optimized_prefetch_shrinks_the_gains"),
     _seed(_madmax_adam, "tests/test_seeds_madmax.py::test_default_model_follows_madmax_ranking"),
     _seed(_madmax_tp256, "tests/test_seeds_madmax.py::test_order_matters_tp_inside_the_node"),
     _seed(_cell(_dlrm_table_i("dlrm-a", 1.2e6)), "tests/test_dlrm.py::test_madmax_table_i"),
     _seed(_cell(_dlrm_table_i("dlrm-b", 3.4e6)), "tests/test_dlrm.py::test_madmax_table_i"),
-    _seed(_cell(_dlrm_bound), "tests/test_dlrm.py::test_dlrm_a_is_network_bound_and_b_lookup_bound"),
+    _seed(_cell(_dlrm_bound),
+          "tests/test_dlrm.py::test_dlrm_a_is_network_bound_and_b_lookup_bound"),
     _seed(_cell(_dlrm_fast),
           "tests/test_dlrm.py::test_faster_network_speeds_up_network_bound_dlrm_a_most"),
     _seed(_cell(_dlrm_ramp), "tests/test_dlrm.py::test_ramp_dlrm_speedup_over_fat_tree"),
