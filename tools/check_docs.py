@@ -1128,9 +1128,18 @@ def _madmax_tp256() -> str:
     act = plan.microbatch_size * plan.seq_len * m.hidden_size * 2  # fp16 activations
     ib = mm.madmax_cluster().topology[-1]
     tp_s = madmax("(DDP,TP)").time_breakdown_s["tp_comm"]
+    # MAD-Max's rule (its released code): the bytes over its 60 GB/s "mixed" bandwidth
+    madmax_s = act * 4 * m.num_layers / MADMAX_MIXED_GBps / 1e9
     return (f"TP 256 across nodes all-reduces {act / 1e9:.1f} GB of activations four times per "
             f"layer. Our ring over 256 nodes moves 2(n−1)/n of it at the per-GPU "
-            f"{ib.bandwidth_GBps * ib.efficiency:.1f} GB/s ({tp_s:.0f} s per iteration)")
+            f"{ib.bandwidth_GBps * ib.efficiency:.1f} GB/s ({tp_s:.0f} s per iteration); MAD-Max "
+            f"divides the bytes by a calibrated {MADMAX_MIXED_GBps} GB/s \"mixed\" NVLink/IB "
+            f"bandwidth with no (n−1)/n term ({madmax_s:.0f} s)")
+
+
+#: MAD-Max's all-reduce bandwidth on dc_A_2048 (released code, facebookresearch/ScaleExplorer
+#: madmax/: 0.7254 x 7.0 + 0.2746 x 200.0 GB/s), quoted in docs/seeds.md
+MADMAX_MIXED_GBps = 60
 
 
 # MAD-Max DLRM (tests/test_dlrm.py): Table I on zionex-128, and RAMP's 256-GPU DLRM
