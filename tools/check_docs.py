@@ -999,7 +999,47 @@ def _madmax_within() -> str:
 
 def _criteo_row() -> str:
     s = dlrm_solved("criteo-dlrm", "dgx-a100-superpod", 8)
-    return (f"--gpus 8`) | {1e3 * s.estimate.iteration_time_s:.2f} ms, proven optimal")
+    return f"| — | — | {1e3 * s.estimate.iteration_time_s:.2f} ms, proven optimal"
+
+
+#: docs/dlrm.md's Scale table: benchmarks/bench_dlrm.py's random instances (tables, GPUs on
+#: zionex-128, the row's command)
+SCALE_ROWS = ((20, 16, "bench_dlrm.py --tables 20 --gpus 16"), (100, 128, "--tables 100"),
+              (500, 128, "python benchmarks/bench_dlrm.py --time-limit 10"))
+
+
+@lru_cache(maxsize=None)
+def scale_bounds(tables: int, gpus: int) -> tuple[float, float, float]:
+    """bench_dlrm.py's instance of ``tables`` random tables (seed 0) on ``gpus`` of
+    zionex-128: the rank-aggregated LP bound, the work bound and TorchRec's greedy
+    partitioner's iteration time (what the benchmark prints as lower_bound_ms where the LP
+    is the best bound, and greedy_iteration_ms): deterministic, under a second."""
+    if str(ROOT / "benchmarks") not in sys.path:  # bench_dlrm imports its folder's _timing
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_dlrm import greedy, model
+    from formulations.dlrm.bound import lp_bound_s
+    from formulations.dlrm.search import work_bound_s
+    from planner.costmodel.dlrm.evaluate import evaluate_dlrm
+    from planner.specs.loaders import load_cluster
+
+    m, c = model(tables, 0), load_cluster("zionex-128", gpus)
+    lp = lp_bound_s(m, c)
+    if lp is None:
+        raise RuntimeError(f"bench_dlrm's {tables} tables on {gpus} GPUs: the LP has no bound")
+    return lp, work_bound_s(m, c), evaluate_dlrm(m, c, greedy(m, c)).iteration_time_s
+
+
+def _scale_row(tables: int, gpus: int, cmd: str) -> Callable[[], str]:
+    def text() -> str:
+        lp, _, g = scale_bounds(tables, gpus)
+        return f"(`{cmd}`) | {1e3 * lp:.3f} ms | {1e3 * g:.3f} ms |"
+    return text
+
+
+def _lp_prose() -> str:
+    (lp5, w5, _), (lp1, w1, _) = scale_bounds(500, 128), scale_bounds(100, 128)
+    return (f"It is {1e3 * lp5:.3f} ms at 500 tables (the work bound {1e3 * w5:.3f}), "
+            f"{1e3 * lp1:.3f} ms at 100 tables (work bound {1e3 * w1:.3f}")
 
 
 DLRM_DOC: tuple[Figure, ...] = (  # docs/dlrm.md: every command below runs in a few seconds
@@ -1023,6 +1063,13 @@ DLRM_DOC: tuple[Figure, ...] = (  # docs/dlrm.md: every command below runs in a 
     Figure("docs/dlrm.md", "python benchmarks/bench_heldout_dlrm.py", _heldout_dlrm_gain),
     Figure("docs/dlrm.md", "planner solve -m criteo-dlrm -c dgx-a100-superpod --gpus 8",
            _criteo_row),
+    *(Figure("docs/dlrm.md", f"python benchmarks/bench_dlrm.py --tables {t} --gpus {g} "
+             "(lower_bound_ms, greedy_iteration_ms)", _scale_row(t, g, cmd))
+      for t, g, cmd in SCALE_ROWS),
+    Figure("docs/dlrm.md", "formulations/dlrm/bound.py, work_bound_s on bench_dlrm's instances",
+           _lp_prose),
+    Figure("docs/dlrm.md", "formulations/dlrm/bound.py on bench_dlrm.py --tables 20 --gpus 16",
+           lambda: f"(the LP above: {1e3 * scale_bounds(20, 16)[0]:.3f})"),
     Figure("docs/dlrm.md", "docs/dlrm.md's backward deduplication (uniform ids)",
            lambda: f"only ~{100 * _unique_share('dlrm-b'):.0f}% of DLRM-B's updates are "
                    "unique rows"),
