@@ -675,9 +675,9 @@ def minus(text: str) -> str:
     return text.replace("-", "−")
 
 
-def dpct(x: float, sign: bool = True) -> str:
-    """A fraction as docs/dlrm.md prints it: ``−15.9%``."""
-    return minus(f"{100 * x:+.1f}%" if sign else f"{100 * x:.1f}%")
+def dpct(x: float) -> str:
+    """A signed fraction as docs/dlrm.md prints it: ``−15.9%``."""
+    return minus(f"{100 * x:+.1f}%")
 
 
 @lru_cache(maxsize=None)
@@ -697,7 +697,8 @@ def dlrm_solved(model: str, cluster: str, gpus: int | None = None) -> Any:
 @lru_cache(maxsize=None)
 def madmax(model: str) -> dict[str, Any]:
     """One MAD-Max seed on zionex-128: its spec, the optimum's plan and estimate, the dense
-    all-reduce that floors the backward lookups, and per rank the tables and lookups."""
+    all-reduce that floors the backward lookups, and per rank the tables and lookups (the
+    seeds are one table entry with copies, table-wise)."""
     from planner.costmodel.dlrm.model import dense_cost, links
     from planner.specs.loaders import load_cluster, load_model
 
@@ -736,14 +737,13 @@ def _pieces(model: str, line_rate: bool) -> tuple[float, float, float, float, fl
 
 def lookup_time(model: str, f: float, line_rate: bool = False, hide_optimizer: bool = False,
                 id_bytes: int = 0) -> float:
-    """The optimum's iteration time with the lookups at ``f`` of HBM bandwidth (a lookup
-    phase is bytes / (HBM bandwidth x f): it scales as 1/f, the backward one floored by the
-    dense all-reduce), optionally with the RoCE at line rate, the optimizer step hidden,
-    or the ids' all-to-all (``id_bytes`` per id) added, not pipelined."""
-    from planner.specs.loaders import load_gpu
-
+    """The iteration time of the optimum's plan (held fixed) with the lookups at ``f`` of
+    HBM bandwidth (a lookup phase is bytes / (HBM bandwidth x f): it scales as 1/f, the
+    backward one floored by the dense all-reduce), optionally with the RoCE at line rate,
+    the optimizer step hidden, or the ids' all-to-all (``id_bytes`` per id) added, not
+    pipelined."""
     rest, fwd, bwd, ar_s, opt = _pieces(model, line_rate)
-    f0 = load_gpu("a100-sxm-40gb").efficiency.embedding_lookup_fraction
+    f0 = madmax(model)["c"].gpu.efficiency.embedding_lookup_fraction
     ids = id_bytes * madmax(model)["lookups_per_rank"] * madmax(model)["a2a_s_per_B"]
     return (rest + (0.0 if hide_optimizer else opt) + ids + fwd * f0 / f
             + max(bwd * f0 / f, ar_s))
@@ -756,8 +756,10 @@ def _error(model: str, t: float) -> float:
 
 def _solve_f(g: Callable[[float], float]) -> float:
     """Where the increasing function ``g`` of the lookup fraction crosses 0 (bisection on
-    log f between 0.01 and 100)."""
+    log f between 0.01 and 100); infinity where no lookup rate gets there."""
     lo, hi = 0.01, 100.0
+    if g(hi) < 0:
+        return float("inf")
     for _ in range(60):
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if g(mid) < 0 else (lo, mid)
@@ -780,7 +782,8 @@ def needs(**kw: Any) -> tuple[float, float, float, float, float]:
 def needs_f(**kw: Any) -> tuple[str, str, str]:
     """``needs`` as the mechanism table's three cells."""
     a, b, both, ea, eb = needs(**kw)
-    return f"≥ {a:.3f}", f"≤ {b:.3f}", f"{both:.3f}: {dpct(ea)}, {dpct(eb)}"
+    return ("none" if a == float("inf") else f"≥ {a:.3f}", f"≤ {b:.3f}",
+            f"{both:.3f}: {dpct(ea)}, {dpct(eb)}")
 
 
 def _ms(x: float, sign: bool = False) -> str:
@@ -817,8 +820,8 @@ def _madmax_targets() -> str:
         rate = measured * (1 + sign * MADMAX_TARGET)
         return 1e3 * madmax(model)["m"].global_batch_size / rate, rate / 1e6
     (ta, ra), (tb, rb) = t("dlrm-a", -1), t("dlrm-b", 1)
-    return (f"Targets: DLRM-A ≤ {ta:.2f} ms per 64K batch (≥ {ra:.2f} MQPS), DLRM-B ≥ {tb:.2f} "
-            f"ms per 256K (≤ {rb:.2f} MQPS).")
+    return (f"Targets: DLRM-A ≤ {ta:.2f} ms per 64K batch (≥ {ra:.2f} MQPS), DLRM-B ≥ "
+            f"{tb:.2f} ms per 256K (≤ {rb:.2f} MQPS).")
 
 
 def _madmax_a2a() -> str:
@@ -949,8 +952,9 @@ def mechanism_table() -> str:
 
 
 #: bench_heldout_dlrm's rows: GPUs, model size, precision as it prints them
-HELDOUT_DLRM_ROW = re.compile(r"^(?P<run>\d+ GPU, \d+ GB, \w+)\s+(?P<pub>[\d,]+)\s+(?P<opt>[\d,]+)\s+"
-                              r"(?P<err>[-+\d.]+)%\s+(?P<nv>[\d,]+)\s+(?P<nverr>[-+\d.]+)%$", re.M)
+HELDOUT_DLRM_ROW = re.compile(r"^(?P<run>\d+ GPU, \d+ GB, \w+)\s+(?P<pub>[\d,]+)\s+"
+                              r"(?P<opt>[\d,]+)\s+(?P<err>[-+\d.]+)%\s+(?P<nv>[\d,]+)\s+"
+                              r"(?P<nverr>[-+\d.]+)%$", re.M)
 
 
 def heldout_dlrm_rows() -> list[dict[str, str]]:
