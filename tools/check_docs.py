@@ -663,6 +663,31 @@ SOLVES: tuple[Figure, ...] = (
 )
 
 
+# ---- docs/serving.md, docs/cost-model.md, docs/procure.md, docs/moe-long-context.md,
+# ---- docs/mixed.md, docs/formats.md (issue 37, item 6: every figure accounted for)
+
+
+def _band_level() -> str:
+    """docs/formats.md: the coverage of the expected-error band (planner.validation.band)."""
+    from planner.validation.band import LEVEL
+
+    return f"({100 * LEVEL:.0f} %, from runs held out by source near this regime)"
+
+
+def _similar_scale() -> str:
+    """docs/formats.md: how far a published run's GPU count may be from the answer's to be
+    similar (planner.validation.trust.similar_runs)."""
+    from planner.validation.trust import SCALE_FACTOR
+
+    return f"within {SCALE_FACTOR:g}x GPUs"
+
+
+REST_DOCS: tuple[Figure, ...] = (
+    Figure("docs/formats.md", "planner.validation.band.LEVEL", _band_level),
+    Figure("docs/formats.md", "planner.validation.trust.SCALE_FACTOR", _similar_scale),
+)
+# ---- end of docs/serving.md ... docs/formats.md
+
 REGIME_LABELS = ("framework x generation", "GPU count", "sequence length", "precision",
                  "dense / MoE")
 FIGURES: tuple[Figure, ...] = (
@@ -695,6 +720,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("docs/validation.md", "python benchmarks/bench_heldout_torchtitan.py",
            _torchtitan_mape),
     *SOLVES,
+    *REST_DOCS,
 )
 
 
