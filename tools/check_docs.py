@@ -682,9 +682,47 @@ def _similar_scale() -> str:
     return f"within {SCALE_FACTOR:g}x GPUs"
 
 
+#: docs/mixed.md's worked example: Llama 3 70B on examples/mixed-h100-a100.yaml, and the
+#: mixed plan ``python examples/solve_mixed.py`` returns (its whole search takes ~40 s, so
+#: the check evaluates that plan and solves the H100 pool alone, as solve_mixed's part 1 does)
+MIXED = ("llama3-70b", "examples/mixed-h100-a100.yaml")
+MIXED_PLAN = {"plan": {"tp": 8, "pp": 2, "dp": 64, "microbatch_size": 1,
+                       "global_batch_size": 512, "seq_len": 8192, "sequence_parallel": True,
+                       "zero_stage": 1},
+              "stages": [{"pool": "a100", "layers": 20}, {"pool": "h100", "layers": 60}]}
+
+
+def _mixed() -> str:
+    from planner import api
+    from planner.orchestration.train import solve
+    from planner.specs.loaders import load_model
+
+    mc = api.load_mixed_cluster(MIXED[1])
+    m = load_model(MIXED[0])
+    e = api.evaluate_mixed(m, mc, MIXED_PLAN)
+    pool = next(p for p in mc.pools if p.name == "h100")
+    alone = solve(m, pool.cluster, objective="time")
+    if alone.status != "optimal":
+        raise RuntimeError(f"the h100 pool alone ended {alone.status!r}, not optimal")
+    t0, t = alone.best.estimate.iteration_time_s, e.iteration_time_s
+    a100, h100 = e.stages
+    per_layer = (a100.stage_time_s / a100.layers) / (h100.stage_time_s / h100.layers)
+    p = MIXED_PLAN["plan"]
+    act = p["seq_len"] * m.hidden_size * 2 / p["tp"]
+    j = mc.join
+    return (f"cuts the iteration from {t0:.2f} s to {t:.2f} s ({100 * (1 - t / t0):.0f} %): the "
+            f"A100 stage, about {per_layer:.0f}x slower per layer, takes a quarter of the "
+            f"layers, and the two stages take {a100.stage_time_s * 1e3:.0f} and "
+            f"{h100.stage_time_s * 1e3:.0f} ms per microbatch. Each stage sends its activations "
+            f"({p['seq_len']:,} tokens x {m.hidden_size:,} x 2 B / tp {p['tp']} = "
+            f"{act / 1e6:.1f} MB) over the {j.bandwidth_GBps:g} GB/s join at "
+            f"{100 * j.efficiency:.0f} % efficiency, {a100.p2p_s / 2 * 1e3:.2f} ms each way")
+
 REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/formats.md", "planner.validation.band.LEVEL", _band_level),
     Figure("docs/formats.md", "planner.validation.trust.SCALE_FACTOR", _similar_scale),
+    Figure("docs/mixed.md", "python examples/solve_mixed.py (its mixed plan evaluated, the h100 "
+           "pool solved alone)", _mixed),
 )
 # ---- end of docs/serving.md ... docs/formats.md
 
