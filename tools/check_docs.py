@@ -718,9 +718,220 @@ def _mixed() -> str:
             f"{act / 1e6:.1f} MB) over the {j.bandwidth_GBps:g} GB/s join at "
             f"{100 * j.efficiency:.0f} % efficiency, {a100.p2p_s / 2 * 1e3:.2f} ms each way")
 
+
+@lru_cache(maxsize=None)
+def serve_json(args: str) -> dict:
+    """``planner serve ARGS --json`` as the CLI prints it (exit 0, or 1 when nothing is
+    feasible: the JSON then says why)."""
+    import json
+
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    run = subprocess.run([sys.executable, "-m", "planner", "serve", *args.split(), "--json"],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
+                         capture_output=True, text=True)
+    if run.returncode not in (0, 1):
+        raise RuntimeError(f"planner serve {args} exited {run.returncode}: {run.stderr}")
+    return json.loads(run.stdout)
+
+
+#: docs/serving.md: issue 29's reproducer, and an SLO no layout reaches
+ISSUE_29 = ("-m llama3-70b -c dgx-h100-superpod --gpus 4 --isl 467 --osl 256 --fix tp=4 "
+            "--fix pp=1 --fix weight_dtype=bf16 --rate 2")
+UNREACHABLE = "-m llama3-70b -c dgx-h100-superpod --isl 2048 --osl 256 --ttft-ms 500 " \
+              "--tpot-ms 5 --rate 20"
+
+
+def _issue_29() -> str:
+    e = serve_json(ISSUE_29)["estimate"]
+    return (f"{e['tpot_ms']:.2f} ms mean / {e['tpot_p99_ms']:.2f} ms P99 with "
+            f"{e['decode_batch']:.1f} sequences in flight")
+
+
+def _unreachable() -> str:
+    d = serve_json(UNREACHABLE)
+    return "\"; \"".join(d["reasons"])
+
+
+def _sides(x: float, y: float, over: str, under: str) -> str:
+    """Two relative errors (model / simulation - 1) in words."""
+    if (x >= 0) == (y >= 0):
+        return f"{pct(abs(x))} and {pct(abs(y))} {over if x >= 0 else under}"
+    return (f"{pct(abs(x))} {over if x >= 0 else under} and {pct(abs(y))} "
+            f"{over if y >= 0 else under}")
+
+
+def _model_vs_sim() -> str:
+    """docs/serving.md: the table's two plans, the model's P99s against the simulation's."""
+    rel = {k: [served(x)["estimate"][f"{k}_p99_ms"] / served(x)["simulation"][f"{k}_p99_ms"]
+               - 1 for x in ("", "--fix mode=aggregated")] for k in ("ttft", "tpot")}
+    return (f"The analytic TTFT P99s land {_sides(*rel['ttft'], 'above the simulation', 'under the simulation')}; "
+            f"the TPOT P99s {_sides(*rel['tpot'], 'above', 'under')}")
+
+
+def _more_seeds() -> str:
+    """docs/serving.md: the aggregated example simulated with 60,000 requests, seeds 1-3."""
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.serve import ServePlan, ServeWorkload, load_engine
+    from planner.validation.serve_sim import simulate
+
+    d = served("--fix mode=aggregated")
+    plan, model = ServePlan.model_validate(d["plan"]), d["estimate"]["tpot_p99_ms"]
+    w = ServeWorkload(isl=2048, osl=256, rate_rps=20.0)
+    p99 = [simulate(load_model("llama3-70b"), load_cluster("dgx-h100-superpod"), plan, w, 60000,
+                    seed, engine=load_engine("trtllm")).tpot_p99_ms for seed in (1, 2, 3)]
+    lo, hi = sorted((min(p99) / model - 1, max(p99) / model - 1), key=abs)
+    side = "above" if min(p99) >= model else "under" if max(p99) <= model else "around"
+    return (f"aggregated P99 TPOT is {min(p99):.1f}-{max(p99):.1f} ms, {100 * abs(lo):.0f}-"
+            f"{100 * abs(hi):.0f} % {side} the model")
+
+
+@lru_cache(maxsize=None)
+def _light_heavy(rate: float) -> tuple[Any, Any]:
+    """tests/test_serve_load.py's case: Llama 3 8B on one H100, concurrency 64, ISL 512,
+    OSL 128, the v0.6.1 engine: the estimate and a 4,000-request simulation at ``rate``."""
+    from planner.costmodel.serve.evaluate import evaluate_serve
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
+    from planner.validation.serve_sim import simulate
+
+    m, c = load_model("llama3-8b"), load_cluster("dgx-h100-superpod")
+    plan = ServePlan(tp=1, concurrency=64, kv_dtype="fp8", prefill_chunk=2048)
+    w = ServeWorkload(isl=512, osl=128, rate_rps=rate)
+    return (evaluate_serve(m, c, plan, w, ServeEngine()),
+            simulate(m, c, plan, w, 4000, engine=ServeEngine()))
+
+
+def _light_heavy_tpot() -> str:
+    light, heavy = _light_heavy(1.0)[0], _light_heavy(20.0)[0]
+    return (f"{light.tpot_ms:.2f} ms at 1 request/s, {heavy.tpot_ms:.2f} ms at 20 of its "
+            f"{heavy.capacity_rps:.0f} requests/s")
+
+
+def _light_heavy_ttft() -> str:
+    est, sim = _light_heavy(20.0)
+    return f"({est.ttft_ms:.0f} ms against {sim.ttft_mean_ms:.0f} ms simulated at 20 requests/s"
+
+
+@lru_cache(maxsize=1)
+def _serving_report() -> dict:
+    from planner.validation.serving import run_serving
+
+    return run_serving().to_json()
+
+
+#: docs/serving.md's names of the serving set's models
+SERVING_MODELS = {"gptj-6b": "GPT-J 6B", "llama2-7b": "Llama 2 7B", "llama2-70b": "Llama 2 70B",
+                  "falcon-180b": "Falcon 180B"}
+
+
+def _serving_row(metric: str, label: str) -> Callable[[], str]:
+    """A row of docs/serving.md's calibration table: rows, MAPE, the largest error and its
+    row (``planner validate``'s serving set)."""
+    def text() -> str:
+        r = _serving_report()
+        rows = [x for x in r["rows"] if x["metric"] == metric]
+        worst = max(rows, key=lambda x: abs(x["error"]))
+        where = (f"{worst['isl']}/{worst['osl']}" if metric == "output_tokens_per_s_per_gpu"
+                 else f"{worst['isl']} tokens")
+        return (f"| {label} | {len(rows)} | {pct(r['mape'][metric])} | "
+                f"{pct(abs(worst['error']))} ({SERVING_MODELS[worst['model']]} TP{worst['tp']}, "
+                f"{where}) |")
+    return text
+
+
+def _engine_defaults(part: str) -> Callable[[], str]:
+    """docs/serving.md: ServeEngine's class defaults (the v0.6.1 fit)."""
+    def text() -> str:
+        from planner.specs.serve import ServeEngine
+
+        e = ServeEngine()
+        if part == "fit":
+            return (f"(`kernel_fraction` {e.kernel_fraction:.2f}, in place of the training "
+                    f"framework's 0.80), {e.request_overhead_ms:g} ms of host time per request "
+                    f"before its first token and {e.collective_overhead_us:g} us per")
+        if part == "aic":
+            return (f"The {e.collective_overhead_us:g} us per collective fitted on TensorRT-LLM "
+                    "v0.6.1")
+        return f"TensorRT-LLM v0.6.1's fit, {e.collective_overhead_us:g} us per collective included"
+    return text
+
+
+@lru_cache(maxsize=None)
+def _aic_rows(dtype: str, engine: str, act_quant: bool = True) -> tuple[list[dict], Any]:
+    """``python benchmarks/bench_aiconfigurator.py --dtype DTYPE --engine ENGINE``'s rows
+    and the module (its BOUND and summary), run in process; ``engine`` ``v0.6.1`` is the
+    ServeEngine class defaults, ``act_quant=False`` the profile without its FP8 activation
+    quantize launches."""
+    import importlib.util
+
+    from planner.specs.serve import ServeEngine, load_engine
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_aiconfigurator", ROOT / "benchmarks" / "bench_aiconfigurator.py")
+    bench_mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_mod)
+    eng = ServeEngine() if engine == "v0.6.1" else load_engine(engine)
+    if not act_quant:
+        eng = eng.model_copy(update={"fp8_act_quant_kernels": 0})
+    return bench_mod.rows(dtype, eng), bench_mod
+
+
+def _within(rows: list[dict], bound: float) -> int:
+    return sum(abs(r["ratio"] - 1) <= bound for r in rows)
+
+
+def _aic(part: str) -> Callable[[], str]:
+    """docs/serving.md, "Against aiconfigurator's database"."""
+    def text() -> str:
+        if part == "bf16":
+            rows, mod = _aic_rows("bf16", "trtllm")
+            return (f"{_within(rows, mod.BOUND)} of {len(rows)} rows are within "
+                    f"{100 * mod.BOUND:.0f} %")
+        if part == "v0.6.1":
+            rows, mod = _aic_rows("bf16", "v0.6.1")
+            worst = max(r["ratio"] for r in rows if r["phase"] == "decode")
+            return (f"put these decode rows up to {worst:.0f}x slow ({_within(rows, mod.BOUND)} "
+                    f"of {len(rows)} rows within {100 * mod.BOUND:.0f} %)")
+        rows, mod = _aic_rows("fp8", "trtllm", part == "fp8")
+        g = [x["geomean"] for x in mod.summary(rows)]
+        if part == "fp8":
+            return (f"{_within(rows, mod.BOUND)} of {len(rows)} within {100 * mod.BOUND:.0f} %, "
+                    f"geomeans {min(g):.2f}-{max(g):.2f}")
+        off = [r for r in rows if abs(r["ratio"] - 1) > mod.BOUND]
+        rest = "all the others too fast" if all(r["ratio"] < 1 for r in off) else \
+            "the others off both ways"
+        return (f"without them {_within(rows, mod.BOUND)} rows were within "
+                f"{100 * mod.BOUND:.0f} %, {rest} (geomeans {min(g):.2f}-{max(g):.2f})")
+    return text
+
 REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/formats.md", "planner.validation.band.LEVEL", _band_level),
     Figure("docs/formats.md", "planner.validation.trust.SCALE_FACTOR", _similar_scale),
+    Figure("docs/serving.md", f"planner serve {ISSUE_29}", _issue_29),
+    Figure("docs/serving.md", f"planner serve {UNREACHABLE}", _unreachable),
+    Figure("docs/serving.md", f"{SERVE_EXAMPLE} (and --fix mode=aggregated)", _model_vs_sim),
+    Figure("docs/serving.md", "simulate(..., 60000, seed) of the aggregated example's plan, "
+           "seeds 1-3", _more_seeds),
+    Figure("docs/serving.md", "tests/test_serve_load.py's light and heavy loads "
+           "(evaluate_serve, simulate with 4,000 requests)", _light_heavy_tpot),
+    Figure("docs/serving.md", "tests/test_serve_load.py's heavy load", _light_heavy_ttft),
+    Figure("docs/serving.md", "planner validate (serving rows)",
+           _serving_row("output_tokens_per_s_per_gpu", "output tokens/s per GPU")),
+    Figure("docs/serving.md", "planner validate (serving rows)",
+           _serving_row("first_token_latency_ms", "TTFT (batch 1)")),
+    Figure("docs/serving.md", "planner.specs.serve.ServeEngine() (the class defaults)",
+           _engine_defaults("fit")),
+    Figure("docs/serving.md", "planner.specs.serve.ServeEngine() (the class defaults)",
+           _engine_defaults("default")),
+    Figure("docs/serving.md", "planner.specs.serve.ServeEngine() (the class defaults)",
+           _engine_defaults("aic")),
+    Figure("docs/serving.md", "python benchmarks/bench_aiconfigurator.py", _aic("bf16")),
+    Figure("docs/serving.md", "python benchmarks/bench_aiconfigurator.py, engine ServeEngine() "
+           "(the v0.6.1 fit)", _aic("v0.6.1")),
+    Figure("docs/serving.md", "python benchmarks/bench_aiconfigurator.py --dtype fp8",
+           _aic("fp8")),
+    Figure("docs/serving.md", "python benchmarks/bench_aiconfigurator.py --dtype fp8, the trtllm "
+           "profile with fp8_act_quant_kernels 0", _aic("fp8 unquantized")),
     Figure("docs/mixed.md", "python examples/solve_mixed.py (its mixed plan evaluated, the h100 "
            "pool solved alone)", _mixed),
 )
