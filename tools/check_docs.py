@@ -904,6 +904,68 @@ def _aic(part: str) -> Callable[[], str]:
                 f"{100 * mod.BOUND:.0f} %, {rest} (geomeans {min(g):.2f}-{max(g):.2f})")
     return text
 
+
+def _grid_mfu() -> str:
+    """docs/procure.md: why the default grid leaves 3 x 2^k counts out (planner.solve, the
+    function procure's solves go through)."""
+    odd = solve_result("llama3-405b", "dgx-h100-superpod", 12288).best.estimate.mfu
+    even = solve_result("llama3-405b", "dgx-h100-superpod", 8192).best.estimate.mfu
+    return f"12,288 H100 reach {pct(odd)} MFU against {pct(even)} on 8,192"
+
+
+def _node_power() -> str:
+    from planner.specs.loaders import load_cluster
+
+    w = load_cluster("dgx-h100-superpod").node_power_w
+    return f"(`node_power_w`, e.g. ~{w / 1000:g} kW of the DGX H100's"
+
+
+RAMP_TEMPLATES = ("ramp-a100", "examples/ramp-baseline-fat-tree.yaml")
+
+
+def _ramp_power() -> str:
+    from planner.specs.loaders import load_cluster
+
+    ramp, tree = (load_cluster(n) for n in RAMP_TEMPLATES)
+    if ramp.node_power_w != tree.node_power_w:
+        raise RuntimeError("the RAMP templates' node power differs: the sentence says one")
+    return f"({ramp.node_power_w / 1000:g} kW non-GPU power,"
+
+
+def _ramp_templates() -> str:
+    """docs/procure.md Sec. 8: the two templates' non-GPU power and their networks' price,
+    energy and capacity per GPU against each other (planner.costmodel.energy)."""
+    from planner.costmodel.energy import network_capex_usd_per_gpu, network_power_w_per_gpu
+    from planner.specs.loaders import load_cluster
+
+    ramp, tree = (load_cluster(n) for n in RAMP_TEMPLATES)
+
+    def per_gbps(c: Any, field: str) -> float:
+        return sum(getattr(lv, field) for lv in c.topology)
+
+    cap = {c.name: network_capex_usd_per_gpu(c) / per_gbps(c, "cost_usd_per_Gbps")
+           for c in (ramp, tree)}
+    return (f"Per Gb/s RAMP is "
+            f"{per_gbps(tree, 'cost_usd_per_Gbps') / per_gbps(ramp, 'cost_usd_per_Gbps'):.1f}x "
+            f"cheaper and {per_gbps(tree, 'energy_pj_per_bit') / per_gbps(ramp, 'energy_pj_per_bit'):.0f}x "
+            f"more frugal, but it gives each GPU {cap[ramp.name] / cap[tree.name]:.0f}x the fat "
+            f"tree's off-node capacity, so per GPU its network costs "
+            f"{network_capex_usd_per_gpu(ramp) / network_capex_usd_per_gpu(tree):.0f}x more and "
+            f"draws {network_power_w_per_gpu(ramp) / network_power_w_per_gpu(tree):.1f}x the power")
+
+
+def _site_power() -> str:
+    """docs/procure.md Sec. 9: the peak facility power of 2,048 H100 in the DGX H100
+    SuperPOD, term by term (planner.costmodel.energy.facility_power_w)."""
+    from planner.costmodel.energy import facility_power_w, network_power_w_per_gpu
+    from planner.specs.loaders import load_cluster
+
+    n = 2048
+    c = load_cluster("dgx-h100-superpod", n)
+    nodes = n // c.topology[0].size
+    return (f"{c.pue:g} x ({n:,} x {c.gpu.tdp_w:,.0f} + {nodes:,} x {c.node_power_w:,.0f} + {n:,} x "
+            f"{network_power_w_per_gpu(c):,.0f}) W = {facility_power_w(c, n) / 1e6:.2f} MW")
+
 REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/formats.md", "planner.validation.band.LEVEL", _band_level),
     Figure("docs/formats.md", "planner.validation.trust.SCALE_FACTOR", _similar_scale),
@@ -932,6 +994,15 @@ REST_DOCS: tuple[Figure, ...] = (
            _aic("fp8")),
     Figure("docs/serving.md", "python benchmarks/bench_aiconfigurator.py --dtype fp8, the trtllm "
            "profile with fp8_act_quant_kernels 0", _aic("fp8 unquantized")),
+    Figure("docs/procure.md", "planner solve -m llama3-405b -c dgx-h100-superpod --gpus 12288 "
+           "(and --gpus 8192)", _grid_mfu),
+    Figure("docs/procure.md", "hardware_catalog/clusters/dgx-h100-superpod.yaml node_power_w",
+           _node_power),
+    Figure("docs/procure.md", "network_capex_usd_per_gpu / network_power_w_per_gpu of ramp-a100 "
+           "and examples/ramp-baseline-fat-tree.yaml", _ramp_templates),
+    Figure("docs/procure.md", "node_power_w of ramp-a100 and examples/ramp-baseline-fat-tree.yaml",
+           _ramp_power),
+    Figure("docs/procure.md", "facility_power_w of 2,048 GPUs of dgx-h100-superpod", _site_power),
     Figure("docs/mixed.md", "python examples/solve_mixed.py (its mixed plan evaluated, the h100 "
            "pool solved alone)", _mixed),
 )
