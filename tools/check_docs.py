@@ -966,6 +966,217 @@ def _site_power() -> str:
     return (f"{c.pue:g} x ({n:,} x {c.gpu.tdp_w:,.0f} + {nodes:,} x {c.node_power_w:,.0f} + {n:,} x "
             f"{network_power_w_per_gpu(c):,.0f}) W = {facility_power_w(c, n) / 1e6:.2f} MW")
 
+
+def _constant(fmt: str) -> Callable[[], str]:
+    """A sentence of docs/cost-model.md that states a constant of planner/costmodel/constants.py
+    (``fmt`` names it in braces)."""
+    def text() -> str:
+        from planner.costmodel import constants
+
+        return fmt.format(**{k: getattr(constants, k) for k in dir(constants) if k.isupper()})
+    return text
+
+
+def _compiled_titan() -> str:
+    b = bench("bench_heldout_torchtitan")
+    return (f"A100 runs before torch.compile come within {pct(b['A100 FSDP2, fused elementwise']['mape'])} "
+            "with it")
+
+
+@lru_cache(maxsize=1)
+def _recipe_memory() -> Any:
+    """tests/test_recipe_memory.py, loaded: its recipes and their set-up (each recipe costed
+    as its framework runs it), so the figures are the ones the tests check."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    spec = importlib.util.spec_from_file_location("test_recipe_memory",
+                                                  ROOT / "tests" / "test_recipe_memory.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _recipe(name: str, **update: Any) -> tuple[Any, Any, dict]:
+    """The estimate of the named recipe (with ``update`` applied to its plan) and its row."""
+    from planner.costmodel.train.evaluator import evaluate
+
+    mod = _recipe_memory()
+    row = next(r for r in mod.RECIPES if r["name"] == name)
+    model, cluster, plan = mod._setup(row)
+    return evaluate(model, cluster, plan.model_copy(update=update)), cluster, row
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f}"
+
+
+def _fp32_gradients() -> str:
+    h100 = "mbridge-h100-llama31-405b-512-bf16"
+    gb200 = "mbridge-gb200-llama31-405b-128-bf16"
+    (a, ca, _), (b, cb, _) = (_recipe(n, grad_reduce_dtype="fp32") for n in (h100, gb200))
+    a0, b0 = _recipe(h100)[0], _recipe(gb200)[0]
+    return (f"needs {_gib(a.memory_per_gpu_bytes)} GiB of {ca.gpu.hbm_gib:g} and on 128 GB200 "
+            f"(TP4 PP8 CP2 VP8) {_gib(b.memory_per_gpu_bytes)} of {cb.gpu.hbm_gib:g}; as "
+            f"published, {_gib(a0.memory_per_gpu_bytes)} and {_gib(b0.memory_per_gpu_bytes)}")
+
+
+def _nemotron_340b() -> str:
+    """tests/test_recipe_memory.py::test_nemotron4_340b_fits_with_its_recipes_optimizer."""
+    from planner.validation.corpus import runs_from
+
+    run = next(r for r in runs_from("corpus/dgxc-nemotron4.yaml")
+               if r.name == "dgxc2411-h100-nemotron4-340b-bf16-128")
+    est = run.estimate()
+    fp32 = run.estimate(plan=run.plan.model_copy(update={"optimizer_dtype": "fp32"}))
+    return (f"{_gib(fp32.memory_per_gpu_bytes)} GiB of {est.hbm_capacity_bytes / 2**30:g}, as "
+            f"configured {_gib(est.memory_per_gpu_bytes)}")
+
+
+def _nemo_405b_576() -> str:
+    e = _recipe("nemo-h100-llama31-405b-576-bf16")[0]
+    return f"PP9 VP2 CP4, 256 microbatches) needs {_gib(e.memory_per_gpu_bytes)} GiB"
+
+
+def _titan_loss() -> str:
+    e, _, row = _recipe("torchtitan-h100-96gb-llama31-8b-8-32k")
+    return (f"the model says {_gib(e.memory_per_gpu_bytes)} GiB against "
+            f"{row['measured_peak_gib']:g} GiB measured")
+
+
+def _mesh() -> str:
+    """docs/cost-model.md: what a TP group of k GPUs of an MI300X node moves (the links among
+    its members, before the level's efficiency)."""
+    from planner.specs.loaders import load_cluster
+
+    lv = load_cluster("mi300x-cluster").topology[0]
+    return ", ".join(f"TP{k} {min(lv.bandwidth_GBps, (k - 1) * lv.link_GBps):.0f} GB/s"
+                     for k in (4, 8))
+
+
+def _mesh_all_reduce() -> str:
+    """docs/cost-model.md: a 1 GiB all-reduce on the MI300X mesh against the same node as a
+    switch of the DGX H100 SuperPOD's NVSwitch efficiency (tests/test_network_realism.py)."""
+    from planner.costmodel.network import collective_time_s
+    from planner.specs.loaders import load_cluster
+
+    mesh = load_cluster("mi300x-cluster").topology[0]
+    eff = load_cluster("dgx-h100-superpod").topology[0].efficiency
+    switch = mesh.model_copy(update={"kind": "switch", "link_GBps": None, "efficiency": eff})
+    t = {(k, lv.kind): 1e3 * collective_time_s("allreduce", 2**30, (k,), (lv,))
+         for k in (2, 8) for lv in (mesh, switch)}
+    m2, s2 = t[(2, mesh.kind)], t[(2, "switch")]
+    return (f"an all-reduce of 1 GiB takes {m2:.1f} ms on TP2 against {s2:.1f} ms were the node a "
+            f"{mesh.bandwidth_GBps:.0f} GB/s switch ({m2 / s2:.1f}x); on TP8 "
+            f"{t[(8, mesh.kind)]:.1f} ms against {t[(8, 'switch')]:.1f} ms (efficiency "
+            f"{mesh.efficiency:g} instead of {eff:g})")
+
+def _mosaicml_in_full() -> str:
+    return (f"within {pct(bench('bench_heldout_mosaicml')['all']['mape'])} MAPE when charged in "
+            "full")
+
+def _scale_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_scale",
+                                                  ROOT / "benchmarks" / "bench_scale.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@lru_cache(maxsize=1)
+def _scale() -> dict:
+    """benchmarks/bench_scale.py's rows, run in process."""
+    mod = _scale_module()
+    return {"megascale": mod.megascale_rows(True), "today": mod.megascale_rows(False),
+            "llama": mod.llama_weak_scaling()}
+
+
+def _megascale() -> str:
+    """docs/cost-model.md: MegaScale's 175B rows, the error's ends and slope (as run, and
+    with today's defaults), and the time per iteration more GPUs do not shrink (the line
+    through the smallest and the largest run), measured and predicted."""
+    from planner.validation.scaling import residual_slope
+
+    def slope(rows: list) -> float:
+        return residual_slope([(g, 100 * (p / m - 1)) for g, p, m in rows]).slope_per_decade
+
+    rows = _scale()["megascale"]
+    (g0, p0, m0), (g1, p1, m1) = rows[0], rows[-1]
+
+    def line(t0: float, t1: float) -> tuple[float, float]:
+        a = (t0 - t1) / (1 / g0 - 1 / g1)
+        return a, t1 - a / g1
+
+    (am, bm), (_, bp) = line(m0, m1), line(p0, p1)
+    return (f"model's error goes from {signed(p0 / m0 - 1)} to {signed(p1 / m1 - 1)} "
+            f"({slope(rows):+.0f} points per tenfold GPUs; {slope(_scale()['today']):+.0f} with "
+            f"today's overlapped defaults). The measured iteration times fit `{am:,.0f} / GPUs + "
+            f"{bm:.1f} s`: {bm:.1f} s per iteration that more GPUs do not shrink, of which the "
+            f"model has {bp:.1f} s (the fp32 all-reduce, the bubble, the optimizer). What makes "
+            f"up the other {bm - bp:.1f} s").replace("(+", "(").replace("; +", "; ")
+
+
+def _weak_llama() -> str:
+    rows = _scale()["llama"]
+    return (f"slows by {pct(rows[-1][1] / rows[0][1] - 1)} from {rows[0][0]:,} to "
+            f"{rows[-1][0]:,} replicas")
+
+
+NEMOTRON_DP = (96, 192, 288)
+
+
+@lru_cache(maxsize=None)
+def _nemotron(dp: int, ideal: bool) -> Any:
+    """``planner evaluate -m nemotron-4-15b -c dgx-h100-superpod --gpus 8*dp --tp 8 --pp 1
+    --dp dp --mbs 1 --global-batch 4*dp --set zero_stage=1 --set sequence_parallel=true``;
+    ``ideal``: with step_time_cv 0 and the network's algorithm left to ``auto``."""
+    import planner
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.plan import Plan
+
+    c = load_cluster("dgx-h100-superpod", 8 * dp)
+    if ideal:
+        c = c.model_copy(update={"step_time_cv": 0.0, "topology": tuple(
+            lv.model_copy(update={"algorithm": "auto"}) for lv in c.topology)})
+    plan = Plan(tp=8, pp=1, dp=dp, microbatch_size=1, global_batch_size=4 * dp,
+                seq_len=load_model("nemotron-4-15b").seq_len, zero_stage=1,
+                sequence_parallel=True)
+    return planner.evaluate("nemotron-4-15b", c, plan)
+
+
+def _nemotron_weak() -> str:
+    t = [_nemotron(dp, False) for dp in NEMOTRON_DP]
+    t0 = [_nemotron(dp, True).iteration_time_s for dp in NEMOTRON_DP]
+    times = ", ".join(f"{e.iteration_time_s:.3f}" for e in t)
+    lag = ", ".join(f"{1e3 * e.time_breakdown_s['straggler']:.1f}" for e in t)
+    ideal = ", ".join(f"{x:.3f}" for x in t0)
+    return (f"predicts {times} s (straggler {lag} ms); with `step_time_cv: 0` and the "
+            f"network's `auto` algorithm {ideal} s")
+
+
+def _nemotron_growth() -> str:
+    a, b = (_nemotron(dp, False).iteration_time_s for dp in (NEMOTRON_DP[0], NEMOTRON_DP[-1]))
+    return f"({signed(b / a - 1)} predicted)"
+
+
+def _headroom() -> str:
+    from planner.costmodel.compose import headroom_bytes
+    from planner.specs.loaders import load_cluster
+
+    c = load_cluster("dgx-h100-superpod")
+    return f"{headroom_bytes(c) / 2**30:.1f} GiB on an {c.gpu.hbm_gib:g} GB GPU"
+
+
+def _checkpoint_405b() -> str:
+    g = goodput_of("dgx-h100-superpod", 16384)
+    return f"Llama 3 405B: {g.checkpoint_bytes / 1e12:.1f} TB"
+
+
+def _memory_row() -> str:
+    return f"matches Figure 1 within {pct(validate()['memory_max'])}"
+
 REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/formats.md", "planner.validation.band.LEVEL", _band_level),
     Figure("docs/formats.md", "planner.validation.trust.SCALE_FACTOR", _similar_scale),
@@ -1003,6 +1214,34 @@ REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/procure.md", "node_power_w of ramp-a100 and examples/ramp-baseline-fat-tree.yaml",
            _ramp_power),
     Figure("docs/procure.md", "facility_power_w of 2,048 GPUs of dgx-h100-superpod", _site_power),
+    Figure("docs/cost-model.md", "planner/costmodel/constants.py FLASH_BWD_FLOP_RATIO",
+           _constant("Backward runs {FLASH_BWD_FLOP_RATIO:g}x the forward FLOPs")),
+    Figure("docs/cost-model.md", "planner/costmodel/constants.py ELEMENTWISE_BWD_RATIO",
+           _constant("Backward moves {ELEMENTWISE_BWD_RATIO:g}x the bytes.")),
+    Figure("docs/cost-model.md", "python benchmarks/bench_heldout_torchtitan.py", _compiled_titan),
+    Figure("docs/cost-model.md", "tests/test_recipe_memory.py's 405B recipes with fp32 gradients",
+           _fp32_gradients),
+    Figure("docs/cost-model.md", "tests/test_recipe_memory.py's Nemotron-4 340B run",
+           _nemotron_340b),
+    Figure("docs/cost-model.md", "tests/test_recipe_memory.py's NeMo 405B trainer on 576 GPUs",
+           _nemo_405b_576),
+    Figure("docs/cost-model.md", "tests/test_recipe_memory.py's torchtitan 8B at 32K", _titan_loss),
+    Figure("docs/cost-model.md", "hardware_catalog/clusters/mi300x-cluster.yaml (link_GBps)", _mesh),
+    Figure("docs/cost-model.md", "collective_time_s of a 1 GiB all-reduce on mi300x-cluster's mesh "
+           "and as a switch", _mesh_all_reduce),
+    Figure("docs/cost-model.md", "python benchmarks/bench_heldout_mosaicml.py", _mosaicml_in_full),
+    Figure("docs/cost-model.md", "python benchmarks/bench_scale.py (MegaScale rows)", _megascale),
+    Figure("docs/cost-model.md", "python benchmarks/bench_scale.py (Llama 3 8B weak scaling)",
+           _weak_llama),
+    Figure("docs/cost-model.md", "planner evaluate -m nemotron-4-15b ... (dp 96, 192, 288)",
+           _nemotron_weak),
+    Figure("docs/cost-model.md", "planner evaluate -m nemotron-4-15b ... (dp 96 and 288)",
+           _nemotron_growth),
+    Figure("docs/cost-model.md", "planner.costmodel.compose.headroom_bytes of dgx-h100-superpod",
+           _headroom),
+    Figure("docs/cost-model.md", "training_goodput of llama3-405b (its checkpoint bytes)",
+           _checkpoint_405b),
+    Figure("docs/cost-model.md", "planner validate (memory table)", _memory_row),
     Figure("docs/mixed.md", "python examples/solve_mixed.py (its mixed plan evaluated, the h100 "
            "pool solved alone)", _mixed),
 )
