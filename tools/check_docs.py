@@ -905,6 +905,24 @@ def _aic(part: str) -> Callable[[], str]:
     return text
 
 
+def _buy_b200_running() -> str:
+    """docs/procure.md Sec. 10: three bought B200 serving, per day: their facility power at
+    full load (planner.costmodel.energy.facility_power_w) times the pricing file's
+    electricity price."""
+    from planner.costmodel.energy import facility_power_w, network_power_w_per_gpu
+    from planner.specs.loaders import load_cluster
+    from planner.specs.pricing import load_pricing
+
+    c, n = load_cluster("dgx-b200-superpod"), 3
+    node = c.topology[0].size
+    kwh = load_pricing().electricity_usd_per_kwh
+    w = n * c.pue * (c.gpu.tdp_w + c.node_power_w / node + network_power_w_per_gpu(c))
+    if abs(w - facility_power_w(c, n * node) / node) > 1e-6:
+        raise RuntimeError("facility_power_w is no longer the sum the sentence writes out")
+    return (f"{n} x {c.pue:g} x ({c.gpu.tdp_w:,.0f} + {c.node_power_w:,.0f} / {node} + "
+            f"{network_power_w_per_gpu(c):.0f}) W x 24 h x ${kwh:.3f}/kWh = "
+            f"${w * 24 / 1000 * kwh:.2f}/day")
+
 def _grid_mfu() -> str:
     """docs/procure.md: why the default grid leaves 3 x 2^k counts out (planner.solve, the
     function procure's solves go through)."""
@@ -1214,6 +1232,8 @@ REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/procure.md", "node_power_w of ramp-a100 and examples/ramp-baseline-fat-tree.yaml",
            _ramp_power),
     Figure("docs/procure.md", "facility_power_w of 2,048 GPUs of dgx-h100-superpod", _site_power),
+    Figure("docs/procure.md", "three B200 of dgx-b200-superpod at full load, 24 h, the pricing "
+           "file's electricity", _buy_b200_running),
     Figure("docs/cost-model.md", "planner/costmodel/constants.py FLASH_BWD_FLOP_RATIO",
            _constant("Backward runs {FLASH_BWD_FLOP_RATIO:g}x the forward FLOPs")),
     Figure("docs/cost-model.md", "planner/costmodel/constants.py ELEMENTWISE_BWD_RATIO",
