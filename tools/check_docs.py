@@ -1195,6 +1195,145 @@ def _checkpoint_405b() -> str:
 def _memory_row() -> str:
     return f"matches Figure 1 within {pct(validate()['memory_max'])}"
 
+
+def _mla(part: str) -> Callable[[], str]:
+    """docs/moe-long-context.md: what counting DeepSeek-V3's MLA as MHA with query/key-wide
+    heads adds (hardware_catalog/models/deepseek-v3.yaml)."""
+    def text() -> str:
+        from planner.specs.loaders import load_model
+
+        m = load_model("deepseek-v3")
+        qk, v = m.head_dim, m.mla.v_head_dim
+        if part == "activations":
+            return (f"the {v}-wide values are counted at {qk} (about "
+                    f"{100 * (3 * qk / (2 * qk + v) - 1):+.0f}% on Q/K/V activations)")
+        return (f"`4 seq heads {qk}` instead of `2 seq heads ({qk} + {v})` "
+                f"({100 * (4 * qk / (2 * (qk + v)) - 1):+.0f}% on a term")
+    return text
+
+
+#: docs/moe-long-context.md: the plans its solves returned (python -m planner solve ...,
+#: 2026-11-29; the solves take 5-60 s each, so the check evaluates the plans they returned:
+#: a change of the cost model moves these figures, a change of the optimum does not show)
+_ORDER = {"order": ["tp", "cp", "ep", "dp", "pp"]}
+_COMMON = {"microbatch_size": 1, "uneven_pipeline": False, "recompute": "none",
+           "zero_stage": 1, "sequence_parallel": True, "tp_comm": "rs_ag"}
+MOE_PLANS: dict[str, tuple[str, str, int | None, str | None, dict]] = {
+    # planner solve --model mixtral-8x7b --cluster examples/superpod.yaml [--fix ep=1]
+    "mixtral": ("mixtral-8x7b", "examples/superpod.yaml", None, None, {
+        **_COMMON, "tp": 2, "pp": 8, "dp": 64, "ep": 8, "expert_tp": 1,
+        "global_batch_size": 1024, "seq_len": 4096, "virtual_stages": 4,
+        "placement": {**_ORDER, "domain": {"tp": 2, "cp": 1, "dp": 4, "pp": 1}}}),
+    "mixtral ep=1": ("mixtral-8x7b", "examples/superpod.yaml", None, None, {
+        **_COMMON, "tp": 2, "pp": 8, "dp": 64, "expert_tp": 2, "global_batch_size": 1024,
+        "seq_len": 4096, "virtual_stages": 4,
+        "placement": {**_ORDER, "domain": {"tp": 2, "cp": 1, "dp": 4, "pp": 1}}}),
+    # planner solve -m llama3-405b -c examples/superpod.yaml --seq-len 131072
+    # --global-batch 128 [--fix cp=1 | --framework megatron-core]
+    "405b": ("llama3-405b", "examples/superpod.yaml", None, None, {
+        **_COMMON, "tp": 8, "pp": 8, "dp": 1, "cp": 16, "global_batch_size": 128,
+        "seq_len": 131072, "virtual_stages": 8, "uneven_pipeline": True, "recompute": "half",
+        "offload_optimizer": True,
+        "placement": {**_ORDER, "domain": {"tp": 8, "cp": 1, "dp": 1, "pp": 1}}}),
+    "405b cp=1": ("llama3-405b", "examples/superpod.yaml", None, None, {
+        **_COMMON, "tp": 8, "pp": 8, "dp": 16, "global_batch_size": 128, "seq_len": 131072,
+        "uneven_pipeline": True, "recompute": "full", "zero_stage": 3,
+        "offload_optimizer": True, "offload_params": True,
+        "placement": {**_ORDER, "domain": {"tp": 8, "cp": 1, "dp": 1, "pp": 1}}}),
+    "405b megatron-core": ("llama3-405b", "examples/superpod.yaml", None, "megatron-core", {
+        **_COMMON, "tp": 8, "pp": 8, "dp": 1, "cp": 16, "global_batch_size": 128,
+        "seq_len": 131072, "uneven_pipeline": True, "recompute": "half",
+        "overlap_tp_comm": True, "placement": _ORDER}),
+    # tests/test_long_context.py's LBNL ViT: --fix recompute=none --fix sequence_parallel=false
+    # --fix cp_comm=all_gather on 512 and 2,048 B200; and with sequence parallelism, --fix cp=1
+    "vit 512": ("vit-era5-64k", "dgx-b200-superpod", 512, None, {
+        **_COMMON, "tp": 2, "pp": 8, "dp": 4, "cp": 8, "global_batch_size": 4096,
+        "seq_len": 64800, "sequence_parallel": False, "tp_comm": "allreduce",
+        "cp_comm": "all_gather",
+        "placement": {**_ORDER, "domain": {"tp": 2, "cp": 4, "dp": 1, "pp": 1}}}),
+    "vit 2048": ("vit-era5-64k", "dgx-b200-superpod", 2048, None, {
+        **_COMMON, "tp": 2, "pp": 8, "dp": 16, "cp": 8, "global_batch_size": 4096,
+        "seq_len": 64800, "virtual_stages": 4, "uneven_pipeline": True,
+        "sequence_parallel": False, "tp_comm": "allreduce", "cp_comm": "all_gather",
+        "placement": {**_ORDER, "domain": {"tp": 2, "cp": 4, "dp": 1, "pp": 1}}}),
+    "vit 1d sp 2048": ("vit-era5-64k", "dgx-b200-superpod", 2048, None, {
+        **_COMMON, "tp": 8, "pp": 4, "dp": 64, "global_batch_size": 4096, "seq_len": 64800,
+        "zero_stage": 2,
+        "placement": {**_ORDER, "domain": {"tp": 8, "cp": 1, "dp": 1, "pp": 1}}}),
+}
+
+
+@lru_cache(maxsize=None)
+def moe_estimate(name: str) -> Any:
+    import planner
+    from planner.specs.loaders import load_cluster
+
+    model, cluster, gpus, framework, plan = MOE_PLANS[name]
+    return planner.evaluate(model, load_cluster(cluster, gpus), plan, framework=framework)
+
+
+def _mixtral() -> str:
+    e, no_ep = moe_estimate("mixtral"), moe_estimate("mixtral ep=1")
+    share = e.time_breakdown_s["ep_comm"] / e.iteration_time_s
+    return (f"all-to-alls take {pct(share)} of the iteration. Without EP (`--fix ep=1`) the best "
+            f"plan splits the experts by TP instead (TP 2, PP 8, v 4, ETP 2) and takes "
+            f"{no_ep.iteration_time_s:.3f} s, "
+            f"{100 * (no_ep.iteration_time_s / e.iteration_time_s - 1):.0f} % slower")
+
+
+def _llama_128k() -> str:
+    e, cp1, mc = (moe_estimate(n) for n in ("405b", "405b cp=1", "405b megatron-core"))
+    return (f"`--fix cp=1` gives {cp1.iteration_time_s:.0f} s per iteration (the best found "
+            f"within the 60 s limit: TP 8, PP 8, DP 16, full recomputation, ZeRO-3 with the "
+            f"optimizer and parameters offloaded: {_gib(cp1.memory_per_gpu_bytes)} of "
+            f"{cp1.hbm_capacity_bytes / 2**30:g} GiB), "
+            f"{cp1.iteration_time_s / e.iteration_time_s:.1f}x slower. The offload is not a "
+            f"Megatron-Core setting: the text output names the closest framework and the rule "
+            f"it breaks, and `--framework megatron-core` searches only what Megatron-Core runs: "
+            f"TP 8, CP 16, PP 8 without interleaving, half recomputed, ZeRO-1, "
+            f"{mc.iteration_time_s:.0f} s ({100 * (mc.iteration_time_s / e.iteration_time_s - 1):.0f} % "
+            f"slower)")
+
+
+def _vit_row(gpus: int) -> Callable[[], str]:
+    def text() -> str:
+        plan = MOE_PLANS[f"vit {gpus}"][4]
+        v = f", v {plan['virtual_stages']}" if plan.get("virtual_stages", 1) > 1 else ""
+        return (f"| {gpus} | tp {plan['tp']}, cp {plan['cp']} (all-gather), pp {plan['pp']}, dp "
+                f"{plan['dp']}{v} | {moe_estimate(f'vit {gpus}').iteration_time_s:.0f} s |")
+    return text
+
+
+def _vit_1d() -> str:
+    e = moe_estimate("vit 1d sp 2048")
+    plan = MOE_PLANS["vit 1d sp 2048"][4]
+    return (f"(tp {plan['tp']}, pp {plan['pp']}, dp {plan['dp']}: {e.iteration_time_s:.0f} s, "
+            f"{_gib(e.memory_per_gpu_bytes)} of {e.hbm_capacity_bytes / 2**30:.1f} GiB)")
+
+
+@lru_cache(maxsize=1)
+def _cp_gain() -> dict[int, float]:
+    """tests/test_long_context.py::test_planner_picks_cp_at_long_sequences: the best plan
+    without CP against the best, Llama 3 8B on its 64-GPU test cluster."""
+    from planner.orchestration import solve
+    from planner.specs.loaders import load_model
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import small_cluster
+
+    m, c, gain = load_model("llama3-8b"), small_cluster(64, domain=8), {}
+    for seq, gb in ((8192, 64), (131072, 8)):
+        base = {"seq_len": seq, "global_batch_size": gb}
+        gain[seq] = (solve(m, c, base=base, fixed={"cp": 1}).best.objective
+                     / solve(m, c, base=base).best.objective)
+    return gain
+
+
+def _cp_close_call() -> str:
+    g = _cp_gain()
+    return (f"is {100 * (g[8192] - 1):.0f} % slower at 8K, where CP 2 and TP 2 trade places as "
+            f"NVIDIA's 8K recipe runs CP 2, and {100 * (g[131072] - 1):.0f} % slower at 128K")
+
 REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/formats.md", "planner.validation.band.LEVEL", _band_level),
     Figure("docs/formats.md", "planner.validation.trust.SCALE_FACTOR", _similar_scale),
@@ -1262,6 +1401,22 @@ REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/cost-model.md", "training_goodput of llama3-405b (its checkpoint bytes)",
            _checkpoint_405b),
     Figure("docs/cost-model.md", "planner validate (memory table)", _memory_row),
+    Figure("docs/moe-long-context.md", "hardware_catalog/models/deepseek-v3.yaml (head_dim, "
+           "mla.v_head_dim)", _mla("activations")),
+    Figure("docs/moe-long-context.md", "hardware_catalog/models/deepseek-v3.yaml (head_dim, "
+           "mla.v_head_dim)", _mla("flops")),
+    Figure("docs/moe-long-context.md", "planner evaluate of the plans planner solve returned for "
+           "mixtral-8x7b on examples/superpod.yaml (and --fix ep=1)", _mixtral),
+    Figure("docs/moe-long-context.md", "planner evaluate of the plans planner solve returned for "
+           "llama3-405b at 128K (--fix cp=1, --framework megatron-core)", _llama_128k),
+    Figure("docs/moe-long-context.md", "planner evaluate of the 2D plan of vit-era5-64k on 512 "
+           "B200", _vit_row(512)),
+    Figure("docs/moe-long-context.md", "planner evaluate of the 2D plan of vit-era5-64k on 2,048 "
+           "B200", _vit_row(2048)),
+    Figure("docs/moe-long-context.md", "planner evaluate of the 1D plan with sequence parallelism "
+           "of vit-era5-64k on 2,048 B200", _vit_1d),
+    Figure("docs/moe-long-context.md", "tests/test_long_context.py's solves with and without CP",
+           _cp_close_call),
     Figure("docs/mixed.md", "python examples/solve_mixed.py (its mixed plan evaluated, the h100 "
            "pool solved alone)", _mixed),
 )
