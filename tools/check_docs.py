@@ -764,8 +764,9 @@ def _model_vs_sim() -> str:
     """docs/serving.md: the table's two plans, the model's P99s against the simulation's."""
     rel = {k: [served(x)["estimate"][f"{k}_p99_ms"] / served(x)["simulation"][f"{k}_p99_ms"]
                - 1 for x in ("", "--fix mode=aggregated")] for k in ("ttft", "tpot")}
-    return (f"The analytic TTFT P99s land {_sides(*rel['ttft'], 'above the simulation', 'under the simulation')}; "
-            f"the TPOT P99s {_sides(*rel['tpot'], 'above', 'under')}")
+    ttft = _sides(*rel["ttft"], "above the simulation", "under the simulation")
+    return (f"The analytic TTFT P99s land {ttft}; the TPOT P99s "
+            f"{_sides(*rel['tpot'], 'above', 'under')}")
 
 
 def _more_seeds() -> str:
@@ -963,9 +964,9 @@ def _ramp_templates() -> str:
 
     cap = {c.name: network_capex_usd_per_gpu(c) / per_gbps(c, "cost_usd_per_Gbps")
            for c in (ramp, tree)}
-    return (f"Per Gb/s RAMP is "
-            f"{per_gbps(tree, 'cost_usd_per_Gbps') / per_gbps(ramp, 'cost_usd_per_Gbps'):.1f}x "
-            f"cheaper and {per_gbps(tree, 'energy_pj_per_bit') / per_gbps(ramp, 'energy_pj_per_bit'):.0f}x "
+    usd = per_gbps(tree, "cost_usd_per_Gbps") / per_gbps(ramp, "cost_usd_per_Gbps")
+    pj = per_gbps(tree, "energy_pj_per_bit") / per_gbps(ramp, "energy_pj_per_bit")
+    return (f"Per Gb/s RAMP is {usd:.1f}x cheaper and {pj:.0f}x "
             f"more frugal, but it gives each GPU {cap[ramp.name] / cap[tree.name]:.0f}x the fat "
             f"tree's off-node capacity, so per GPU its network costs "
             f"{network_capex_usd_per_gpu(ramp) / network_capex_usd_per_gpu(tree):.0f}x more and "
@@ -981,8 +982,8 @@ def _site_power() -> str:
     n = 2048
     c = load_cluster("dgx-h100-superpod", n)
     nodes = n // c.topology[0].size
-    return (f"{c.pue:g} x ({n:,} x {c.gpu.tdp_w:,.0f} + {nodes:,} x {c.node_power_w:,.0f} + {n:,} x "
-            f"{network_power_w_per_gpu(c):,.0f}) W = {facility_power_w(c, n) / 1e6:.2f} MW")
+    return (f"{c.pue:g} x ({n:,} x {c.gpu.tdp_w:,.0f} + {nodes:,} x {c.node_power_w:,.0f} + "
+            f"{n:,} x {network_power_w_per_gpu(c):,.0f}) W = {facility_power_w(c, n) / 1e6:.2f} MW")
 
 
 def _constant(fmt: str) -> Callable[[], str]:
@@ -997,8 +998,8 @@ def _constant(fmt: str) -> Callable[[], str]:
 
 def _compiled_titan() -> str:
     b = bench("bench_heldout_torchtitan")
-    return (f"A100 runs before torch.compile come within {pct(b['A100 FSDP2, fused elementwise']['mape'])} "
-            "with it")
+    fused = b["A100 FSDP2, fused elementwise"]["mape"]
+    return f"A100 runs before torch.compile come within {pct(fused)} with it"
 
 
 @lru_cache(maxsize=1)
@@ -1007,7 +1008,8 @@ def _recipe_memory() -> Any:
     as its framework runs it), so the figures are the ones the tests check."""
     import importlib.util
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    if str(ROOT / "tests") not in sys.path:  # its conftest's helpers; after the checkout's
+        sys.path.append(str(ROOT / "tests"))
     spec = importlib.util.spec_from_file_location("test_recipe_memory",
                                                   ROOT / "tests" / "test_recipe_memory.py")
     mod = importlib.util.module_from_spec(spec)
@@ -1291,8 +1293,8 @@ def _llama_128k() -> str:
             f"Megatron-Core setting: the text output names the closest framework and the rule "
             f"it breaks, and `--framework megatron-core` searches only what Megatron-Core runs: "
             f"TP 8, CP 16, PP 8 without interleaving, half recomputed, ZeRO-1, "
-            f"{mc.iteration_time_s:.0f} s ({100 * (mc.iteration_time_s / e.iteration_time_s - 1):.0f} % "
-            f"slower)")
+            f"{mc.iteration_time_s:.0f} s "
+            f"({100 * (mc.iteration_time_s / e.iteration_time_s - 1):.0f} % slower)")
 
 
 def _vit_row(gpus: int) -> Callable[[], str]:
@@ -1318,7 +1320,8 @@ def _cp_gain() -> dict[int, float]:
     from planner.orchestration import solve
     from planner.specs.loaders import load_model
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    if str(ROOT / "tests") not in sys.path:  # its conftest's helpers; after the checkout's
+        sys.path.append(str(ROOT / "tests"))
     from conftest import small_cluster
 
     m, c, gain = load_model("llama3-8b"), small_cluster(64, domain=8), {}
@@ -1334,7 +1337,7 @@ def _cp_close_call() -> str:
     return (f"is {100 * (g[8192] - 1):.0f} % slower at 8K, where CP 2 and TP 2 trade places as "
             f"NVIDIA's 8K recipe runs CP 2, and {100 * (g[131072] - 1):.0f} % slower at 128K")
 
-REST_DOCS: tuple[Figure, ...] = (
+_REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/formats.md", "planner.validation.band.LEVEL", _band_level),
     Figure("docs/formats.md", "planner.validation.trust.SCALE_FACTOR", _similar_scale),
     Figure("docs/serving.md", f"planner serve {ISSUE_29}", _issue_29),
@@ -1385,7 +1388,8 @@ REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/cost-model.md", "tests/test_recipe_memory.py's NeMo 405B trainer on 576 GPUs",
            _nemo_405b_576),
     Figure("docs/cost-model.md", "tests/test_recipe_memory.py's torchtitan 8B at 32K", _titan_loss),
-    Figure("docs/cost-model.md", "hardware_catalog/clusters/mi300x-cluster.yaml (link_GBps)", _mesh),
+    Figure("docs/cost-model.md", "hardware_catalog/clusters/mi300x-cluster.yaml (link_GBps)",
+           _mesh),
     Figure("docs/cost-model.md", "collective_time_s of a 1 GiB all-reduce on mi300x-cluster's mesh "
            "and as a switch", _mesh_all_reduce),
     Figure("docs/cost-model.md", "python benchmarks/bench_heldout_mosaicml.py", _mosaicml_in_full),
@@ -1420,6 +1424,10 @@ REST_DOCS: tuple[Figure, ...] = (
     Figure("docs/mixed.md", "python examples/solve_mixed.py (its mixed plan evaluated, the h100 "
            "pool solved alone)", _mixed),
 )
+#: each text rendered once per process: tests/test_check_docs.py renders the registry once per
+#: figure, and the documents, not these commands, are what it changes
+REST_DOCS = tuple(Figure(f.doc, f.command, lru_cache(maxsize=1)(f.text), f.block)
+                  for f in _REST_DOCS)
 # ---- end of docs/serving.md ... docs/formats.md
 
 REGIME_LABELS = ("framework x generation", "GPU count", "sequence length", "precision",
