@@ -14,6 +14,7 @@ from planner.errors import InfeasibleError
 from planner.orchestration.serve import workload
 from planner.procurement import named_templates, procure, procure_train_serve
 from planner.specs.loaders import load_model
+from planner.specs.serve import load_engine
 
 TEMPLATES = named_templates(["dgx-h100-superpod", "dgx-b200-superpod"])
 #: what a separate serving fleet may be built of
@@ -59,7 +60,8 @@ def main() -> None:
     for serve_days in (30, 730):
         ts = procure_train_serve(load_model("llama3-70b"), 15e12, days=90, serve=w,
                                  serve_days=serve_days, templates=TEMPLATES,
-                                 serve_templates=SERVING, max_gpus=8192, workers=1)
+                                 serve_templates=SERVING, max_gpus=8192, workers=1,
+                                 engine=load_engine("trtllm"))  # planner procure's default
         print(f"   serve {serve_days} days:", ts.summary)
         for name, f in (("reuse", ts.reuse), *ts.separate.items()):
             print(f"      {name:5s}: {f.label()}, ${f.capital_usd:,.0f} up front + "

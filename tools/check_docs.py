@@ -1866,6 +1866,774 @@ DLRM_DOC: tuple[Figure, ...] = (  # docs/dlrm.md: every command below runs in a 
 )
 
 
+
+# ---- docs/serving.md, docs/cost-model.md, docs/procure.md, docs/moe-long-context.md,
+# ---- docs/mixed.md, docs/formats.md (issue 37, item 6: every figure accounted for)
+
+
+def _band_level() -> str:
+    """docs/formats.md: the coverage of the expected-error band (planner.validation.band)."""
+    from planner.validation.band import LEVEL
+
+    return f"({100 * LEVEL:.0f} %, from runs held out by source near this regime)"
+
+
+def _similar_scale() -> str:
+    """docs/formats.md: how far a published run's GPU count may be from the answer's to be
+    similar (planner.validation.trust.similar_runs)."""
+    from planner.validation.trust import SCALE_FACTOR
+
+    return f"within {SCALE_FACTOR:g}x GPUs"
+
+
+#: docs/mixed.md's worked example: Llama 3 70B on examples/mixed-h100-a100.yaml, and the
+#: mixed plan ``python examples/solve_mixed.py`` returns (its whole search takes ~40 s, so
+#: the check evaluates that plan and solves the H100 pool alone, as solve_mixed's part 1 does)
+MIXED = ("llama3-70b", "examples/mixed-h100-a100.yaml")
+MIXED_PLAN = {"plan": {"tp": 8, "pp": 2, "dp": 64, "microbatch_size": 1,
+                       "global_batch_size": 512, "seq_len": 8192, "sequence_parallel": True,
+                       "zero_stage": 1},
+              "stages": [{"pool": "a100", "layers": 20}, {"pool": "h100", "layers": 60}]}
+
+
+def _mixed() -> str:
+    from planner import api
+    from planner.orchestration.train import solve
+    from planner.specs.loaders import load_model
+
+    mc = api.load_mixed_cluster(MIXED[1])
+    m = load_model(MIXED[0])
+    e = api.evaluate_mixed(m, mc, MIXED_PLAN)
+    pool = next(p for p in mc.pools if p.name == "h100")
+    alone = solve(m, pool.cluster, objective="time")
+    if alone.status != "optimal":
+        raise RuntimeError(f"the h100 pool alone ended {alone.status!r}, not optimal")
+    t0, t = alone.best.estimate.iteration_time_s, e.iteration_time_s
+    a100, h100 = e.stages
+    per_layer = (a100.stage_time_s / a100.layers) / (h100.stage_time_s / h100.layers)
+    p = MIXED_PLAN["plan"]
+    act = p["seq_len"] * m.hidden_size * 2 / p["tp"]
+    j = mc.join
+    return (f"cuts the iteration from {t0:.2f} s to {t:.2f} s ({100 * (1 - t / t0):.0f} %): the "
+            f"A100 stage, about {per_layer:.0f}x slower per layer, takes a quarter of the "
+            f"layers, and the two stages take {a100.stage_time_s * 1e3:.0f} and "
+            f"{h100.stage_time_s * 1e3:.0f} ms per microbatch. Each stage sends its activations "
+            f"({p['seq_len']:,} tokens x {m.hidden_size:,} x 2 B / tp {p['tp']} = "
+            f"{act / 1e6:.1f} MB) over the {j.bandwidth_GBps:g} GB/s join at "
+            f"{100 * j.efficiency:.0f} % efficiency, {a100.p2p_s / 2 * 1e3:.2f} ms each way")
+
+
+@lru_cache(maxsize=None)
+def serve_json(args: str) -> dict:
+    """``planner serve ARGS --json`` as the CLI prints it (exit 0, or 1 when nothing is
+    feasible: the JSON then says why)."""
+    import json
+
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    run = subprocess.run([sys.executable, "-m", "planner", "serve", *args.split(), "--json"],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
+                         capture_output=True, text=True)
+    if run.returncode not in (0, 1):
+        raise RuntimeError(f"planner serve {args} exited {run.returncode}: {run.stderr}")
+    return json.loads(run.stdout)
+
+
+#: docs/serving.md: issue 29's reproducer, and an SLO no layout reaches
+ISSUE_29 = ("-m llama3-70b -c dgx-h100-superpod --gpus 4 --isl 467 --osl 256 --fix tp=4 "
+            "--fix pp=1 --fix weight_dtype=bf16 --rate 2")
+UNREACHABLE = "-m llama3-70b -c dgx-h100-superpod --isl 2048 --osl 256 --ttft-ms 500 " \
+              "--tpot-ms 5 --rate 20"
+
+
+def _issue_29() -> str:
+    e = serve_json(ISSUE_29)["estimate"]
+    return (f"{e['tpot_ms']:.2f} ms mean / {e['tpot_p99_ms']:.2f} ms P99 with "
+            f"{e['decode_batch']:.1f} sequences in flight")
+
+
+def _unreachable() -> str:
+    d = serve_json(UNREACHABLE)
+    return "\"; \"".join(d["reasons"])
+
+
+def _sides(x: float, y: float, over: str, under: str) -> str:
+    """Two relative errors (model / simulation - 1) in words."""
+    if (x >= 0) == (y >= 0):
+        return f"{pct(abs(x))} and {pct(abs(y))} {over if x >= 0 else under}"
+    return (f"{pct(abs(x))} {over if x >= 0 else under} and {pct(abs(y))} "
+            f"{over if y >= 0 else under}")
+
+
+def _model_vs_sim() -> str:
+    """docs/serving.md: the table's two plans, the model's P99s against the simulation's."""
+    rel = {k: [served(x)["estimate"][f"{k}_p99_ms"] / served(x)["simulation"][f"{k}_p99_ms"]
+               - 1 for x in ("", "--fix mode=aggregated")] for k in ("ttft", "tpot")}
+    ttft = _sides(*rel["ttft"], "above the simulation", "under the simulation")
+    return (f"The analytic TTFT P99s land {ttft}; the TPOT P99s "
+            f"{_sides(*rel['tpot'], 'above', 'under')}")
+
+
+def _more_seeds() -> str:
+    """docs/serving.md: the aggregated example simulated with 60,000 requests, seeds 1-3."""
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.serve import ServePlan, ServeWorkload, load_engine
+    from planner.validation.serve_sim import simulate
+
+    d = served("--fix mode=aggregated")
+    plan, model = ServePlan.model_validate(d["plan"]), d["estimate"]["tpot_p99_ms"]
+    w = ServeWorkload(isl=2048, osl=256, rate_rps=20.0)
+    p99 = [simulate(load_model("llama3-70b"), load_cluster("dgx-h100-superpod"), plan, w, 60000,
+                    seed, engine=load_engine("trtllm")).tpot_p99_ms for seed in (1, 2, 3)]
+    lo, hi = sorted((min(p99) / model - 1, max(p99) / model - 1), key=abs)
+    side = "above" if min(p99) >= model else "under" if max(p99) <= model else "around"
+    return (f"aggregated P99 TPOT is {min(p99):.1f}-{max(p99):.1f} ms, {100 * abs(lo):.0f}-"
+            f"{100 * abs(hi):.0f} % {side} the model")
+
+
+@lru_cache(maxsize=None)
+def _light_heavy(rate: float) -> tuple[Any, Any]:
+    """tests/test_serve_load.py's case: Llama 3 8B on one H100, concurrency 64, ISL 512,
+    OSL 128, the v0.6.1 engine: the estimate and a 4,000-request simulation at ``rate``."""
+    from planner.costmodel.serve.evaluate import evaluate_serve
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.serve import ServeEngine, ServePlan, ServeWorkload
+    from planner.validation.serve_sim import simulate
+
+    m, c = load_model("llama3-8b"), load_cluster("dgx-h100-superpod")
+    plan = ServePlan(tp=1, concurrency=64, kv_dtype="fp8", prefill_chunk=2048)
+    w = ServeWorkload(isl=512, osl=128, rate_rps=rate)
+    return (evaluate_serve(m, c, plan, w, ServeEngine()),
+            simulate(m, c, plan, w, 4000, engine=ServeEngine()))
+
+
+def _light_heavy_tpot() -> str:
+    light, heavy = _light_heavy(1.0)[0], _light_heavy(20.0)[0]
+    return (f"{light.tpot_ms:.2f} ms at 1 request/s, {heavy.tpot_ms:.2f} ms at 20 of its "
+            f"{heavy.capacity_rps:.0f} requests/s")
+
+
+def _light_heavy_ttft() -> str:
+    est, sim = _light_heavy(20.0)
+    return f"({est.ttft_ms:.0f} ms against {sim.ttft_mean_ms:.0f} ms simulated at 20 requests/s"
+
+
+@lru_cache(maxsize=1)
+def _serving_report() -> dict:
+    from planner.validation.serving import run_serving
+
+    return run_serving().to_json()
+
+
+#: docs/serving.md's names of the serving set's models
+SERVING_MODELS = {"gptj-6b": "GPT-J 6B", "llama2-7b": "Llama 2 7B", "llama2-70b": "Llama 2 70B",
+                  "falcon-180b": "Falcon 180B"}
+
+
+def _serving_row(metric: str, label: str) -> Callable[[], str]:
+    """A row of docs/serving.md's calibration table: rows, MAPE, the largest error and its
+    row (``planner validate``'s serving set)."""
+    def text() -> str:
+        r = _serving_report()
+        rows = [x for x in r["rows"] if x["metric"] == metric]
+        worst = max(rows, key=lambda x: abs(x["error"]))
+        where = (f"{worst['isl']}/{worst['osl']}" if metric == "output_tokens_per_s_per_gpu"
+                 else f"{worst['isl']} tokens")
+        return (f"| {label} | {len(rows)} | {pct(r['mape'][metric])} | "
+                f"{pct(abs(worst['error']))} ({SERVING_MODELS[worst['model']]} TP{worst['tp']}, "
+                f"{where}) |")
+    return text
+
+
+def _engine_defaults(part: str) -> Callable[[], str]:
+    """docs/serving.md: ServeEngine's class defaults (the v0.6.1 fit)."""
+    def text() -> str:
+        from planner.specs.serve import ServeEngine
+
+        e = ServeEngine()
+        if part == "fit":
+            return (f"(`kernel_fraction` {e.kernel_fraction:.2f}, in place of the training "
+                    f"framework's 0.80), {e.request_overhead_ms:g} ms of host time per request "
+                    f"before its first token and {e.collective_overhead_us:g} us per")
+        if part == "aic":
+            return (f"The {e.collective_overhead_us:g} us per collective fitted on TensorRT-LLM "
+                    "v0.6.1")
+        return f"TensorRT-LLM v0.6.1's fit, {e.collective_overhead_us:g} us per collective included"
+    return text
+
+
+@lru_cache(maxsize=None)
+def _aic_rows(dtype: str, engine: str, act_quant: bool = True) -> tuple[list[dict], Any]:
+    """``python benchmarks/bench_aiconfigurator.py --dtype DTYPE --engine ENGINE``'s rows
+    and the module (its BOUND and summary), run in process; ``engine`` ``v0.6.1`` is the
+    ServeEngine class defaults, ``act_quant=False`` the profile without its FP8 activation
+    quantize launches."""
+    import importlib.util
+
+    from planner.specs.serve import ServeEngine, load_engine
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_aiconfigurator", ROOT / "benchmarks" / "bench_aiconfigurator.py")
+    bench_mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_mod)
+    eng = ServeEngine() if engine == "v0.6.1" else load_engine(engine)
+    if not act_quant:
+        eng = eng.model_copy(update={"fp8_act_quant_kernels": 0})
+    return bench_mod.rows(dtype, eng), bench_mod
+
+
+def _within(rows: list[dict], bound: float) -> int:
+    return sum(abs(r["ratio"] - 1) <= bound for r in rows)
+
+
+def _aic(part: str) -> Callable[[], str]:
+    """docs/serving.md, "Against aiconfigurator's database"."""
+    def text() -> str:
+        if part == "bf16":
+            rows, mod = _aic_rows("bf16", "trtllm")
+            return (f"{_within(rows, mod.BOUND)} of {len(rows)} rows are within "
+                    f"{100 * mod.BOUND:.0f} %")
+        if part == "v0.6.1":
+            rows, mod = _aic_rows("bf16", "v0.6.1")
+            worst = max(r["ratio"] for r in rows if r["phase"] == "decode")
+            return (f"put these decode rows up to {worst:.0f}x slow ({_within(rows, mod.BOUND)} "
+                    f"of {len(rows)} rows within {100 * mod.BOUND:.0f} %)")
+        rows, mod = _aic_rows("fp8", "trtllm", part == "fp8")
+        g = [x["geomean"] for x in mod.summary(rows)]
+        if part == "fp8":
+            return (f"{_within(rows, mod.BOUND)} of {len(rows)} within {100 * mod.BOUND:.0f} %, "
+                    f"geomeans {min(g):.2f}-{max(g):.2f}")
+        off = [r for r in rows if abs(r["ratio"] - 1) > mod.BOUND]
+        rest = "all the others too fast" if all(r["ratio"] < 1 for r in off) else \
+            "the others off both ways"
+        return (f"without them {_within(rows, mod.BOUND)} rows were within "
+                f"{100 * mod.BOUND:.0f} %, {rest} (geomeans {min(g):.2f}-{max(g):.2f})")
+    return text
+
+
+def _buy_b200_running() -> str:
+    """docs/procure.md Sec. 10: three bought B200 serving, per day: their facility power at
+    full load (planner.costmodel.energy.facility_power_w) times the pricing file's
+    electricity price."""
+    from planner.costmodel.energy import facility_power_w, network_power_w_per_gpu
+    from planner.specs.loaders import load_cluster
+    from planner.specs.pricing import load_pricing
+
+    c, n = load_cluster("dgx-b200-superpod"), 3
+    node = c.topology[0].size
+    kwh = load_pricing().electricity_usd_per_kwh
+    w = n * c.pue * (c.gpu.tdp_w + c.node_power_w / node + network_power_w_per_gpu(c))
+    if abs(w - facility_power_w(c, n * node) / node) > 1e-6:
+        raise RuntimeError("facility_power_w is no longer the sum the sentence writes out")
+    return (f"{n} x {c.pue:g} x ({c.gpu.tdp_w:,.0f} + {c.node_power_w:,.0f} / {node} + "
+            f"{network_power_w_per_gpu(c):.0f}) W x 24 h x ${kwh:.3f}/kWh = "
+            f"${w * 24 / 1000 * kwh:.2f}/day")
+
+def _grid_mfu() -> str:
+    """docs/procure.md: why the default grid leaves 3 x 2^k counts out (planner.solve, the
+    function procure's solves go through)."""
+    odd = solve_result("llama3-405b", "dgx-h100-superpod", 12288).best.estimate.mfu
+    even = solve_result("llama3-405b", "dgx-h100-superpod", 8192).best.estimate.mfu
+    return f"12,288 H100 reach {pct(odd)} MFU against {pct(even)} on 8,192"
+
+
+def _node_power() -> str:
+    from planner.specs.loaders import load_cluster
+
+    w = load_cluster("dgx-h100-superpod").node_power_w
+    return f"(`node_power_w`, e.g. ~{w / 1000:g} kW of the DGX H100's"
+
+
+RAMP_TEMPLATES = ("ramp-a100", "examples/ramp-baseline-fat-tree.yaml")
+
+
+def _ramp_power() -> str:
+    from planner.specs.loaders import load_cluster
+
+    ramp, tree = (load_cluster(n) for n in RAMP_TEMPLATES)
+    if ramp.node_power_w != tree.node_power_w:
+        raise RuntimeError("the RAMP templates' node power differs: the sentence says one")
+    return f"({ramp.node_power_w / 1000:g} kW non-GPU power,"
+
+
+def _ramp_templates() -> str:
+    """docs/procure.md Sec. 8: the two templates' non-GPU power and their networks' price,
+    energy and capacity per GPU against each other (planner.costmodel.energy)."""
+    from planner.costmodel.energy import network_capex_usd_per_gpu, network_power_w_per_gpu
+    from planner.specs.loaders import load_cluster
+
+    ramp, tree = (load_cluster(n) for n in RAMP_TEMPLATES)
+
+    def per_gbps(c: Any, field: str) -> float:
+        return sum(getattr(lv, field) for lv in c.topology)
+
+    cap = {c.name: network_capex_usd_per_gpu(c) / per_gbps(c, "cost_usd_per_Gbps")
+           for c in (ramp, tree)}
+    usd = per_gbps(tree, "cost_usd_per_Gbps") / per_gbps(ramp, "cost_usd_per_Gbps")
+    pj = per_gbps(tree, "energy_pj_per_bit") / per_gbps(ramp, "energy_pj_per_bit")
+    return (f"Per Gb/s RAMP is {usd:.1f}x cheaper and {pj:.0f}x "
+            f"more frugal, but it gives each GPU {cap[ramp.name] / cap[tree.name]:.0f}x the fat "
+            f"tree's off-node capacity, so per GPU its network costs "
+            f"{network_capex_usd_per_gpu(ramp) / network_capex_usd_per_gpu(tree):.0f}x more and "
+            f"draws {network_power_w_per_gpu(ramp) / network_power_w_per_gpu(tree):.1f}x the power")
+
+
+def _site_power() -> str:
+    """docs/procure.md Sec. 9: the peak facility power of 2,048 H100 in the DGX H100
+    SuperPOD, term by term (planner.costmodel.energy.facility_power_w)."""
+    from planner.costmodel.energy import facility_power_w, network_power_w_per_gpu
+    from planner.specs.loaders import load_cluster
+
+    n = 2048
+    c = load_cluster("dgx-h100-superpod", n)
+    nodes = n // c.topology[0].size
+    return (f"{c.pue:g} x ({n:,} x {c.gpu.tdp_w:,.0f} + {nodes:,} x {c.node_power_w:,.0f} + "
+            f"{n:,} x {network_power_w_per_gpu(c):,.0f}) W = {facility_power_w(c, n) / 1e6:.2f} MW")
+
+
+def _constant(fmt: str) -> Callable[[], str]:
+    """A sentence of docs/cost-model.md that states a constant of planner/costmodel/constants.py
+    (``fmt`` names it in braces)."""
+    def text() -> str:
+        from planner.costmodel import constants
+
+        return fmt.format(**{k: getattr(constants, k) for k in dir(constants) if k.isupper()})
+    return text
+
+
+def _compiled_titan() -> str:
+    b = bench("bench_heldout_torchtitan")
+    fused = b["A100 FSDP2, fused elementwise"]["mape"]
+    return f"A100 runs before torch.compile come within {pct(fused)} with it"
+
+
+@lru_cache(maxsize=1)
+def _recipe_memory() -> Any:
+    """tests/test_recipe_memory.py, loaded: its recipes and their set-up (each recipe costed
+    as its framework runs it), so the figures are the ones the tests check."""
+    import importlib.util
+
+    if str(ROOT / "tests") not in sys.path:  # its conftest's helpers; after the checkout's
+        sys.path.append(str(ROOT / "tests"))
+    spec = importlib.util.spec_from_file_location("test_recipe_memory",
+                                                  ROOT / "tests" / "test_recipe_memory.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _recipe(name: str, **update: Any) -> tuple[Any, Any, dict]:
+    """The estimate of the named recipe (with ``update`` applied to its plan) and its row."""
+    from planner.costmodel.train.evaluator import evaluate
+
+    mod = _recipe_memory()
+    row = next(r for r in mod.RECIPES if r["name"] == name)
+    model, cluster, plan = mod._setup(row)
+    return evaluate(model, cluster, plan.model_copy(update=update)), cluster, row
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f}"
+
+
+def _fp32_gradients() -> str:
+    h100 = "mbridge-h100-llama31-405b-512-bf16"
+    gb200 = "mbridge-gb200-llama31-405b-128-bf16"
+    (a, ca, _), (b, cb, _) = (_recipe(n, grad_reduce_dtype="fp32") for n in (h100, gb200))
+    a0, b0 = _recipe(h100)[0], _recipe(gb200)[0]
+    return (f"needs {_gib(a.memory_per_gpu_bytes)} GiB of {ca.gpu.hbm_gib:g} and on 128 GB200 "
+            f"(TP4 PP8 CP2 VP8) {_gib(b.memory_per_gpu_bytes)} of {cb.gpu.hbm_gib:g}; as "
+            f"published, {_gib(a0.memory_per_gpu_bytes)} and {_gib(b0.memory_per_gpu_bytes)}")
+
+
+def _nemotron_340b() -> str:
+    """tests/test_recipe_memory.py::test_nemotron4_340b_fits_with_its_recipes_optimizer."""
+    from planner.validation.corpus import runs_from
+
+    run = next(r for r in runs_from("corpus/dgxc-nemotron4.yaml")
+               if r.name == "dgxc2411-h100-nemotron4-340b-bf16-128")
+    est = run.estimate()
+    fp32 = run.estimate(plan=run.plan.model_copy(update={"optimizer_dtype": "fp32"}))
+    return (f"{_gib(fp32.memory_per_gpu_bytes)} GiB of {est.hbm_capacity_bytes / 2**30:g}, as "
+            f"configured {_gib(est.memory_per_gpu_bytes)}")
+
+
+def _nemo_405b_576() -> str:
+    e = _recipe("nemo-h100-llama31-405b-576-bf16")[0]
+    return f"PP9 VP2 CP4, 256 microbatches) needs {_gib(e.memory_per_gpu_bytes)} GiB"
+
+
+def _titan_loss() -> str:
+    e, _, row = _recipe("torchtitan-h100-96gb-llama31-8b-8-32k")
+    return (f"the model says {_gib(e.memory_per_gpu_bytes)} GiB against "
+            f"{row['measured_peak_gib']:g} GiB measured")
+
+
+def _mesh() -> str:
+    """docs/cost-model.md: what a TP group of k GPUs of an MI300X node moves (the links among
+    its members, before the level's efficiency)."""
+    from planner.specs.loaders import load_cluster
+
+    lv = load_cluster("mi300x-cluster").topology[0]
+    return ", ".join(f"TP{k} {min(lv.bandwidth_GBps, (k - 1) * lv.link_GBps):.0f} GB/s"
+                     for k in (4, 8))
+
+
+def _mesh_all_reduce() -> str:
+    """docs/cost-model.md: a 1 GiB all-reduce on the MI300X mesh against the same node as a
+    switch of the DGX H100 SuperPOD's NVSwitch efficiency (tests/test_network_realism.py)."""
+    from planner.costmodel.network import collective_time_s
+    from planner.specs.loaders import load_cluster
+
+    mesh = load_cluster("mi300x-cluster").topology[0]
+    eff = load_cluster("dgx-h100-superpod").topology[0].efficiency
+    switch = mesh.model_copy(update={"kind": "switch", "link_GBps": None, "efficiency": eff})
+    t = {(k, lv.kind): 1e3 * collective_time_s("allreduce", 2**30, (k,), (lv,))
+         for k in (2, 8) for lv in (mesh, switch)}
+    m2, s2 = t[(2, mesh.kind)], t[(2, "switch")]
+    return (f"an all-reduce of 1 GiB takes {m2:.1f} ms on TP2 against {s2:.1f} ms were the node a "
+            f"{mesh.bandwidth_GBps:.0f} GB/s switch ({m2 / s2:.1f}x); on TP8 "
+            f"{t[(8, mesh.kind)]:.1f} ms against {t[(8, 'switch')]:.1f} ms (efficiency "
+            f"{mesh.efficiency:g} instead of {eff:g})")
+
+def _mosaicml_in_full() -> str:
+    return (f"within {pct(bench('bench_heldout_mosaicml')['all']['mape'])} MAPE when charged in "
+            "full")
+
+def _scale_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_scale",
+                                                  ROOT / "benchmarks" / "bench_scale.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@lru_cache(maxsize=1)
+def _scale() -> dict:
+    """benchmarks/bench_scale.py's rows, run in process."""
+    mod = _scale_module()
+    return {"megascale": mod.megascale_rows(True), "today": mod.megascale_rows(False),
+            "llama": mod.llama_weak_scaling()}
+
+
+def _megascale() -> str:
+    """docs/cost-model.md: MegaScale's 175B rows, the error's ends and slope (as run, and
+    with today's defaults), and the time per iteration more GPUs do not shrink (the line
+    through the smallest and the largest run), measured and predicted."""
+    from planner.validation.scaling import residual_slope
+
+    def slope(rows: list) -> float:
+        return residual_slope([(g, 100 * (p / m - 1)) for g, p, m in rows]).slope_per_decade
+
+    rows = _scale()["megascale"]
+    (g0, p0, m0), (g1, p1, m1) = rows[0], rows[-1]
+
+    def line(t0: float, t1: float) -> tuple[float, float]:
+        a = (t0 - t1) / (1 / g0 - 1 / g1)
+        return a, t1 - a / g1
+
+    (am, bm), (_, bp) = line(m0, m1), line(p0, p1)
+    return (f"model's error goes from {signed(p0 / m0 - 1)} to {signed(p1 / m1 - 1)} "
+            f"({slope(rows):+.0f} points per tenfold GPUs; {slope(_scale()['today']):+.0f} with "
+            f"today's overlapped defaults). The measured iteration times fit `{am:,.0f} / GPUs + "
+            f"{bm:.1f} s`: {bm:.1f} s per iteration that more GPUs do not shrink, of which the "
+            f"model has {bp:.1f} s (the fp32 all-reduce, the bubble, the optimizer). What makes "
+            f"up the other {bm - bp:.1f} s").replace("(+", "(").replace("; +", "; ")
+
+
+def _weak_llama() -> str:
+    rows = _scale()["llama"]
+    return (f"slows by {pct(rows[-1][1] / rows[0][1] - 1)} from {rows[0][0]:,} to "
+            f"{rows[-1][0]:,} replicas")
+
+
+NEMOTRON_DP = (96, 192, 288)
+
+
+@lru_cache(maxsize=None)
+def _nemotron(dp: int, ideal: bool) -> Any:
+    """``planner evaluate -m nemotron-4-15b -c dgx-h100-superpod --gpus 8*dp --tp 8 --pp 1
+    --dp dp --mbs 1 --global-batch 4*dp --set zero_stage=1 --set sequence_parallel=true``;
+    ``ideal``: with step_time_cv 0 and the network's algorithm left to ``auto``."""
+    import planner
+    from planner.specs.loaders import load_cluster, load_model
+    from planner.specs.plan import Plan
+
+    c = load_cluster("dgx-h100-superpod", 8 * dp)
+    if ideal:
+        c = c.model_copy(update={"step_time_cv": 0.0, "topology": tuple(
+            lv.model_copy(update={"algorithm": "auto"}) for lv in c.topology)})
+    plan = Plan(tp=8, pp=1, dp=dp, microbatch_size=1, global_batch_size=4 * dp,
+                seq_len=load_model("nemotron-4-15b").seq_len, zero_stage=1,
+                sequence_parallel=True)
+    return planner.evaluate("nemotron-4-15b", c, plan)
+
+
+def _nemotron_weak() -> str:
+    t = [_nemotron(dp, False) for dp in NEMOTRON_DP]
+    t0 = [_nemotron(dp, True).iteration_time_s for dp in NEMOTRON_DP]
+    times = ", ".join(f"{e.iteration_time_s:.3f}" for e in t)
+    lag = ", ".join(f"{1e3 * e.time_breakdown_s['straggler']:.1f}" for e in t)
+    ideal = ", ".join(f"{x:.3f}" for x in t0)
+    return (f"predicts {times} s (straggler {lag} ms); with `step_time_cv: 0` and the "
+            f"network's `auto` algorithm {ideal} s")
+
+
+def _nemotron_growth() -> str:
+    a, b = (_nemotron(dp, False).iteration_time_s for dp in (NEMOTRON_DP[0], NEMOTRON_DP[-1]))
+    return f"({signed(b / a - 1)} predicted)"
+
+
+def _headroom() -> str:
+    from planner.costmodel.compose import headroom_bytes
+    from planner.specs.loaders import load_cluster
+
+    c = load_cluster("dgx-h100-superpod")
+    return f"{headroom_bytes(c) / 2**30:.1f} GiB on an {c.gpu.hbm_gib:g} GB GPU"
+
+
+def _checkpoint_405b() -> str:
+    g = goodput_of("dgx-h100-superpod", 16384)
+    return f"Llama 3 405B: {g.checkpoint_bytes / 1e12:.1f} TB"
+
+
+def _memory_row() -> str:
+    return f"matches Figure 1 within {pct(validate()['memory_max'])}"
+
+
+def _mla(part: str) -> Callable[[], str]:
+    """docs/moe-long-context.md: what counting DeepSeek-V3's MLA as MHA with query/key-wide
+    heads adds (hardware_catalog/models/deepseek-v3.yaml)."""
+    def text() -> str:
+        from planner.specs.loaders import load_model
+
+        m = load_model("deepseek-v3")
+        qk, v = m.head_dim, m.mla.v_head_dim
+        if part == "activations":
+            return (f"the {v}-wide values are counted at {qk} (about "
+                    f"{100 * (3 * qk / (2 * qk + v) - 1):+.0f}% on Q/K/V activations)")
+        return (f"`4 seq heads {qk}` instead of `2 seq heads ({qk} + {v})` "
+                f"({100 * (4 * qk / (2 * (qk + v)) - 1):+.0f}% on a term")
+    return text
+
+
+#: docs/moe-long-context.md: the plans its solves returned (python -m planner solve ...,
+#: 2026-11-29; the solves take 5-60 s each, so the check evaluates the plans they returned:
+#: a change of the cost model moves these figures, a change of the optimum does not show)
+_ORDER = {"order": ["tp", "cp", "ep", "dp", "pp"]}
+_COMMON = {"microbatch_size": 1, "uneven_pipeline": False, "recompute": "none",
+           "zero_stage": 1, "sequence_parallel": True, "tp_comm": "rs_ag"}
+MOE_PLANS: dict[str, tuple[str, str, int | None, str | None, dict]] = {
+    # planner solve --model mixtral-8x7b --cluster examples/superpod.yaml [--fix ep=1]
+    "mixtral": ("mixtral-8x7b", "examples/superpod.yaml", None, None, {
+        **_COMMON, "tp": 2, "pp": 8, "dp": 64, "ep": 8, "expert_tp": 1,
+        "global_batch_size": 1024, "seq_len": 4096, "virtual_stages": 4,
+        "placement": {**_ORDER, "domain": {"tp": 2, "cp": 1, "dp": 4, "pp": 1}}}),
+    "mixtral ep=1": ("mixtral-8x7b", "examples/superpod.yaml", None, None, {
+        **_COMMON, "tp": 2, "pp": 8, "dp": 64, "expert_tp": 2, "global_batch_size": 1024,
+        "seq_len": 4096, "virtual_stages": 4,
+        "placement": {**_ORDER, "domain": {"tp": 2, "cp": 1, "dp": 4, "pp": 1}}}),
+    # planner solve -m llama3-405b -c examples/superpod.yaml --seq-len 131072
+    # --global-batch 128 [--fix cp=1 | --framework megatron-core]
+    "405b": ("llama3-405b", "examples/superpod.yaml", None, None, {
+        **_COMMON, "tp": 8, "pp": 8, "dp": 1, "cp": 16, "global_batch_size": 128,
+        "seq_len": 131072, "virtual_stages": 8, "uneven_pipeline": True, "recompute": "half",
+        "offload_optimizer": True,
+        "placement": {**_ORDER, "domain": {"tp": 8, "cp": 1, "dp": 1, "pp": 1}}}),
+    "405b cp=1": ("llama3-405b", "examples/superpod.yaml", None, None, {
+        **_COMMON, "tp": 8, "pp": 8, "dp": 16, "global_batch_size": 128, "seq_len": 131072,
+        "uneven_pipeline": True, "recompute": "full", "zero_stage": 3,
+        "offload_optimizer": True, "offload_params": True,
+        "placement": {**_ORDER, "domain": {"tp": 8, "cp": 1, "dp": 1, "pp": 1}}}),
+    "405b megatron-core": ("llama3-405b", "examples/superpod.yaml", None, "megatron-core", {
+        **_COMMON, "tp": 8, "pp": 8, "dp": 1, "cp": 16, "global_batch_size": 128,
+        "seq_len": 131072, "uneven_pipeline": True, "recompute": "half",
+        "overlap_tp_comm": True, "placement": _ORDER}),
+    # tests/test_long_context.py's LBNL ViT: --fix recompute=none --fix sequence_parallel=false
+    # --fix cp_comm=all_gather on 512 and 2,048 B200; and with sequence parallelism, --fix cp=1
+    "vit 512": ("vit-era5-64k", "dgx-b200-superpod", 512, None, {
+        **_COMMON, "tp": 2, "pp": 8, "dp": 4, "cp": 8, "global_batch_size": 4096,
+        "seq_len": 64800, "sequence_parallel": False, "tp_comm": "allreduce",
+        "cp_comm": "all_gather",
+        "placement": {**_ORDER, "domain": {"tp": 2, "cp": 4, "dp": 1, "pp": 1}}}),
+    "vit 2048": ("vit-era5-64k", "dgx-b200-superpod", 2048, None, {
+        **_COMMON, "tp": 2, "pp": 8, "dp": 16, "cp": 8, "global_batch_size": 4096,
+        "seq_len": 64800, "virtual_stages": 4, "uneven_pipeline": True,
+        "sequence_parallel": False, "tp_comm": "allreduce", "cp_comm": "all_gather",
+        "placement": {**_ORDER, "domain": {"tp": 2, "cp": 4, "dp": 1, "pp": 1}}}),
+    "vit 1d sp 2048": ("vit-era5-64k", "dgx-b200-superpod", 2048, None, {
+        **_COMMON, "tp": 8, "pp": 4, "dp": 64, "global_batch_size": 4096, "seq_len": 64800,
+        "zero_stage": 2,
+        "placement": {**_ORDER, "domain": {"tp": 8, "cp": 1, "dp": 1, "pp": 1}}}),
+}
+
+
+@lru_cache(maxsize=None)
+def moe_estimate(name: str) -> Any:
+    import planner
+    from planner.specs.loaders import load_cluster
+
+    model, cluster, gpus, framework, plan = MOE_PLANS[name]
+    return planner.evaluate(model, load_cluster(cluster, gpus), plan, framework=framework)
+
+
+def _mixtral() -> str:
+    e, no_ep = moe_estimate("mixtral"), moe_estimate("mixtral ep=1")
+    share = e.time_breakdown_s["ep_comm"] / e.iteration_time_s
+    return (f"all-to-alls take {pct(share)} of the iteration. Without EP (`--fix ep=1`) the best "
+            f"plan splits the experts by TP instead (TP 2, PP 8, v 4, ETP 2) and takes "
+            f"{no_ep.iteration_time_s:.3f} s, "
+            f"{100 * (no_ep.iteration_time_s / e.iteration_time_s - 1):.0f} % slower")
+
+
+def _llama_128k() -> str:
+    e, cp1, mc = (moe_estimate(n) for n in ("405b", "405b cp=1", "405b megatron-core"))
+    return (f"`--fix cp=1` gives {cp1.iteration_time_s:.0f} s per iteration (the best found "
+            f"within the 60 s limit: TP 8, PP 8, DP 16, full recomputation, ZeRO-3 with the "
+            f"optimizer and parameters offloaded: {_gib(cp1.memory_per_gpu_bytes)} of "
+            f"{cp1.hbm_capacity_bytes / 2**30:g} GiB), "
+            f"{cp1.iteration_time_s / e.iteration_time_s:.1f}x slower. The offload is not a "
+            f"Megatron-Core setting: the text output names the closest framework and the rule "
+            f"it breaks, and `--framework megatron-core` searches only what Megatron-Core runs: "
+            f"TP 8, CP 16, PP 8 without interleaving, half recomputed, ZeRO-1, "
+            f"{mc.iteration_time_s:.0f} s "
+            f"({100 * (mc.iteration_time_s / e.iteration_time_s - 1):.0f} % slower)")
+
+
+def _vit_row(gpus: int) -> Callable[[], str]:
+    def text() -> str:
+        plan = MOE_PLANS[f"vit {gpus}"][4]
+        v = f", v {plan['virtual_stages']}" if plan.get("virtual_stages", 1) > 1 else ""
+        return (f"| {gpus} | tp {plan['tp']}, cp {plan['cp']} (all-gather), pp {plan['pp']}, dp "
+                f"{plan['dp']}{v} | {moe_estimate(f'vit {gpus}').iteration_time_s:.0f} s |")
+    return text
+
+
+def _vit_1d() -> str:
+    e = moe_estimate("vit 1d sp 2048")
+    plan = MOE_PLANS["vit 1d sp 2048"][4]
+    return (f"(tp {plan['tp']}, pp {plan['pp']}, dp {plan['dp']}: {e.iteration_time_s:.0f} s, "
+            f"{_gib(e.memory_per_gpu_bytes)} of {e.hbm_capacity_bytes / 2**30:.1f} GiB)")
+
+
+@lru_cache(maxsize=1)
+def _cp_gain() -> dict[int, float]:
+    """tests/test_long_context.py::test_planner_picks_cp_at_long_sequences: the best plan
+    without CP against the best, Llama 3 8B on its 64-GPU test cluster."""
+    from planner.orchestration import solve
+    from planner.specs.loaders import load_model
+
+    if str(ROOT / "tests") not in sys.path:  # its conftest's helpers; after the checkout's
+        sys.path.append(str(ROOT / "tests"))
+    from conftest import small_cluster
+
+    m, c, gain = load_model("llama3-8b"), small_cluster(64, domain=8), {}
+    for seq, gb in ((8192, 64), (131072, 8)):
+        base = {"seq_len": seq, "global_batch_size": gb}
+        gain[seq] = (solve(m, c, base=base, fixed={"cp": 1}).best.objective
+                     / solve(m, c, base=base).best.objective)
+    return gain
+
+
+def _cp_close_call() -> str:
+    g = _cp_gain()
+    return (f"is {100 * (g[8192] - 1):.0f} % slower at 8K, where CP 2 and TP 2 trade places as "
+            f"NVIDIA's 8K recipe runs CP 2, and {100 * (g[131072] - 1):.0f} % slower at 128K")
+
+_REST_DOCS: tuple[Figure, ...] = (
+    Figure("docs/formats.md", "planner.validation.band.LEVEL", _band_level),
+    Figure("docs/formats.md", "planner.validation.trust.SCALE_FACTOR", _similar_scale),
+    Figure("docs/serving.md", f"planner serve {ISSUE_29}", _issue_29),
+    Figure("docs/serving.md", f"planner serve {UNREACHABLE}", _unreachable),
+    Figure("docs/serving.md", f"{SERVE_EXAMPLE} (and --fix mode=aggregated)", _model_vs_sim),
+    Figure("docs/serving.md", "simulate(..., 60000, seed) of the aggregated example's plan, "
+           "seeds 1-3", _more_seeds),
+    Figure("docs/serving.md", "tests/test_serve_load.py's light and heavy loads "
+           "(evaluate_serve, simulate with 4,000 requests)", _light_heavy_tpot),
+    Figure("docs/serving.md", "tests/test_serve_load.py's heavy load", _light_heavy_ttft),
+    Figure("docs/serving.md", "planner validate (serving rows)",
+           _serving_row("output_tokens_per_s_per_gpu", "output tokens/s per GPU")),
+    Figure("docs/serving.md", "planner validate (serving rows)",
+           _serving_row("first_token_latency_ms", "TTFT (batch 1)")),
+    Figure("docs/serving.md", "planner.specs.serve.ServeEngine() (the class defaults)",
+           _engine_defaults("fit")),
+    Figure("docs/serving.md", "planner.specs.serve.ServeEngine() (the class defaults)",
+           _engine_defaults("default")),
+    Figure("docs/serving.md", "planner.specs.serve.ServeEngine() (the class defaults)",
+           _engine_defaults("aic")),
+    Figure("docs/serving.md", "python benchmarks/bench_aiconfigurator.py", _aic("bf16")),
+    Figure("docs/serving.md", "python benchmarks/bench_aiconfigurator.py, engine ServeEngine() "
+           "(the v0.6.1 fit)", _aic("v0.6.1")),
+    Figure("docs/serving.md", "python benchmarks/bench_aiconfigurator.py --dtype fp8",
+           _aic("fp8")),
+    Figure("docs/serving.md", "python benchmarks/bench_aiconfigurator.py --dtype fp8, the trtllm "
+           "profile with fp8_act_quant_kernels 0", _aic("fp8 unquantized")),
+    Figure("docs/procure.md", "planner solve -m llama3-405b -c dgx-h100-superpod --gpus 12288 "
+           "(and --gpus 8192)", _grid_mfu),
+    Figure("docs/procure.md", "hardware_catalog/clusters/dgx-h100-superpod.yaml node_power_w",
+           _node_power),
+    Figure("docs/procure.md", "network_capex_usd_per_gpu / network_power_w_per_gpu of ramp-a100 "
+           "and examples/ramp-baseline-fat-tree.yaml", _ramp_templates),
+    Figure("docs/procure.md", "node_power_w of ramp-a100 and examples/ramp-baseline-fat-tree.yaml",
+           _ramp_power),
+    Figure("docs/procure.md", "facility_power_w of 2,048 GPUs of dgx-h100-superpod", _site_power),
+    Figure("docs/procure.md", "three B200 of dgx-b200-superpod at full load, 24 h, the pricing "
+           "file's electricity", _buy_b200_running),
+    Figure("docs/cost-model.md", "planner/costmodel/constants.py FLASH_BWD_FLOP_RATIO",
+           _constant("Backward runs {FLASH_BWD_FLOP_RATIO:g}x the forward FLOPs")),
+    Figure("docs/cost-model.md", "planner/costmodel/constants.py ELEMENTWISE_BWD_RATIO",
+           _constant("Backward moves {ELEMENTWISE_BWD_RATIO:g}x the bytes.")),
+    Figure("docs/cost-model.md", "python benchmarks/bench_heldout_torchtitan.py", _compiled_titan),
+    Figure("docs/cost-model.md", "tests/test_recipe_memory.py's 405B recipes with fp32 gradients",
+           _fp32_gradients),
+    Figure("docs/cost-model.md", "tests/test_recipe_memory.py's Nemotron-4 340B run",
+           _nemotron_340b),
+    Figure("docs/cost-model.md", "tests/test_recipe_memory.py's NeMo 405B trainer on 576 GPUs",
+           _nemo_405b_576),
+    Figure("docs/cost-model.md", "tests/test_recipe_memory.py's torchtitan 8B at 32K", _titan_loss),
+    Figure("docs/cost-model.md", "hardware_catalog/clusters/mi300x-cluster.yaml (link_GBps)",
+           _mesh),
+    Figure("docs/cost-model.md", "collective_time_s of a 1 GiB all-reduce on mi300x-cluster's mesh "
+           "and as a switch", _mesh_all_reduce),
+    Figure("docs/cost-model.md", "python benchmarks/bench_heldout_mosaicml.py", _mosaicml_in_full),
+    Figure("docs/cost-model.md", "python benchmarks/bench_scale.py (MegaScale rows)", _megascale),
+    Figure("docs/cost-model.md", "python benchmarks/bench_scale.py (Llama 3 8B weak scaling)",
+           _weak_llama),
+    Figure("docs/cost-model.md", "planner evaluate -m nemotron-4-15b ... (dp 96, 192, 288)",
+           _nemotron_weak),
+    Figure("docs/cost-model.md", "planner evaluate -m nemotron-4-15b ... (dp 96 and 288)",
+           _nemotron_growth),
+    Figure("docs/cost-model.md", "planner.costmodel.compose.headroom_bytes of dgx-h100-superpod",
+           _headroom),
+    Figure("docs/cost-model.md", "training_goodput of llama3-405b (its checkpoint bytes)",
+           _checkpoint_405b),
+    Figure("docs/cost-model.md", "planner validate (memory table)", _memory_row),
+    Figure("docs/moe-long-context.md", "hardware_catalog/models/deepseek-v3.yaml (head_dim, "
+           "mla.v_head_dim)", _mla("activations")),
+    Figure("docs/moe-long-context.md", "hardware_catalog/models/deepseek-v3.yaml (head_dim, "
+           "mla.v_head_dim)", _mla("flops")),
+    Figure("docs/moe-long-context.md", "planner evaluate of the plans planner solve returned for "
+           "mixtral-8x7b on examples/superpod.yaml (and --fix ep=1)", _mixtral),
+    Figure("docs/moe-long-context.md", "planner evaluate of the plans planner solve returned for "
+           "llama3-405b at 128K (--fix cp=1, --framework megatron-core)", _llama_128k),
+    Figure("docs/moe-long-context.md", "planner evaluate of the 2D plan of vit-era5-64k on 512 "
+           "B200", _vit_row(512)),
+    Figure("docs/moe-long-context.md", "planner evaluate of the 2D plan of vit-era5-64k on 2,048 "
+           "B200", _vit_row(2048)),
+    Figure("docs/moe-long-context.md", "planner evaluate of the 1D plan with sequence parallelism "
+           "of vit-era5-64k on 2,048 B200", _vit_1d),
+    Figure("docs/moe-long-context.md", "tests/test_long_context.py's solves with and without CP",
+           _cp_close_call),
+    Figure("docs/mixed.md", "python examples/solve_mixed.py (its mixed plan evaluated, the h100 "
+           "pool solved alone)", _mixed),
+)
+#: each text rendered once per process: tests/test_check_docs.py renders the registry once per
+#: figure, and the documents, not these commands, are what it changes
+REST_DOCS = tuple(Figure(f.doc, f.command, lru_cache(maxsize=1)(f.text), f.block)
+                  for f in _REST_DOCS)
+# ---- end of docs/serving.md ... docs/formats.md
+
 REGIME_LABELS = ("framework x generation", "GPU count", "sequence length", "precision",
                  "dense / MoE")
 FIGURES: tuple[Figure, ...] = (
@@ -1900,6 +2668,7 @@ FIGURES: tuple[Figure, ...] = (
     *SOLVES,
     *SEEDS_FIGURES,
     *DLRM_DOC,
+    *REST_DOCS,
 )
 
 
