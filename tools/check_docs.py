@@ -747,11 +747,31 @@ def _gb200_slow() -> str:
             f"{_nemo('nemo2504-gb200-llama3-8b')}.")
 
 
-#: the GB200 runs of NeMo 25.04 and the B200 runs of NeMo 25.02 with the same configuration
-GB200_PAIRS = (("nemo2504-gb200-llama3-8b", "nemo2502-b200-llama3-8b"),
-               ("nemo2504-gb200-nemotron4-15b", "nemo2502-b200-nemotron4-15b-64"),
-               ("nemo2504-gb200-nemotron4-340b", "nemo2502-b200-nemotron4-340b-128"),
-               ("nemo2504-gb200-mixtral-8x7b", "nemo2502-b200-mixtral-8x7b-64"))
+def _gb200_ratio() -> str:
+    """Llama 3 8B on GB200 (NeMo 25.04) against the same configuration on B200 (NeMo
+    25.02): published and predicted (the corpus's measurement and shipped residual)."""
+    from planner.validation.corpus import corpus_runs
+
+    gb, b = "nemo2504-gb200-llama3-8b", "nemo2502-b200-llama3-8b"
+    m = {r.name: r.measured for r in corpus_runs() if r.name in (gb, b)}
+    pred = (m[gb] * (1 + residuals()[gb]["residual"])) / (m[b] * (1 + residuals()[b]["residual"]))
+    return (f"{m[gb] / m[b]:.2f}x the B200 run of the same configuration ({m[gb]:,.0f} against "
+            f"{m[b]:,.0f}\ntokens/s/GPU); the model gives {pred:.2f}x")
+
+
+def _eager_h100() -> str:
+    """torchtitan's H100 FSDP runs (8 and 128 GPUs): the model's throughput with eager
+    element-wise kernels against fused ones."""
+    from planner.validation.corpus import corpus_runs
+
+    lost = []
+    for r in corpus_runs():
+        if r.name in ("tt-8b-8gpu-fsdp", "tt-8b-128gpu-fsdp"):
+            t = {f: r.estimate(plan=r.plan.model_copy(update={"fused_elementwise": f}))
+                 .iteration_time_s for f in (False, True)}
+            lost.append(1 - t[True] / t[False])
+    lo, hi = (f"{100 * x:.0f}" for x in (min(lost), max(lost)))
+    return f"plan's throughput is {lo if lo == hi else f'{lo}-{hi}'} % below its fused one's there"
 
 
 def _b200_spread() -> str:
@@ -1062,6 +1082,54 @@ def _recipes_memory() -> str:
             f"against {rng('b200', 'memory_recipe_GiB')})")
 
 
+def _criteo() -> str:
+    """README: ``planner solve -m criteo-dlrm -c dgx-a100-superpod --gpus 4``."""
+    import planner
+
+    res = planner.solve("criteo-dlrm", "dgx-a100-superpod", gpus=4)
+    if res.status != "optimal":
+        raise RuntimeError(f"the criteo-dlrm solve ended {res.status!r}")
+    e = res.best.estimate
+    return (f"{1e3 * e.iteration_time_s:.2f} ms,\n{e.samples_per_s / 1e6:.1f}M samples/s, proven "
+            "optimal")
+
+
+#: MAD-Max Table I (Hsia et al. 2024): measured samples/s of DLRM-A and DLRM-B on 128 A100
+#: (tests/test_dlrm.py TABLE_I)
+MADMAX_TABLE_I = (("dlrm-a", 1.2e6), ("dlrm-b", 3.4e6))
+
+
+def _madmax_table_i() -> str:
+    """README: tests/test_dlrm.py::test_madmax_table_i's solves (CP-SAT, 60 s limit)."""
+    from formulations.dlrm.search import solve_sharding
+    from planner.specs.loaders import load_cluster, load_model
+
+    out = []
+    for name, measured in MADMAX_TABLE_I:
+        s = solve_sharding(load_model(name), load_cluster("zionex-128"), "cpsat", 60)
+        if s.status != "optimal":
+            raise RuntimeError(f"the {name} sharding solve ended {s.status!r}")
+        rel = f"{100 * (s.estimate.samples_per_s / measured - 1):+.1f}%".replace("-", "\u2212")
+        out.append(f"{s.estimate.samples_per_s / 1e6:.2f}M against {measured / 1e6:.1f}M "
+                   f"{'measured ' if name == 'dlrm-a' else ''}({rel})")
+    return f"DLRM-A is {out[0].replace('M against', 'M samples/s against', 1)} and DLRM-B {out[1]}"
+
+
+def _nemotron_340b_memory() -> str:
+    mem = recipe_rows()["nemo2407-h100-nemotron4-340b-128"]["memory_recipe_GiB"]
+    return f"headroom ({mem} GiB without it"
+
+
+def _weak_scaling() -> str:
+    """README: Nemotron-4 15B's weak scaling, as ``python benchmarks/bench_scale.py`` prints
+    it (the step's growth over the measured GPU counts, published and predicted)."""
+    out = _bench_out("bench_scale")
+    block = out[out.index("Nemotron-4 15B weak scaling"):]
+    m = re.search(r"measured ([-+\d.]+)%, predicted ([-+\d.]+)%", block)
+    return (f"grows {float(m[1]):.0f} % from DP 96 to 288; the model's, with the last gradient "
+            f"bucket exposed, about {float(m[2]):.0f} %")
+
+
 README_VALIDATION: tuple[Figure, ...] = (
     Figure("README.md", "planner solve -m llama3-70b -c dgx-h100-superpod --gpus 8 "
            "--global-batch 64 --fix offload_optimizer=false --fix offload_params=false",
@@ -1117,6 +1185,16 @@ README_VALIDATION: tuple[Figure, ...] = (
     Figure("docs/validation.md", "planner validate", _tt_405b_prefetch),
     Figure("docs/validation.md", "planner validate", _tt_cp),
     Figure("docs/validation.md", "planner validate", _tt_tp),
+    Figure("README.md", "planner solve -m criteo-dlrm -c dgx-a100-superpod --gpus 4", _criteo),
+    Figure("README.md", "tests/test_dlrm.py::test_madmax_table_i (solve_sharding of dlrm-a and "
+           "dlrm-b on zionex-128)", _madmax_table_i),
+    Figure("docs/validation.md", "python benchmarks/bench_recipes.py",
+           _nemotron_340b_memory),
+    Figure("README.md", "python benchmarks/bench_scale.py", _weak_scaling),
+    Figure("docs/validation.md", "planner validate (corpus measurements and residuals)",
+           _gb200_ratio),
+    Figure("docs/validation.md", "planner evaluate of tt-8b-8gpu-fsdp and tt-8b-128gpu-fsdp at "
+           "--fix fused_elementwise=false / true", _eager_h100),
 )
 
 
