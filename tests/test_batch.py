@@ -3,6 +3,7 @@ one the linear rows and the bounds use."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import inspect
 import math
@@ -11,16 +12,24 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import planner
 import planner.costmodel.train.batch as batch_module
 from formulations.train.space import SearchSpace, SpaceOptions
-from planner.costmodel.train.batch import evaluate_many
+from planner.costmodel.frameworks import framework_defaults
+from planner.costmodel.train.batch import Estimates, evaluate_columns, evaluate_many, inner_columns
+from planner.costmodel.train.tables import build_tables
 from planner.costmodel.compose import exposure_pieces, iteration_time_s, overlapped_s
 from planner.costmodel.train.evaluator import check_structure, evaluate
 from planner.costmodel.pipeline import bubble_factor
+from planner.specs.framework import load_framework
 from planner.specs.loaders import load_cluster, load_model
+from planner.specs.plan import Plan
 from planner.specs.plan_base import model_defaults
+
+from instances import instances, moe_instances, offload_instances
 
 FIELDS = ("iteration_time_s", "memory_per_gpu_bytes", "gpu_busy_s", "energy_j", "mfu", "hfu",
           "tokens_per_s")
@@ -200,3 +209,62 @@ def test_iteration_time_uses_the_schedule_bubble():
                             np.stack([stage, stage]), np.stack([counts, counts]),
                             np.zeros((2, 3)), axis=1)
     assert many[1] == pytest.approx(4 * 3.0 + 3.5 * float(counts @ stage) / 8)
+
+
+def _bits(a: np.ndarray) -> bytes:
+    """The bytes of an array of floats or flags: equal only if bit for bit equal."""
+    return np.ascontiguousarray(a).tobytes()
+
+
+#: Changes after which no table holds a plan (the scalar evaluator answers): more GPUs than
+#: the cluster has; tp=3, which divides none of the instances' head counts (4, 8, 16); a
+#: one-GPU domain, which fills no domain level of two GPUs or more.
+_BREAKS = ("dp", "tp", "domain")
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(inst=st.one_of(instances(max_gpus=8), moe_instances(max_gpus=4),
+                      offload_instances(max_gpus=8)), data=st.data())
+def test_list_path_equals_the_columnar_path_bit_for_bit(inst, data):
+    """evaluate_many on a shuffled list of random plans mixing settings (the space's own,
+    fp8, standard attention, the defaults of three frameworks), plans feasible and not,
+    and plans no table holds: each entry is, bit for bit, the columnar path's answer on the
+    whole space of its settings (evaluate_columns over inner_columns) or, outside every
+    table, the scalar evaluator's (batch._scalar)."""
+    space = inst[0]
+    m, c = space.model, space.cluster
+    bases = [space.base, {**space.base, "dtype": "fp8"},
+             {**space.base, "attention": "standard"}]
+    bases += [framework_defaults(load_framework(f), space.base, set())
+              for f in ("megatron-core", "torchtitan", "deepspeed")]
+    chosen = data.draw(st.lists(st.sampled_from(range(len(bases))), min_size=2, max_size=3,
+                                unique=True), label="settings")
+    plans: list[Plan] = []
+    want: list[Estimates] = []
+    for b in chosen:
+        tb = build_tables(SearchSpace(m, c, bases[b], space.fixed, space.options))
+        q, rc, sp, z = inner_columns(tb)
+        if not len(q):
+            continue
+        whole = evaluate_columns(tb, q, rc, sp, z)
+        rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+        for i in rng.choices(range(len(q)), k=data.draw(st.integers(1, 300), label="count")):
+            plans.append(tb.plan(int(q[i]), tuple(int(x) for x in rc[i]), int(sp[i]),
+                                 int(z[i])))
+            want.append(whole.take(np.array([i])))
+    if plans:
+        for p in data.draw(st.lists(st.sampled_from(plans), max_size=6), label="broken"):
+            how = data.draw(st.sampled_from(_BREAKS))
+            update = ({"dp": p.dp * 2} if how == "dp" else {"tp": 3} if how == "tp" else
+                      {"placement": {"order": list(p.placement.order),
+                                     "domain": dict.fromkeys(("tp", "cp", "dp", "pp"), 1)}})
+            bad = Plan.model_validate({**p.to_dict(), **update})
+            plans.append(bad)
+            want.append(batch_module._scalar(m, c, bad, False))
+    order = data.draw(st.permutations(range(len(plans))), label="order")
+    got = evaluate_many(m, c, [plans[i] for i in order])
+    for f in dataclasses.fields(Estimates):
+        expected = np.concatenate([getattr(want[i], f.name) for i in order]) if order \
+            else np.zeros(0)
+        assert _bits(getattr(got, f.name).astype(expected.dtype)) == _bits(expected), f.name
