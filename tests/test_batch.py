@@ -87,6 +87,18 @@ def test_evaluate_many_outside_the_tables():
     assert np.all(np.isfinite(batch.iteration_time_s[batch.feasible]))
 
 
+def test_evaluate_many_state_no_table_holds():
+    """A plan copied without validation into a state no option holds (parameter offload
+    at ZeRO stage 0) takes the scalar evaluator, in its place in the list, while the
+    other plans still go through the tables."""
+    m, c, plans = _sample("llama3-8b", "dgx-h100-superpod", 16, 20, seed=3)
+    odd = plans[0].model_copy(update={"offload_params": True, "zero_stage": 0})
+    batch = _check(m, c, plans[1:4] + [odd] + plans[4:])
+    want = batch_module._scalar(m, c, odd, False)
+    for f in dataclasses.fields(Estimates):
+        assert _bits(getattr(batch, f.name)[3:4]) == _bits(getattr(want, f.name)), f.name
+
+
 def test_evaluate_many_mixed_list_equals_evaluate():
     """One shuffled list mixing settings (dtype, attention), TP exchanges (rs_ag without
     sp: its own table), per-type recomputation, sp at tp=1, placements with and without a

@@ -259,21 +259,23 @@ SETTINGS: tuple[str, ...] = tuple(f for f in Plan.model_fields if f not in DECIS
 STRUCTURE: tuple[str, ...] = ("tp", "cp", "pp", "dp", "microbatch_size", "virtual_stages",
                               "ep", "expert_tp", "cp_comm", "uneven_pipeline",
                               "offload_optimizer", "offload_params")
-# Two C-level reads per plan, on the fields pydantic keeps in the instance's __dict__: the
-# settings and the structure as one hashable key, then the rest; everything after works on
-# columns (numpy, C-level maps) or once per distinct value, never field by field per plan.
-# (the structure first: two keys compared for equality mostly differ there, and stop)
+# A list of plans is read by C-level calls per plan on the fields pydantic keeps in the
+# instance's __dict__ (the structure and the settings as one hashable key; then sp, TP
+# exchange, recomputation, ZeRO stage and placement), never field by field in Python; the
+# rest works on numpy columns or once per distinct value.
 _key_of = itemgetter(*STRUCTURE, *SETTINGS)
 _NS = len(STRUCTURE)
 _TP, _OPT, _PAR = (STRUCTURE.index(f) for f in ("tp", "offload_optimizer", "offload_params"))
 _MOE_OVERLAP = SETTINGS.index("overlap_moe_ep_comm")
+_REST = tuple(map(itemgetter, ("sequence_parallel", "tp_comm", "recompute", "zero_stage")))
+_placement_of = itemgetter("placement")
 _order_of, _domain_of = attrgetter("order"), attrgetter("domain")
 _factors_of = itemgetter(*WORLD_DIMS)
+_CHUNK = 4096  # plans read at a time: their objects stay in cache from one pass to the next
 #: the state option of (zero_stage, offload_optimizer, offload_params) at 4 zero + 2 opt +
 #: par; -1 where none holds it (a plan made without validation: the scalar evaluator's)
 _STATE_AT = np.full(16, -1, np.int64)
-for _k, (_zero, _opt, _par) in enumerate(STATES):
-    _STATE_AT[4 * _zero + 2 * _opt + _par] = _k
+_STATE_AT[[4 * zero + 2 * opt + par for zero, opt, par in STATES]] = np.arange(len(STATES))
 
 
 @dataclass
@@ -341,17 +343,51 @@ def _recompute_codes(recs: Sequence, types: tuple[str, ...]) -> tuple[np.ndarray
     return codes, list(rc_code)
 
 
+def _read(plans: Sequence[Plan]) -> tuple[np.ndarray, list[tuple], np.ndarray,
+                                          tuple[list, ...], list[tuple] | None,
+                                          list[tuple[int, ...] | None]]:
+    """Per plan, the index of its key (its :data:`STRUCTURE` and :data:`SETTINGS` values)
+    among the distinct keys, numbered in order of first appearance; those keys and where
+    each first appears; per plan its sp, TP exchange, recomputation and ZeRO stage
+    (columns), its placement order (a tuple; None for all where every plan has the first
+    plan's) and its domain factors (None without a domain). C-level passes over a slice of
+    the plans at a time, while its objects are in cache."""
+    keys: list[tuple] = []
+    seen: dict[tuple, int] = {}  # key -> where it first appears
+    first: list[int] = []
+    rest: tuple[list, ...] = ([], [], [], [])
+    orders: list[list[str]] = []
+    factors: list[tuple[int, ...] | None] = []
+    first_order, same_order = plans[0].placement.order, True
+    for lo in range(0, len(plans), _CHUNK):
+        fields_ = list(map(vars, plans[lo:lo + _CHUNK]))
+        chunk_keys = list(map(_key_of, fields_))
+        first += map(seen.setdefault, chunk_keys, itertools.count(lo))
+        keys += chunk_keys
+        for column, get in zip(rest, _REST):
+            column += map(get, fields_)
+        places = list(map(_placement_of, fields_))
+        chunk = list(map(_order_of, places))
+        same_order = same_order and chunk.count(first_order) == len(chunk)
+        orders += chunk
+        doms = list(map(_domain_of, places))
+        try:  # every plan names every factor (as a search space's plans do): C-level
+            factors += list(map(_factors_of, doms))
+        except (KeyError, TypeError):  # some leave factors (1) or the whole domain out
+            ones = (1,) * len(WORLD_DIMS)
+            factors += [tuple(map(d.get, WORLD_DIMS, ones)) if d else None for d in doms]
+    at, keyed = np.unique(np.array(first, np.int64), return_inverse=True)
+    return (keyed.reshape(-1), [keys[i] for i in at.tolist()], at, rest,
+            None if same_order else list(map(tuple, orders)), factors)
+
+
 def _groups(model: ModelSpec, plans: Sequence[Plan]) -> tuple[list[_Group], list[tuple]]:
-    """The plans read in two passes and grouped by settings (as columns); and the
-    recomputation choices seen (per layer type, indices into :data:`RECOMPUTE`)."""
+    """The plans as columns (:func:`_read`), grouped by settings; and the recomputation
+    choices seen (per layer type, indices into :data:`RECOMPUTE`)."""
     n = len(plans)
     if n == 0:
         return [], _recompute_codes([], model.layer_types)[1]
-    fields_ = list(map(vars, plans))
-    keyed, key_values, key_at = _codes(list(map(_key_of, fields_)))
-    sp_given, tp_comm, recs, zero, places = (
-        list(map(itemgetter(f), fields_))
-        for f in ("sequence_parallel", "tp_comm", "recompute", "zero_stage", "placement"))
+    keyed, key_values, key_at, (sp_given, tp_comm, recs, zero), orders, factors = _read(plans)
     # per distinct (structure, settings): its settings, its structure, tp > 1, offloads
     setting, setting_values, _ = _codes([v[_NS:] for v in key_values])
     struct, struct_values, struct_at = _codes([v[:_NS] for v in key_values])
@@ -375,15 +411,7 @@ def _groups(model: ModelSpec, plans: Sequence[Plan]) -> tuple[list[_Group], list
                 shared.append(e)
             by_sp[u, s] = shared.index(e)
     exchange = by_sp[tpc, sp]
-    orders = list(map(_order_of, places))  # lists: equal ones count without a tuple each
-    order = (np.zeros(n, np.int64) if orders.count(orders[0]) == n
-             else _codes(list(map(tuple, orders)))[0])
-    doms = list(map(_domain_of, places))
-    try:  # every plan names every factor (as a search space's plans do): C-level
-        factors = list(map(_factors_of, doms))
-    except (KeyError, TypeError):  # some leave factors (1) or the whole domain out
-        ones = (1,) * len(WORLD_DIMS)
-        factors = [tuple(map(d.get, WORLD_DIMS, ones)) if d else None for d in doms]
+    order = np.zeros(n, np.int64) if orders is None else _codes(orders)[0]
     dom, domains, _ = _codes(factors)
     group = (setting * (int(order.max()) + 1) + order) * len(shared) + exchange
     if group.any():
@@ -472,7 +500,7 @@ def evaluate_many(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan],
                   allow_idle_gpus: bool = False) -> Estimates:
     """Every plan of ``plans``, as arrays in the same order (see :class:`Estimates`).
 
-    The plans are read in one pass and grouped by settings; each group becomes columns
+    The plans are read as columns and grouped by settings; each group becomes columns
     (point, recomputation, sp, state option) into tables built for the points it uses and
     goes through :func:`evaluate_columns` at once. Plans the tables cannot hold take the
     scalar evaluator."""
