@@ -99,6 +99,27 @@ def test_evaluate_many_state_no_table_holds():
         assert _bits(getattr(batch, f.name)[3:4]) == _bits(getattr(want, f.name)), f.name
 
 
+def test_points_in_another_order_than_the_tables(monkeypatch):
+    """Points handed over in an order other than the tables' (which _points matches, so
+    the plans index the tables directly) are looked up in the tables: same answers."""
+    m, c, plans = _sample("llama3-8b", "dgx-h100-superpod", 16, 60, seed=6)
+    direct = evaluate_many(m, c, plans)
+    real = batch_module._points
+
+    def shuffled_points(*args):
+        q, points = real(*args)
+        perm = list(range(len(points)))
+        random.Random(1).shuffle(perm)  # outers interleaved: not an order the tables give
+        where = np.argsort(perm)
+        assert len({points[perm[0]][0], points[perm[1]][0], points[perm[2]][0]}) > 1
+        return np.where(q >= 0, where[q], -1), [points[i] for i in perm]
+
+    monkeypatch.setattr(batch_module, "_points", shuffled_points)
+    looked_up = evaluate_many(m, c, plans)
+    for f in dataclasses.fields(Estimates):
+        assert _bits(getattr(looked_up, f.name)) == _bits(getattr(direct, f.name)), f.name
+
+
 def test_evaluate_many_mixed_list_equals_evaluate():
     """One shuffled list mixing settings (dtype, attention), TP exchanges (rs_ag without
     sp: its own table), per-type recomputation, sp at tp=1, placements with and without a

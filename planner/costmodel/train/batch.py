@@ -313,9 +313,18 @@ def _codes(values: list) -> tuple[np.ndarray, list, np.ndarray]:
     if values.count(values[0]) == n:
         return np.zeros(n, np.int64), [values[0]], np.zeros(1, np.int64)
     seen: dict = {}
-    first = np.fromiter(map(seen.setdefault, values, itertools.count()), np.int64, n)
-    at, codes = np.unique(first, return_inverse=True)
-    return codes.reshape(-1), [values[i] for i in at.tolist()], at
+    codes, at = _ranks(np.fromiter(map(seen.setdefault, values, itertools.count()), np.int64,
+                                   n))
+    return codes, [values[i] for i in at.tolist()], at
+
+
+def _ranks(first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """From each entry's position of first appearance (``first[i] <= i``): dense codes
+    numbered in order of first appearance, and those positions; no sort."""
+    new = np.zeros(len(first), bool)
+    new[first] = True
+    rank = np.cumsum(new) - 1
+    return rank[first], np.flatnonzero(new)
 
 
 def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -376,8 +385,8 @@ def _read(plans: Sequence[Plan]) -> tuple[np.ndarray, list[tuple], np.ndarray,
         except (KeyError, TypeError):  # some leave factors (1) or the whole domain out
             ones = (1,) * len(WORLD_DIMS)
             factors += [tuple(map(d.get, WORLD_DIMS, ones)) if d else None for d in doms]
-    at, keyed = np.unique(np.array(first, np.int64), return_inverse=True)
-    return (keyed.reshape(-1), [keys[i] for i in at.tolist()], at, rest,
+    keyed, at = _ranks(np.array(first, np.int64))
+    return (keyed, [keys[i] for i in at.tolist()], at, rest,
             None if same_order else list(map(tuple, orders)), factors)
 
 
@@ -443,8 +452,9 @@ def _points(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], g: _G
             allow_idle: bool) -> tuple[np.ndarray, list[tuple[Outer, tuple[int, ...] | None]]]:
     """Per point key of ``g``, its point in the group's tables (-1 where the tables cannot
     hold it: a structural rule broken, a placement that does not fit the topology), and the
-    points, in order of first appearance. The structural rules run once per structural
-    key, on its first plan; the placement once per degrees and domain."""
+    points, in the order :func:`build_tables` gives them (outer after outer, each outer's
+    domains as they first appear). The structural rules run once per structural key, on
+    its first plan; the placement once per degrees and domain."""
     moe = model.moe is not None
     ok = np.array([not check_structure(model, cluster, plans[i], allow_idle)
                    for i in g.first], bool)
@@ -453,7 +463,8 @@ def _points(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], g: _G
         (s[0], s[1], s[2], s[3], s[4], s[5], model.num_layers % (s[2] * s[5]) != 0, s[6],
          (s[7] or s[0]) if moe else 1, s[8]) for s in g.keys])
     outer_values = [Outer(*f) for f in outer_fields]
-    degrees, degree_values, _ = _codes([(o.tp, o.cp, o.dp, o.pp) for o in outer_values])
+    degrees_, degree_values, _ = _codes([(o.tp, o.cp, o.dp, o.pp) for o in outer_values])
+    degrees = degrees_.tolist()
     q = np.full(len(g.key_of), -1, np.int64)
     live = np.flatnonzero(ok[g.key_of])
     if not len(live):
@@ -467,19 +478,25 @@ def _points(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], g: _G
     points: list[tuple[Outer, tuple[int, ...] | None]] = []
     point_of = np.full(len(at_first), -1, np.int64)
     for j, (o, d) in enumerate(zip(pair_outer, pair_dom)):
-        fit = fits.get((int(degrees[o]), d))
+        fit = fits.get((degrees[o], d))
         if fit is None:
             try:
                 spans_for(degree_values[degrees[o]], g.domains[d], order, levels)
                 fit = True
             except PlacementError:
                 fit = False
-            fits[(int(degrees[o]), d)] = fit
+            fits[(degrees[o], d)] = fit
         if fit:
             point_of[j] = len(points)
-            points.append((outer_values[o], g.domains[d]))
-    q[live] = point_of[at]
-    return q, points
+            points.append((o, d))
+    if not points:
+        return q, []
+    # the tables' order: by outer (as each first appears), then as the points came
+    by_outer = np.argsort(_dense(np.array([o for o, _ in points], np.int64))[0], kind="stable")
+    position = np.empty(len(points), np.int64)
+    position[by_outer] = np.arange(len(points))
+    q[live] = np.where(point_of >= 0, position[point_of], -1)[at]
+    return q, [(outer_values[points[i][0]], g.domains[points[i][1]]) for i in by_outer]
 
 
 @contextmanager
@@ -525,8 +542,10 @@ def _parts(model: ModelSpec, cluster: ClusterSpec, plans: list[Plan], allow_idle
             continue
         tb = build_tables(PlanSet(model, cluster, plans[int(g.index[0])], points, g.tp_comm),
                           TIME)
-        where = {pt: n for n, pt in enumerate(tb.points)}  # the tables order points by outer
-        q = np.array([where[pt] for pt in points], np.int64)[q[held]]
+        q = q[held]
+        if tb.points != points:  # _points gives the tables' order: never, short of a change
+            where = {pt: n for n, pt in enumerate(tb.points)}
+            q = np.array([where[pt] for pt in points], np.int64)[q]
         est = evaluate_columns(tb, q, rc_table[g.rc[held]], g.sp[held], g.z[held])
         parts.append((g.index[held], est))
     return parts
