@@ -301,3 +301,16 @@ def test_list_path_equals_the_columnar_path_bit_for_bit(inst, data):
         expected = np.concatenate([getattr(want[i], f.name) for i in order]) if order \
             else np.zeros(0)
         assert _bits(getattr(got, f.name).astype(expected.dtype)) == _bits(expected), f.name
+
+
+@given(st.lists(st.integers(0, 40), max_size=60) | st.lists(st.integers(0, 10**12), max_size=60))
+def test_dense_codes_number_keys_by_first_appearance(keys):
+    """_dense (a scatter-min on a small range, a sort on a large one) and _codes number
+    keys as a dict numbers them as they first appear."""
+    seen: dict[int, int] = {}
+    want = [seen.setdefault(k, len(seen)) for k in keys]
+    firsts = [keys.index(k) for k in seen]
+    codes, at = batch_module._dense(np.array(keys, np.int64))
+    assert codes.tolist() == want and at.tolist() == firsts
+    codes, values, at = batch_module._codes(keys)
+    assert codes.tolist() == want and values == list(seen) and at.tolist() == firsts

@@ -330,6 +330,11 @@ def _ranks(first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Integer keys as dense codes numbered in order of first appearance (as :func:`_codes`
     numbers them), and each code's first position."""
+    n = len(key)
+    if n and key.min() >= 0 and key.max() < 4 * n:  # a small range: no sort
+        first_at = np.full(int(key.max()) + 1, n, np.int64)
+        np.minimum.at(first_at, key, np.arange(n))  # each key's first position
+        return _ranks(first_at[key])
     distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
     rank = np.empty(len(distinct), np.int64)
