@@ -548,7 +548,7 @@ def _parts(model: ModelSpec, cluster: ClusterSpec, plans: list[Plan], allow_idle
         tb = build_tables(PlanSet(model, cluster, plans[int(g.index[0])], points, g.tp_comm),
                           TIME)
         q = q[held]
-        if tb.points != points:  # _points gives the tables' order: never, short of a change
+        if list(tb.points) != points:  # _points gives the tables' order; else look them up
             where = {pt: n for n, pt in enumerate(tb.points)}
             q = np.array([where[pt] for pt in points], np.int64)[q]
         est = evaluate_columns(tb, q, rc_table[g.rc[held]], g.sp[held], g.z[held])
