@@ -17,7 +17,8 @@ in the same run so that the machine's speed and load cancel out of the ratio:
 - procurement and serving, which have no brute force of their own: the brute force of the
   first solve row (Llama 3 70B on 512 H100), the same yardstick of machine speed;
 - ``evaluate_many`` on a list of ``Plan`` objects: the columnar path on the same plans
-  (``build_tables`` for the points they use + ``evaluate_columns``), in this process.
+  (``build_tables`` for the points they use + ``evaluate_columns``), in this process; wall
+  and CPU time (the process's, which other load moves less).
 
 The last column: for a solve, its speed-up (the brute force's best time over the solve's);
 for every other row, its best time over the baseline's. Start-up rows run
@@ -157,12 +158,13 @@ def evaluate_many_rates(n: int, seed: int, repeats: int) -> dict:
     plans = [tb.plan(int(q[i]), tuple(int(x) for x in rc[i]), int(sp[i]), int(z[i]))
              for i in idx]
     used = np.unique(q[idx])
-    list_s, col_s = [], []
+    list_s, col_s, list_cpu_s, col_cpu_s = [], [], [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         many = planner.evaluate_many(model, cluster, plans)
         list_s.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        list_cpu_s.append(time.process_time() - c0)
+        t0, c0 = time.perf_counter(), time.process_time()
         tb2 = build_tables(PlanSet(model, cluster, plans[0], [tb.points[k] for k in used]),
                            TIME)
         where = {pt: k for k, pt in enumerate(tb2.points)}
@@ -170,12 +172,14 @@ def evaluate_many_rates(n: int, seed: int, repeats: int) -> dict:
         remap[used] = [where[tb.points[k]] for k in used]
         cols = evaluate_columns(tb2, remap[q[idx]], rc[idx], sp[idx], z[idx])
         col_s.append(time.perf_counter() - t0)
+        col_cpu_s.append(time.process_time() - c0)
     ref = whole.iteration_time_s[idx]
     diff = float(np.max(np.abs(many.iteration_time_s - ref) / ref))
     assert diff < 1e-9 and np.array_equal(many.feasible, whole.feasible[idx])
     assert np.allclose(cols.iteration_time_s, ref, rtol=1e-9, atol=0)
     return {"plans": len(plans), "points": len(used), "list_s": spread(list_s),
-            "columnar_s": spread(col_s), "max_rel_diff": diff,
+            "columnar_s": spread(col_s), "list_cpu_s": spread(list_cpu_s),
+            "columnar_cpu_s": spread(col_cpu_s), "max_rel_diff": diff,
             "list_plans_per_s": len(plans) / min(list_s),
             "columnar_plans_per_s": len(plans) / min(col_s),
             "whole_space_plans": len(q), "whole_space_columnar_plans_per_s": len(q) / whole_s}
@@ -293,6 +297,9 @@ def main() -> None:
               f"{e['list_plans_per_s']:,.0f} plans/s; columnar on the same plans with their "
               f"tables {e['columnar_plans_per_s']:,.0f} plans/s (list / columnar time "
               f"{statistics.median(e['list_s']['samples']) / statistics.median(e['columnar_s']['samples']):.2f}"
+              f"; CPU {statistics.median(e['list_cpu_s']['samples']):.3f} s / "
+              f"{statistics.median(e['columnar_cpu_s']['samples']):.3f} s = "
+              f"{statistics.median(e['list_cpu_s']['samples']) / statistics.median(e['columnar_cpu_s']['samples']):.2f}"
               f"); whole space columnar without tabulating "
               f"{e['whole_space_columnar_plans_per_s']:,.0f} plans/s", file=_OUT[0])
     print(f"load average at the end {out['load_average_1min_end']:.1f}", file=_OUT[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from itertools import repeat
 from os import PathLike
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -171,7 +172,9 @@ def evaluate_many(model: ModelSpec | str, cluster: ClusterSpec | str,
     if isinstance(plans, (Mapping, Plan, str)) or not isinstance(plans, Iterable):
         raise InputError(f"plans {_short(plans)}: expected a list of plans (Plan objects or "
                          "mappings of plan fields)")
-    ps = [_plan(p, f"plans[{i}]") for i, p in enumerate(plans)]
+    ps = list(plans)
+    if not all(map(isinstance, ps, repeat(Plan))):  # mappings among them: validate each
+        ps = [_plan(p, f"plans[{i}]") for i, p in enumerate(ps)]
     return _many(m, c, ps, allow_idle_gpus)
 
 

@@ -3,6 +3,7 @@ one the linear rows and the bounds use."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import inspect
 import math
@@ -11,16 +12,24 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import planner
 import planner.costmodel.train.batch as batch_module
 from formulations.train.space import SearchSpace, SpaceOptions
-from planner.costmodel.train.batch import evaluate_many
+from planner.costmodel.frameworks import framework_defaults
+from planner.costmodel.train.batch import Estimates, evaluate_columns, evaluate_many, inner_columns
+from planner.costmodel.train.tables import build_tables
 from planner.costmodel.compose import exposure_pieces, iteration_time_s, overlapped_s
 from planner.costmodel.train.evaluator import check_structure, evaluate
 from planner.costmodel.pipeline import bubble_factor
+from planner.specs.framework import load_framework
 from planner.specs.loaders import load_cluster, load_model
+from planner.specs.plan import Plan
 from planner.specs.plan_base import model_defaults
+
+from instances import instances, moe_instances, offload_instances
 
 FIELDS = ("iteration_time_s", "memory_per_gpu_bytes", "gpu_busy_s", "energy_j", "mfu", "hfu",
           "tokens_per_s")
@@ -76,6 +85,39 @@ def test_evaluate_many_outside_the_tables():
     assert not batch.costable[0] and math.isnan(batch.iteration_time_s[0])
     assert batch.costable[1] and not batch.feasible[1]
     assert np.all(np.isfinite(batch.iteration_time_s[batch.feasible]))
+
+
+def test_evaluate_many_state_no_table_holds():
+    """A plan copied without validation into a state no option holds (parameter offload
+    at ZeRO stage 0) takes the scalar evaluator, in its place in the list, while the
+    other plans still go through the tables."""
+    m, c, plans = _sample("llama3-8b", "dgx-h100-superpod", 16, 20, seed=3)
+    odd = plans[0].model_copy(update={"offload_params": True, "zero_stage": 0})
+    batch = _check(m, c, plans[1:4] + [odd] + plans[4:])
+    want = batch_module._scalar(m, c, odd, False)
+    for f in dataclasses.fields(Estimates):
+        assert _bits(getattr(batch, f.name)[3:4]) == _bits(getattr(want, f.name)), f.name
+
+
+def test_points_in_another_order_than_the_tables(monkeypatch):
+    """Points handed over in an order other than the tables' (which _points matches, so
+    the plans index the tables directly) are looked up in the tables: same answers."""
+    m, c, plans = _sample("llama3-8b", "dgx-h100-superpod", 16, 60, seed=6)
+    direct = evaluate_many(m, c, plans)
+    real = batch_module._points
+
+    def shuffled_points(*args):
+        q, points = real(*args)
+        perm = list(range(len(points)))
+        random.Random(1).shuffle(perm)  # outers interleaved: not an order the tables give
+        where = np.argsort(perm)
+        assert len({points[perm[0]][0], points[perm[1]][0], points[perm[2]][0]}) > 1
+        return np.where(q >= 0, where[q], -1), [points[i] for i in perm]
+
+    monkeypatch.setattr(batch_module, "_points", shuffled_points)
+    looked_up = evaluate_many(m, c, plans)
+    for f in dataclasses.fields(Estimates):
+        assert _bits(getattr(looked_up, f.name)) == _bits(getattr(direct, f.name)), f.name
 
 
 def test_evaluate_many_mixed_list_equals_evaluate():
@@ -200,3 +242,75 @@ def test_iteration_time_uses_the_schedule_bubble():
                             np.stack([stage, stage]), np.stack([counts, counts]),
                             np.zeros((2, 3)), axis=1)
     assert many[1] == pytest.approx(4 * 3.0 + 3.5 * float(counts @ stage) / 8)
+
+
+def _bits(a: np.ndarray) -> bytes:
+    """The bytes of an array of floats or flags: equal only if bit for bit equal."""
+    return np.ascontiguousarray(a).tobytes()
+
+
+#: Changes after which no table holds a plan (the scalar evaluator answers): more GPUs than
+#: the cluster has; tp=3, which divides none of the instances' head counts (4, 8, 16); a
+#: one-GPU domain, which fills no domain level of two GPUs or more.
+_BREAKS = ("dp", "tp", "domain")
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(inst=st.one_of(instances(max_gpus=8), moe_instances(max_gpus=4),
+                      offload_instances(max_gpus=8)), data=st.data())
+def test_list_path_equals_the_columnar_path_bit_for_bit(inst, data):
+    """evaluate_many on a shuffled list of random plans mixing settings (the space's own,
+    fp8, standard attention, the defaults of three frameworks), plans feasible and not,
+    and plans no table holds: each entry is, bit for bit, the columnar path's answer on the
+    whole space of its settings (evaluate_columns over inner_columns) or, outside every
+    table, the scalar evaluator's (batch._scalar)."""
+    space = inst[0]
+    m, c = space.model, space.cluster
+    bases = [space.base, {**space.base, "dtype": "fp8"},
+             {**space.base, "attention": "standard"}]
+    bases += [framework_defaults(load_framework(f), space.base, set())
+              for f in ("megatron-core", "torchtitan", "deepspeed")]
+    chosen = data.draw(st.lists(st.sampled_from(range(len(bases))), min_size=2, max_size=3,
+                                unique=True), label="settings")
+    plans: list[Plan] = []
+    want: list[Estimates] = []
+    for b in chosen:
+        tb = build_tables(SearchSpace(m, c, bases[b], space.fixed, space.options))
+        q, rc, sp, z = inner_columns(tb)
+        if not len(q):
+            continue
+        whole = evaluate_columns(tb, q, rc, sp, z)
+        rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+        for i in rng.choices(range(len(q)), k=data.draw(st.integers(1, 300), label="count")):
+            plans.append(tb.plan(int(q[i]), tuple(int(x) for x in rc[i]), int(sp[i]),
+                                 int(z[i])))
+            want.append(whole.take(np.array([i])))
+    if plans:
+        for p in data.draw(st.lists(st.sampled_from(plans), max_size=6), label="broken"):
+            how = data.draw(st.sampled_from(_BREAKS))
+            update = ({"dp": p.dp * 2} if how == "dp" else {"tp": 3} if how == "tp" else
+                      {"placement": {"order": list(p.placement.order),
+                                     "domain": dict.fromkeys(("tp", "cp", "dp", "pp"), 1)}})
+            bad = Plan.model_validate({**p.to_dict(), **update})
+            plans.append(bad)
+            want.append(batch_module._scalar(m, c, bad, False))
+    order = data.draw(st.permutations(range(len(plans))), label="order")
+    got = evaluate_many(m, c, [plans[i] for i in order])
+    for f in dataclasses.fields(Estimates):
+        expected = np.concatenate([getattr(want[i], f.name) for i in order]) if order \
+            else np.zeros(0)
+        assert _bits(getattr(got, f.name).astype(expected.dtype)) == _bits(expected), f.name
+
+
+@given(st.lists(st.integers(0, 40), max_size=60) | st.lists(st.integers(0, 10**12), max_size=60))
+def test_dense_codes_number_keys_by_first_appearance(keys):
+    """_dense (a scatter-min on a small range, a sort on a large one) and _codes number
+    keys as a dict numbers them as they first appear."""
+    seen: dict[int, int] = {}
+    want = [seen.setdefault(k, len(seen)) for k in keys]
+    firsts = [keys.index(k) for k in seen]
+    codes, at = batch_module._dense(np.array(keys, np.int64))
+    assert codes.tolist() == want and at.tolist() == firsts
+    codes, values, at = batch_module._codes(keys)
+    assert codes.tolist() == want and values == list(seen) and at.tolist() == firsts

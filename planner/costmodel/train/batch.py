@@ -17,7 +17,7 @@ import gc
 import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -259,103 +259,249 @@ SETTINGS: tuple[str, ...] = tuple(f for f in Plan.model_fields if f not in DECIS
 STRUCTURE: tuple[str, ...] = ("tp", "cp", "pp", "dp", "microbatch_size", "virtual_stages",
                               "ep", "expert_tp", "cp_comm", "uneven_pipeline",
                               "offload_optimizer", "offload_params")
-# one C-level call per plan each, on the fields pydantic keeps in the instance's __dict__:
-# the settings; the structure, then recompute, sp, zero, tp_comm and the placement
-_settings_of = itemgetter(*SETTINGS)
-_row_of = itemgetter(*STRUCTURE, "recompute", "sequence_parallel", "zero_stage", "tp_comm",
-                     "placement")
+# A list of plans is read by C-level calls per plan on the fields pydantic keeps in the
+# instance's __dict__ (the structure and the settings as one hashable key; then sp, TP
+# exchange, recomputation, ZeRO stage and placement), never field by field in Python; the
+# rest works on numpy columns or once per distinct value.
+_key_of = itemgetter(*STRUCTURE, *SETTINGS)
 _NS = len(STRUCTURE)
-_STATE_INDEX = {s: k for k, s in enumerate(STATES)}
+_TP, _OPT, _PAR = (STRUCTURE.index(f) for f in ("tp", "offload_optimizer", "offload_params"))
+_MOE_OVERLAP = SETTINGS.index("overlap_moe_ep_comm")
+_REST = tuple(map(itemgetter, ("sequence_parallel", "tp_comm", "recompute", "zero_stage")))
+_placement_of = itemgetter("placement")
+_order_of, _domain_of = attrgetter("order"), attrgetter("domain")
+_factors_of = itemgetter(*WORLD_DIMS)
+_CHUNK = 4096  # plans read at a time: their objects stay in cache from one pass to the next
+#: the state option of (zero_stage, offload_optimizer, offload_params) at 4 zero + 2 opt +
+#: par; -1 where none holds it (a plan made without validation: the scalar evaluator's)
+_STATE_AT = np.full(16, -1, np.int64)
+_STATE_AT[[4 * zero + 2 * opt + par for zero, opt, par in STATES]] = np.arange(len(STATES))
 
 
 @dataclass
 class _Group:
-    """The plans of one settings key. ``rows``: per plan, in order, its index in the list,
-    its point key (an index into ``point_keys``), sp, state option and recomputation (an
-    index into ``rcs``). A point key is a structural key (an index into ``keys``: the
-    :data:`STRUCTURE` fields, and the recomputation where the structural rules read it) and
-    a domain; ``first`` holds each structural key's first plan; ``tp_comm`` the TP exchange
-    of every plan, None where each has its sp's default."""
+    """The plans of one settings key, as columns: ``index`` their positions in the list;
+    per plan its point key (``pkey``), sp, state option (``z``, -1 where none holds it) and
+    recomputation (``rc``, an index into the recomputation choices). Point key ``j`` is the
+    structural key ``key_of[j]`` (an index into ``keys``, the :data:`STRUCTURE` values; with
+    the recomputation where the structural rules read it) and the domain
+    ``domains[dom_of[j]]`` (its factors in :data:`WORLD_DIMS` order, or None). ``first``
+    holds each structural key's first plan (its position in the list); ``tp_comm`` the TP
+    exchange of every plan, None where each has its sp's default."""
 
     tp_comm: str | None
-    rc_in_key: bool
-    rows: list[tuple[int, int, int, int, int]]
-    keys: dict[tuple, int]
+    index: np.ndarray
+    pkey: np.ndarray
+    sp: np.ndarray
+    z: np.ndarray
+    rc: np.ndarray
+    keys: list[tuple]
     first: list[int]
-    point_keys: dict[tuple[int, tuple[int, ...] | None], int]
+    key_of: np.ndarray
+    dom_of: np.ndarray
+    domains: list[tuple[int, ...] | None]
+
+
+def _codes(values: list) -> tuple[np.ndarray, list, np.ndarray]:
+    """Each value's index among the distinct values, numbered in order of first appearance;
+    those values; and where each first appears. C-level passes: an equality count (one
+    value: the common case for a setting), else one dict pass that gives each value the
+    position where it first appears."""
+    n = len(values)
+    if n == 0:
+        return np.zeros(0, np.int64), [], np.zeros(0, np.int64)
+    if values.count(values[0]) == n:
+        return np.zeros(n, np.int64), [values[0]], np.zeros(1, np.int64)
+    seen: dict = {}
+    codes, at = _ranks(np.fromiter(map(seen.setdefault, values, itertools.count()), np.int64,
+                                   n))
+    return codes, [values[i] for i in at.tolist()], at
+
+
+def _ranks(first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """From each entry's position of first appearance (``first[i] <= i``): dense codes
+    numbered in order of first appearance, and those positions; no sort."""
+    new = np.zeros(len(first), bool)
+    new[first] = True
+    rank = np.cumsum(new) - 1
+    return rank[first], np.flatnonzero(new)
+
+
+def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer keys as dense codes numbered in order of first appearance (as :func:`_codes`
+    numbers them), and each code's first position."""
+    n = len(key)
+    if n and key.min() >= 0 and key.max() < 4 * n:  # a small range: no sort
+        first_at = np.full(int(key.max()) + 1, n, np.int64)
+        np.minimum.at(first_at, key, np.arange(n))  # each key's first position
+        return _ranks(first_at[key])
+    distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(distinct), np.int64)
+    rank[order] = np.arange(len(distinct))
+    return rank[inverse.reshape(-1)], first[order]
+
+
+def _recompute_codes(recs: Sequence, types: tuple[str, ...]) -> tuple[np.ndarray, list[tuple]]:
+    """Per plan, its recomputation as an index into the choices returned (per layer type,
+    indices into :data:`RECOMPUTE`); a name is that mode on every type."""
+    rc_code = {(RECOMPUTE.index(m),) * len(types): k for k, m in enumerate(RECOMPUTE)}
+    of_str = {m: k for k, m in enumerate(RECOMPUTE)}  # "full" -> its code above
+    try:  # every plan names one mode: one C-level pass
+        codes = np.fromiter(map(of_str.__getitem__, recs), np.int64, len(recs))
+    except TypeError:  # per-type modes (dicts, unhashable) among them
+        codes = np.fromiter(
+            (of_str[r] if r.__class__ is str else rc_code.setdefault(
+                tuple(RECOMPUTE.index(r.get(t, "none")) for t in types), len(rc_code))
+             for r in recs), np.int64, len(recs))
+    return codes, list(rc_code)
+
+
+def _read(plans: Sequence[Plan]) -> tuple[np.ndarray, list[tuple], np.ndarray,
+                                          tuple[list, ...], list[tuple] | None,
+                                          list[tuple[int, ...] | None]]:
+    """Per plan, the index of its key (its :data:`STRUCTURE` and :data:`SETTINGS` values)
+    among the distinct keys, numbered in order of first appearance; those keys and where
+    each first appears; per plan its sp, TP exchange, recomputation and ZeRO stage
+    (columns), its placement order (a tuple; None for all where every plan has the first
+    plan's) and its domain factors (None without a domain). C-level passes over a slice of
+    the plans at a time, while its objects are in cache."""
+    keys: list[tuple] = []
+    seen: dict[tuple, int] = {}  # key -> where it first appears
+    first: list[int] = []
+    rest: tuple[list, ...] = ([], [], [], [])
+    orders: list[list[str]] = []
+    factors: list[tuple[int, ...] | None] = []
+    first_order, same_order = plans[0].placement.order, True
+    for lo in range(0, len(plans), _CHUNK):
+        fields_ = list(map(vars, plans[lo:lo + _CHUNK]))
+        chunk_keys = list(map(_key_of, fields_))
+        first += map(seen.setdefault, chunk_keys, itertools.count(lo))
+        keys += chunk_keys
+        for column, get in zip(rest, _REST):
+            column += map(get, fields_)
+        places = list(map(_placement_of, fields_))
+        chunk = list(map(_order_of, places))
+        same_order = same_order and chunk.count(first_order) == len(chunk)
+        orders += chunk
+        doms = list(map(_domain_of, places))
+        try:  # every plan names every factor (as a search space's plans do): C-level
+            factors += list(map(_factors_of, doms))
+        except (KeyError, TypeError):  # some leave factors (1) or the whole domain out
+            ones = (1,) * len(WORLD_DIMS)
+            factors += [tuple(map(d.get, WORLD_DIMS, ones)) if d else None for d in doms]
+    keyed, at = _ranks(np.array(first, np.int64))
+    return (keyed, [keys[i] for i in at.tolist()], at, rest,
+            None if same_order else list(map(tuple, orders)), factors)
 
 
 def _groups(model: ModelSpec, plans: Sequence[Plan]) -> tuple[list[_Group], list[tuple]]:
-    """One pass over ``plans``, grouped by settings; and the recomputation choices seen
-    (per layer type, indices into :data:`RECOMPUTE`)."""
-    types = model.layer_types
-    rc_code = {(RECOMPUTE.index(m),) * len(types): k for k, m in enumerate(RECOMPUTE)}
-    of_str = {m: k for k, m in enumerate(RECOMPUTE)}  # "full" -> its code above
-    groups: dict[tuple, _Group] = {}
-    last_order: list[str] | None = None
-    order: tuple[str, ...] = ()
-    ones = (1,) * len(WORLD_DIMS)
-    for i, p in enumerate(plans):
-        fields_ = vars(p)
-        r = _row_of(fields_)
-        place = r[_NS + 4]
-        if place.order != last_order:  # a list: its tuple is made again only when it changes
-            last_order, order = place.order, tuple(place.order)
-        sp = 1 if r[_NS + 1] and r[0] > 1 else 0
-        tp_comm = r[_NS + 3] or "allreduce"
-        # plans on their sp's default exchange share one table whatever their sp
-        key = (_settings_of(fields_), order,
-               None if tp_comm == ("rs_ag" if sp else "allreduce") else tp_comm)
-        g = groups.get(key)
-        if g is None:
-            # the structural rules read the recomputation only for combined 1F1B
-            g = groups[key] = _Group(key[2], bool(fields_["overlap_moe_ep_comm"]), [], {}, [],
-                                     {})
-        rec = r[_NS]
-        if rec.__class__ is str:
-            rc = of_str[rec]
+    """The plans as columns (:func:`_read`), grouped by settings; and the recomputation
+    choices seen (per layer type, indices into :data:`RECOMPUTE`)."""
+    n = len(plans)
+    if n == 0:
+        return [], _recompute_codes([], model.layer_types)[1]
+    keyed, key_values, key_at, (sp_given, tp_comm, recs, zero), orders, factors = _read(plans)
+    # per distinct (structure, settings): its settings, its structure, tp > 1, offloads
+    setting, setting_values, _ = _codes([v[_NS:] for v in key_values])
+    struct, struct_values, struct_at = _codes([v[:_NS] for v in key_values])
+    setting, struct = setting[keyed], struct[keyed]
+    tp_gt1 = np.array([v[_TP] > 1 for v in key_values], bool)[keyed]
+    sp = (np.fromiter(sp_given, bool, n) & tp_gt1).astype(np.int64)
+    zero_ = np.fromiter(zero, np.int64, n)
+    offloads = np.array([2 * bool(v[_OPT]) + bool(v[_PAR]) for v in key_values],
+                        np.int64)[keyed]
+    valid = (zero_ >= 0) & (zero_ <= 3)
+    z = np.where(valid, _STATE_AT[np.where(valid, 4 * zero_ + offloads, 0)], -1)
+    rc, rcs = _recompute_codes(recs, model.layer_types)
+    # plans on their sp's default exchange share one table whatever their sp
+    tpc, tpc_values, _ = _codes(tp_comm)
+    shared: list[str | None] = [None]  # the exchanges a table is keyed by
+    by_sp = np.zeros((len(tpc_values), 2), np.int64)
+    for u, value in enumerate(tpc_values):
+        for s, default in enumerate(("allreduce", "rs_ag")):
+            e = None if (value or "allreduce") == default else value or "allreduce"
+            if e not in shared:
+                shared.append(e)
+            by_sp[u, s] = shared.index(e)
+    exchange = by_sp[tpc, sp]
+    order = np.zeros(n, np.int64) if orders is None else _codes(orders)[0]
+    dom, domains, _ = _codes(factors)
+    group = (setting * (int(order.max()) + 1) + order) * len(shared) + exchange
+    if group.any():
+        group, group_first = _dense(group)
+        by_group = np.argsort(group, kind="stable")  # each group's plans in list order
+        bounds = np.cumsum(np.bincount(group, minlength=len(group_first)))[:-1]
+        members = np.split(by_group, bounds)
+    else:  # one group (a search space's plans): every plan, in list order
+        group_first, members = np.zeros(1, np.int64), [np.arange(n)]
+    out = []
+    for g, index in enumerate(members):
+        first = int(group_first[g])
+        # the structural rules read the recomputation only for combined 1F1B
+        rc_in_key = setting_values[setting[first]][_MOE_OVERLAP]
+        if len(members) == 1 and not rc_in_key:  # the structures' codes are the keys
+            k, key_first = struct, key_at[struct_at]
         else:
-            rc = rc_code.setdefault(tuple(RECOMPUTE.index(rec.get(t, "none")) for t in types),
-                                    len(rc_code))
-        k = g.keys.setdefault((*r[:_NS], rc) if g.rc_in_key else r[:_NS], len(g.keys))
-        if k == len(g.first):
-            g.first.append(i)
-        given = place.domain
-        pk = (k, tuple(map(given.get, WORLD_DIMS, ones)) if given else None)
-        g.rows.append((i, g.point_keys.setdefault(pk, len(g.point_keys)), sp,
-                       _STATE_INDEX[(r[_NS + 2], r[_NS - 2], r[_NS - 1])], rc))
-    return list(groups.values()), list(rc_code)
+            k, key_first = _dense(struct[index] * len(rcs) + rc[index] if rc_in_key
+                                  else struct[index])
+        pkey, pkey_first = _dense(k * len(domains) + dom[index])
+        firsts = index[key_first].tolist()
+        out.append(_Group(shared[exchange[first]], index, pkey, sp[index], z[index],
+                          rc[index], [struct_values[struct[i]] for i in firsts], firsts,
+                          k[pkey_first], dom[index[pkey_first]], domains))
+    return out, rcs
 
 
 def _points(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], g: _Group,
             allow_idle: bool) -> tuple[np.ndarray, list[tuple[Outer, tuple[int, ...] | None]]]:
     """Per point key of ``g``, its point in the group's tables (-1 where the tables cannot
     hold it: a structural rule broken, a placement that does not fit the topology), and the
-    points. The structural rules run once per structural key, on its first plan; the
-    placement once per point."""
+    points, in the order :func:`build_tables` gives them (outer after outer, each outer's
+    domains as they first appear). The structural rules run once per structural key, on
+    its first plan; the placement once per degrees and domain."""
     moe = model.moe is not None
-    ok = [not check_structure(model, cluster, plans[i], allow_idle) for i in g.first]
-    outers = [Outer(s[0], s[1], s[2], s[3], s[4], s[5], model.num_layers % (s[2] * s[5]) != 0,
-                    s[6], (s[7] or s[0]) if moe else 1, s[8]) for s in g.keys]
-    order, levels = tuple(plans[g.rows[0][0]].placement.order), tuple(cluster.topology)
-    point_index: dict[tuple, int] = {}  # (outer, domain) -> point
+    ok = np.array([not check_structure(model, cluster, plans[i], allow_idle)
+                   for i in g.first], bool)
+    # each point's outer once (as a tuple of its fields: C-level hashing), then its degrees
+    outer, outer_fields, _ = _codes([
+        (s[0], s[1], s[2], s[3], s[4], s[5], model.num_layers % (s[2] * s[5]) != 0, s[6],
+         (s[7] or s[0]) if moe else 1, s[8]) for s in g.keys])
+    outer_values = [Outer(*f) for f in outer_fields]
+    degrees_, degree_values, _ = _codes([(o.tp, o.cp, o.dp, o.pp) for o in outer_values])
+    degrees = degrees_.tolist()
+    q = np.full(len(g.key_of), -1, np.int64)
+    live = np.flatnonzero(ok[g.key_of])
+    if not len(live):
+        return q, []
+    # each (outer, domain) once, in order of first appearance
+    at, at_first = _dense(outer[g.key_of[live]] * len(g.domains) + g.dom_of[live])
+    pair_outer = outer[g.key_of[live[at_first]]].tolist()
+    pair_dom = g.dom_of[live[at_first]].tolist()
+    order, levels = tuple(plans[int(g.index[0])].placement.order), tuple(cluster.topology)
+    fits: dict[tuple[int, int], bool] = {}  # (degrees, domain) -> fits the topology
     points: list[tuple[Outer, tuple[int, ...] | None]] = []
-    q = np.full(len(g.point_keys), -1, np.int64)
-    for n, (k, dom) in enumerate(g.point_keys):
-        if not ok[k]:
-            continue
-        o = outers[k]
-        qi = point_index.get((o, dom))
-        if qi is None:
+    point_of = np.full(len(at_first), -1, np.int64)
+    for j, (o, d) in enumerate(zip(pair_outer, pair_dom)):
+        fit = fits.get((degrees[o], d))
+        if fit is None:
             try:
-                spans_for((o.tp, o.cp, o.dp, o.pp), dom, order, levels)
-                qi = len(points)
-                points.append((o, dom))
+                spans_for(degree_values[degrees[o]], g.domains[d], order, levels)
+                fit = True
             except PlacementError:
-                qi = -1
-            point_index[(o, dom)] = qi
-        q[n] = qi
-    return q, points
+                fit = False
+            fits[(degrees[o], d)] = fit
+        if fit:
+            point_of[j] = len(points)
+            points.append((o, d))
+    if not points:
+        return q, []
+    # the tables' order: by outer (as each first appears), then as the points came
+    by_outer = np.argsort(_dense(np.array([o for o, _ in points], np.int64))[0], kind="stable")
+    position = np.empty(len(points), np.int64)
+    position[by_outer] = np.arange(len(points))
+    q[live] = np.where(point_of >= 0, position[point_of], -1)[at]
+    return q, [(outer_values[points[i][0]], g.domains[points[i][1]]) for i in by_outer]
 
 
 @contextmanager
@@ -376,7 +522,7 @@ def evaluate_many(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan],
                   allow_idle_gpus: bool = False) -> Estimates:
     """Every plan of ``plans``, as arrays in the same order (see :class:`Estimates`).
 
-    The plans are read in one pass and grouped by settings; each group becomes columns
+    The plans are read as columns and grouped by settings; each group becomes columns
     (point, recomputation, sp, state option) into tables built for the points it uses and
     goes through :func:`evaluate_columns` at once. Plans the tables cannot hold take the
     scalar evaluator."""
@@ -393,23 +539,27 @@ def _parts(model: ModelSpec, cluster: ClusterSpec, plans: list[Plan], allow_idle
     rc_table = np.array(rcs, np.int64).reshape(len(rcs), -1)
     for g in groups:
         q_of_key, points = _points(model, cluster, plans, g, allow_idle)
-        index, pkey, sp, z, rc = (np.array(c, np.int64) for c in zip(*g.rows))
-        q = q_of_key[pkey]
-        held = q >= 0
-        for i in index[~held].tolist():
+        q = q_of_key[g.pkey]
+        held = (q >= 0) & (g.z >= 0)
+        for i in g.index[~held].tolist():
             parts.append((np.array([i]), _scalar(model, cluster, plans[i], allow_idle)))
-        if not points:
+        if not held.any():
             continue
-        tb = build_tables(PlanSet(model, cluster, plans[index[0]], points, g.tp_comm), TIME)
-        where = {pt: n for n, pt in enumerate(tb.points)}  # the tables order points by outer
-        q = np.array([where[pt] for pt in points], np.int64)[q[held]]
-        est = evaluate_columns(tb, q, rc_table[rc[held]], sp[held], z[held])
-        parts.append((index[held], est))
+        tb = build_tables(PlanSet(model, cluster, plans[int(g.index[0])], points, g.tp_comm),
+                          TIME)
+        q = q[held]
+        if list(tb.points) != points:  # _points gives the tables' order; else look them up
+            where = {pt: n for n, pt in enumerate(tb.points)}
+            q = np.array([where[pt] for pt in points], np.int64)[q]
+        est = evaluate_columns(tb, q, rc_table[g.rc[held]], g.sp[held], g.z[held])
+        parts.append((g.index[held], est))
     return parts
 
 
 def _scatter(size: int, parts: list[tuple[np.ndarray, Estimates]]) -> Estimates:
     """One batch in plan order from batches of plan indices."""
+    if len(parts) == 1 and np.array_equal(parts[0][0], np.arange(size)):
+        return parts[0][1]  # one batch, already in plan order
     out = {f.name: np.zeros(size, bool if f.name in ("feasible", "costable") else float)
            for f in fields(Estimates)}
     for idx, est in parts:

@@ -183,7 +183,8 @@ def check_structure(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         # and torchtitan's attention (its view of n_kv_heads / tp heads) both split whole groups
         r.append(f"tp={plan.tp} does not divide num_kv_heads={kv} (the query groups: "
                  "Megatron-Core and torchtitan give each TP rank whole KV heads)")
-    if "dense" in model.layer_types and model.ffn_hidden_size % plan.tp:
+    # the divisibility first: the layer types are counted afresh on every read
+    if model.ffn_hidden_size % plan.tp and "dense" in model.layer_types:
         r.append(f"tp={plan.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}")
     if plan.seq_len % plan.cp:
         r.append(f"cp={plan.cp} does not divide seq_len={plan.seq_len}")
