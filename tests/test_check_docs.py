@@ -209,3 +209,22 @@ def test_the_printed_calibration_notes_quote_what_the_benchmarks_print(which, sc
     (note,) = coverage.calibration_notes(a100, Plan(dp=64, global_batch_size=64, seq_len=2048,
                                                     attention="flash", zero_stage=3))
     assert coverage.recorded(getattr(coverage, which)) in note
+
+
+def test_fix_copies_the_numbers_of_a_stale_sentence_and_keeps_its_line_breaks(tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_text("Before. The step takes 3.91 s at\n  52.0 % MFU on 512 GPUs. After.\n")
+    fig = check_docs.Figure("d.md", "cmd", lambda: "takes 3.82 s at 52.2 % MFU on 512 GPUs")
+    assert check_docs.stale(tmp_path, (fig,))
+    assert check_docs.fix_inline(tmp_path, (fig,)) == []
+    assert doc.read_text() == "Before. The step takes 3.82 s at\n  52.2 % MFU on 512 GPUs. After.\n"
+    assert check_docs.stale(tmp_path, (fig,)) == []
+
+
+def test_fix_leaves_a_reworded_sentence_for_a_hand_edit(tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_text("The step takes 3.91 s, slower than before.\n")
+    fig = check_docs.Figure("d.md", "cmd", lambda: "takes 3.82 s, faster than before")
+    left = check_docs.fix_inline(tmp_path, (fig,))
+    assert len(left) == 1 and "0 places" in left[0]
+    assert doc.read_text() == "The step takes 3.91 s, slower than before.\n"

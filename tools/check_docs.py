@@ -9,6 +9,8 @@ the command and copy the figure (or to update this registry when the text itself
     python tools/check_docs.py --list   # the registry
     python tools/check_docs.py --write  # rewrite the generated blocks (tables between
                                         # <!-- check_docs: NAME --> markers), then check
+    python tools/check_docs.py --fix    # copy the numbers of stale inline figures whose
+                                        # sentence is otherwise unchanged, then check
     python tools/check_docs.py --unregistered  # every figure with a unit that neither a
                                         # registered command nor a quotation accounts for
     python tools/check_docs.py --unregistered --write-baseline  # record them as the ratchet
@@ -3352,6 +3354,44 @@ def stale(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> list[str]
     return out
 
 
+_NUM = r"[+\-\u2212]?\d[\d,]*(?:\.\d+)?"
+
+
+def _shape(want: str) -> re.Pattern[str]:
+    """``want`` with each number free and each run of spaces any whitespace: the figure's
+    sentence as the document holds it with older numbers."""
+    parts = re.split(f"({_NUM})", want)
+    rx = "".join(f"({_NUM})" if i % 2 else r"\s+".join(map(re.escape, re.split(r"\s+", p)))
+                 for i, p in enumerate(parts))
+    return re.compile(rx)
+
+
+def fix_inline(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> list[str]:
+    """Copy each stale inline figure's numbers into its document where the sentence around
+    them is unchanged and found once (the document's line breaks kept); the figures it
+    could not place, for a hand edit."""
+    left = []
+    for f in figures:
+        if f.block:
+            continue
+        path = root / f.doc
+        text = path.read_text(encoding="utf-8")
+        want = f.text()
+        if " ".join(want.split()) in " ".join(QUOTE.sub(" ", text).split()):
+            continue
+        found = list(_shape(want).finditer(text))
+        if len(found) != 1:
+            left.append(f"{f.doc}: {len(found)} places for {want!r}")
+            continue
+        m, nums = found[0], re.findall(_NUM, want)
+        out, at = [], m.start()
+        for i, n in enumerate(nums, 1):
+            out += [text[at:m.start(i)], n]
+            at = m.end(i)
+        path.write_text(text[:m.start()] + "".join(out) + text[at:], encoding="utf-8")
+    return left
+
+
 def write_blocks(root: Path = ROOT, figures: tuple[Figure, ...] = FIGURES) -> list[str]:
     """Rewrite every generated block between ``<!-- check_docs: NAME -->`` and
     ``<!-- /check_docs -->`` with its figure's text; the documents changed."""
@@ -3580,6 +3620,8 @@ def main(argv: list[str]) -> int:
         return 1 if new or gone or bad else 0
     if "--write" in argv:
         print("rewrote generated blocks in " + (", ".join(write_blocks()) or "nothing"))
+    if "--fix" in argv:  # numbers of stale sentences copied in; the rest by hand
+        print("\n".join(fix_inline()) or "every stale inline figure rewritten")
     if "--list" in argv:
         for f in FIGURES:
             print(f"{f.doc}: `{f.command}`: {f.text()!r}")
