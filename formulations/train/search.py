@@ -38,7 +38,7 @@ from planner.costmodel.compose import (
 from planner.costmodel.objective import TIME
 from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.specs.plan import Plan
-from planner.costmodel.train.batch import evaluate_columns, objective_values
+from planner.costmodel.train.batch import evaluate_columns, inner_columns, objective_values
 
 
 
@@ -58,6 +58,7 @@ class SearchStats:
     space_size: int = 0
     solver_calls: int = 0
     evaluations: int = 0
+    plans_enumerated: int = 0  # plans of the points left, costed all at once (no model)
     build_s: float = 0.0
     solve_s: float = 0.0
 
@@ -370,9 +371,14 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
                use_presolve: bool = True, workers: int = 2,
                progress: Callable[[str], None] | None = None,
                log: Callable[[str], None] | None = None,
-               max_time_s: float | None = None) -> SearchResult:
+               max_time_s: float | None = None, enumerate_plans: int = 0) -> SearchResult:
     """The ``top_k`` best plans, proven; with ``max_time_s``, among those whose iteration
-    time is within it (a constraint of the model, checked exactly on every answer)."""
+    time is within it (a constraint of the model, checked exactly on every answer).
+
+    ``enumerate_plans``: when the points presolve leaves hold at most this many plans, they
+    are all costed by the vectorized evaluator (brute force over what is left, the best
+    re-evaluated exactly) instead of building and solving the model: presolve's bound
+    proves the points it dropped, the enumeration the rest. 0: always the model."""
     t0 = time.perf_counter()
     stats = SearchStats(points_total=tb.num_points)
     pool: dict[Key, Candidate] = {}
@@ -380,9 +386,16 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     # are each no better than the best incumbent): presolve's, then the solver's
     if time_limit_s <= 0:  # set-up spent the limit: the best plan of the bound order
         return _bound_ordered(tb, backend, top_k, max_time_s, stats, t0)
-    points, model_lb = _presolved(tb, use_presolve, top_k, max_time_s, pool, stats)
+    points, model_lb, lb = _presolved(tb, use_presolve, top_k, max_time_s, pool, stats)
     if not points:
         return _result(backend, "infeasible", pool, top_k, None, stats, t0)
+    if lb is not None and enumerate_plans > 0:
+        cols = _columns_within(tb, points, enumerate_plans)
+        if cols is not None:
+            _enumerate(tb, cols, lb, top_k, max_time_s, pool, stats)
+            kth = _kth(pool, top_k)
+            return _result(backend, "optimal", pool, top_k,
+                           kth if math.isfinite(kth) else None, stats, t0)
 
     tb_build = time.perf_counter()
     lm, vm = build_model(tb, points, max_time_s)
@@ -440,18 +453,67 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
 
 
 def _presolved(tb: Tables, use_presolve: bool, top_k: int, max_time_s: float | None,
-               pool: dict[Key, Candidate], stats: SearchStats) -> tuple[list[int], float]:
-    """The points the model keeps and a lower bound over every plan it holds: presolve's
-    (its incumbents into ``pool``), or every point and no bound without it."""
+               pool: dict[Key, Candidate], stats: SearchStats
+               ) -> tuple[list[int], float, np.ndarray | None]:
+    """The points the model keeps, a lower bound over every plan it holds and the bound
+    per point: presolve's (its incumbents into ``pool``), or every point and no bound
+    without it."""
     if not use_presolve:
         stats.points_model = tb.num_points
-        return list(range(tb.num_points)), -math.inf
+        return list(range(tb.num_points)), -math.inf, None
     points, incumbents, lb = presolve(tb, top_k=top_k, max_time_s=max_time_s)
     for c in incumbents:
         pool[c.key] = c
     stats.evaluations += len(incumbents)
     stats.points_model = len(points)
-    return points, float(np.min(lb[points])) if points else -math.inf
+    return points, float(np.min(lb[points])) if points else -math.inf, lb
+
+
+def _columns_within(tb: Tables, points: list[int], limit: int
+                    ) -> tuple[np.ndarray, ...] | None:
+    """Every inner choice at ``points`` as columns, or None when they are more than
+    ``limit`` plans (counted before they are built: per point, its recomputation, sequence
+    parallelism and state options)."""
+    space = tb.space
+    rcs = len(space.recompute_options())
+    count = 0
+    for q in points:
+        o = tb.points[q][0]
+        count += rcs * len(space.sp_options(o)) * len(space.state_options(o))
+        if count > limit:
+            return None
+    return inner_columns(tb, points)
+
+
+def _enumerate(tb: Tables, cols: tuple[np.ndarray, ...], lb: np.ndarray, top_k: int,
+               max_time_s: float | None, pool: dict[Key, Candidate],
+               stats: SearchStats) -> None:
+    """Brute force over the plans ``cols``: their objectives by the vectorized evaluator,
+    and those within :data:`SCREEN_REL` of the K-th best (itself or presolve's incumbents
+    in ``pool``) evaluated exactly into ``pool``, as :mod:`formulations.train.exhaustive`
+    does over the whole space; ``lb``: presolve's bound per point, each plan's bound."""
+    q, rc, sp, z = cols
+    stats.plans_enumerated += len(q)
+    if not len(q):
+        return
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = evaluate_columns(tb, q, rc, sp, z)
+        val = objective_values(tb, q, est)
+    ok = est.feasible & np.isfinite(val)
+    if max_time_s is not None:
+        ok &= est.iteration_time_s <= max_time_s * (1 + SCREEN_REL)
+    val = np.where(ok, val, math.inf)
+    k = min(top_k, len(val))
+    kth = min(float(np.partition(val, k - 1)[k - 1]), _kth(pool, top_k))
+    if not math.isfinite(kth):
+        return  # nothing feasible here: the incumbents (if any) are the answer
+    for i in np.flatnonzero(val <= kth * (1 + SCREEN_REL)).tolist():
+        key = (int(q[i]), tuple(int(x) for x in rc[i]), int(sp[i]), int(z[i]))
+        if key not in pool:
+            c = evaluate_key(tb, key, max_time_s)
+            c.bound = min(float(lb[key[0]]), c.objective)
+            pool[key] = c
+            stats.evaluations += 1
 
 
 def _bound_ordered(tb: Tables, backend: str, top_k: int, max_time_s: float | None,

@@ -321,14 +321,21 @@ def _search(space: SearchSpace, size: int, objective: Objective, backend: str, t
         f"set-up took {setup_s:.2f} s of the {time_limit_s:g} s limit: evaluating the "
         "points in bound order")
     res = run_search(tb, backend, top_k, max(time_limit_s - setup_s, 0.0), presolve,
-                     progress=say, log=log, max_time_s=max_iteration_time_s)
+                     progress=say, log=log, max_time_s=max_iteration_time_s,
+                     enumerate_plans=ENUMERATE_MAX_PLANS)
     return res, {"points": res.stats.points_total + pruned,
                  "points_pruned_before_tabulating": pruned,
                  "points_in_model": res.stats.points_model,
+                 "plans_enumerated": res.stats.plans_enumerated,
                  "solver_calls": res.stats.solver_calls,
                  "evaluations": res.stats.evaluations}, setup_s
 
 
+#: The points presolve leaves are costed plan by plan with the vectorized evaluator,
+#: instead of building and solving the model, when they hold at most this many plans (a
+#: cost trade-off: the evaluator costs them in about 0.1 s, about what loading the solver
+#: library alone costs; the README's solves leave 1-21 points, a few hundred plans).
+ENUMERATE_MAX_PLANS = 100_000
 #: Spaces of at least this many points are bounded before they are tabulated (smaller ones
 #: tabulate faster than the network-free tables and the probe cost: a cost trade-off).
 PRUNE_MIN_POINTS = 50_000
