@@ -526,8 +526,9 @@ def _assemble(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys: dict,
     p2p = np.array([p2p_time_per_microbatch_s(model, LayerShape(tp, cp, mbs, ctx.seq), v, pp,
                                              pp_s, levels)
                    for (tp, cp, mbs, v, pp, pp_s) in keys["p2p"]])
+    # without the network the pipeline spans one GPU: its ends share the embedding
     tied = np.array([tied_embedding_sync_s(model, tp, pp, pp_s, levels, Numerics.of(ctx.base))
-                   for (tp, pp, pp_s) in keys["tied"]])
+                     if ctx.network else 0.0 for (tp, pp, pp_s) in keys["tied"]])
     vs = np.array([k[3] for k in keys["p2p"]], np.int64)
     out, ovl = split_p2p(p2p, vs, bool(getattr(ctx.base, "overlap_p2p_comm", True)))
     qp = np.array(q_keys["p2p"], np.int64)
