@@ -279,8 +279,9 @@ def build_tables(space: PointSource, objective: Objective | str = "time",
     qo = np.array(q_outer, dtype=np.int64)
     A["time_weight"], A["busy_weight"] = w[qo, 0], w[qo, 1]
     A["rc_ok"] = ctx.rc_ok
+    worlds, at = np.unique(A["world"], return_inverse=True)  # once per GPU count
     A["straggler"] = np.array([straggler_share(ctx.cluster.step_time_cv, int(n))
-                               for n in A["world"]], float).reshape(-1)
+                               for n in worlds], float)[at].reshape(-1)
     terms = Terms(**A)
     return Tables(space, points, objective, ctx.types, terms, ctx.base)
 
@@ -555,14 +556,18 @@ def _group_state_terms(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys
     kd, kx = np.array(q_keys["dp"], np.int64), np.array(q_keys["edp"], np.int64)
     params = o["group_params"][qo][:, :, None]  # (Q, G, 1)
     eparams = o["group_expert_params"][qo][:, :, None]
-    dp_val = dp_slope[kd][:, None] * params[..., None] + dp_icpt[kd][:, None]  # (Q, G, 4z, 4f)
-    e_val = edp_slope[kx][:, None] * eparams[..., None] + edp_icpt[kx][:, None]
-    dp_val = dp_val + np.where(eparams[..., None] > 0, e_val, 0.0)
     zero_of = np.array([STATES[k][0] for k in range(ctx.num_states)], np.int64)
-    dp_val = dp_val[:, :, zero_of, :]  # ZeRO stage of each state option: (Q, G, Z, 4f)
     valid = o["state_ok"][qo][:, None, :] & o["group_valid"][qo][:, :, None]
-    out = {name: np.where(valid, dp_val[..., i], 0.0)
-           for i, name in enumerate(("dp_fwd_s", "dp_bwd_s", "dp_grad_s", "dp_param_s"))}
+    has_experts = eparams > 0
+    out = {}
+    # one field at a time, at the ZeRO stage of each state option: (Q, G, Z) temporaries
+    # instead of (Q, G, 4 stages, 4 fields) ones; the same operations on the same values
+    for i, name in enumerate(("dp_fwd_s", "dp_bwd_s", "dp_grad_s", "dp_param_s")):
+        val = dp_slope[:, zero_of, i][kd][:, None] * params + dp_icpt[:, zero_of, i][kd][:, None]
+        e_val = (edp_slope[:, zero_of, i][kx][:, None] * eparams
+                 + edp_icpt[:, zero_of, i][kx][:, None])
+        val = val + np.where(has_experts, e_val, 0.0)
+        out[name] = np.where(valid, val, 0.0)
     for name in STATE_FIELDS:
         out[name] = o["slope_" + name][qo][:, None, :] * params
         if ctx.model.moe is not None:
