@@ -74,3 +74,31 @@ def test_pruning_keeps_the_k_best_moe(case):
 @given(case=one_gpu())
 def test_pruning_keeps_the_k_best_where_the_bound_is_tight(case):
     _check(*case)
+
+
+def test_kept_space_takes_the_bound_tables_outer_rows(monkeypatch):
+    """The tabulation of the kept outers takes their per-outer rows from the network-free
+    tables' memo (no second pass over them), and its tables are those worked out afresh,
+    array for array."""
+    from dataclasses import fields
+
+    import numpy as np
+
+    import planner.costmodel.train.tables as tables
+    from planner.orchestration.train import build_space
+    from planner.specs.loaders import load_cluster, load_model
+
+    space = build_space(load_model("mixtral-8x7b"), load_cluster("dgx-h100-superpod", 64))
+    memo: dict = {}
+    kept, pruned = prune_before_tabulating(space, Objective.of("time"), 1, None,
+                                           min_points=0, memo=memo)
+    assert pruned > 0
+    fresh = tables.build_tables(kept, "energy")
+    passes = []
+    real = tables._outer_arrays
+    monkeypatch.setattr(tables, "_outer_arrays", lambda ctx: passes.append(1) or real(ctx))
+    reused = tables.build_tables(kept, "energy", memo=memo)
+    assert not passes  # every row came from the memo
+    for f in fields(fresh.terms):
+        a, b = getattr(fresh.terms, f.name), getattr(reused.terms, f.name)
+        assert a.shape == b.shape and np.array_equal(a, b), f.name

@@ -314,8 +314,10 @@ def _search(space: SearchSpace, size: int, objective: Objective, backend: str, t
     # tabulated even past the limit: the tables' bound orders the points, and a set-up that
     # spends the limit still answers with the best plan of the first points in that order
     say(f"tabulating the cost model over {size:,} plans")
-    tabulated, pruned = prune_before_tabulating(space, objective, top_k, max_iteration_time_s)
-    tb = build_tables(tabulated, objective)
+    memo: dict = {}  # the per-outer arrays, shared by the bound's tables and these
+    tabulated, pruned = prune_before_tabulating(space, objective, top_k, max_iteration_time_s,
+                                                memo=memo)
+    tb = build_tables(tabulated, objective, memo=memo)
     setup_s = time.perf_counter() - t0
     say("solving" if setup_s < time_limit_s else
         f"set-up took {setup_s:.2f} s of the {time_limit_s:g} s limit: evaluating the "
@@ -354,8 +356,8 @@ def with_outers(space: SearchSpace, outers: list[Outer]) -> SearchSpace:
 
 
 def prune_before_tabulating(space: SearchSpace, objective: Objective, top_k: int,
-                            max_time_s: float | None, min_points: int | None = None
-                            ) -> tuple[SearchSpace, int]:
+                            max_time_s: float | None, min_points: int | None = None,
+                            memo: dict | None = None) -> tuple[SearchSpace, int]:
     """The space less the outer configurations (degrees, microbatch, interleaving, expert
     layout) that cannot hold one of the ``top_k`` best plans, and how many points (outer,
     placement) that drops.
@@ -374,7 +376,8 @@ def prune_before_tabulating(space: SearchSpace, objective: Objective, top_k: int
     (:func:`planner.costmodel.moe.host_stall_s`), and a recomputed forward stalls again,
     so that layer's time can fall as its communication grows.
 
-    ``min_points``: the smallest space bounded so (default :data:`PRUNE_MIN_POINTS`)."""
+    ``min_points``: the smallest space bounded so (default :data:`PRUNE_MIN_POINTS`);
+    ``memo``: :func:`build_tables`' memo, for the tabulation of the space returned."""
     if space.model.moe is not None and space.cluster.gpu.efficiency.moe_expert_host_us > 0:
         return space, 0
     placed = [o for o in space.outers if space.placements(o)]
@@ -384,12 +387,12 @@ def prune_before_tabulating(space: SearchSpace, objective: Objective, top_k: int
     free = with_outers(space, placed)
     first = space.placements
     free.placements = lambda o: first(o)[:1]  # type: ignore[method-assign]
-    lbf = lower_bounds(build_tables(free, objective, network=False))
+    lbf = lower_bounds(build_tables(free, objective, network=False, memo=memo))
     order = [i for i in np.argsort(lbf, kind="stable") if np.isfinite(lbf[i])]
     if not order:  # nothing fits: the whole space, whose search says why
         return space, 0
     probe = with_outers(space, [placed[i] for i in order[:PRUNE_PROBE_OUTERS]])
-    _, incumbents, _ = presolve(build_tables(probe, objective), top_k=top_k,
+    _, incumbents, _ = presolve(build_tables(probe, objective, memo=memo), top_k=top_k,
                                 max_time_s=max_time_s)
     values = sorted(c.objective for c in incumbents if math.isfinite(c.objective))
     if len(values) < top_k:

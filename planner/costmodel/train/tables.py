@@ -254,13 +254,19 @@ class _Ctx:
 
 
 def build_tables(space: PointSource, objective: Objective | str = "time",
-                 network: bool = True) -> Tables:
+                 network: bool = True, memo: dict | None = None) -> Tables:
     """Every term of every point of ``space``, for every inner choice it allows.
 
     ``network=False``: as if every group were on one GPU, so that no collective, pipeline
     send or expert exchange costs anything (the kernels, memory, optimizer and offload
     terms are the same): each term is then at most its value on any placement, and the
-    tables' bounds are bounds of every placement of the point's degrees."""
+    tables' bounds are bounds of every placement of the point's degrees.
+
+    ``memo``: a dict shared by tabulations of one space (its model, cluster, settings and
+    rules; the outers may differ): the per-outer arrays (stage groups, options, buffers,
+    states: none depends on the network or the objective) are kept there by outer, and a
+    later tabulation of outers already in it takes their rows instead of working them out
+    again."""
     objective = Objective.of(objective)
     outers = space.outers
     rc_opts = space.recompute_options()
@@ -272,7 +278,7 @@ def build_tables(space: PointSource, objective: Objective | str = "time",
                np.array([[mode in opts for mode in RECOMPUTE] for opts in zip(*rc_opts)])
                if rc_opts else np.zeros((nt, len(RECOMPUTE)), bool), space.num_states,
                network)
-    per_outer = _outer_arrays(ctx)
+    per_outer = _memo_outer_arrays(ctx, memo)
     points, q_outer, keys, q_keys = _point_keys(ctx)
     A = _assemble(ctx, per_outer, np.array(q_outer, dtype=np.int64), keys, q_keys)
     w = np.array([objective.weights(ctx.cluster, o.world) for o in outers]).reshape(-1, 2)
@@ -284,6 +290,26 @@ def build_tables(space: PointSource, objective: Objective | str = "time",
                                for n in worlds], float)[at].reshape(-1)
     terms = Terms(**A)
     return Tables(space, points, objective, ctx.types, terms, ctx.base)
+
+
+def _memo_outer_arrays(ctx: _Ctx, memo: dict | None) -> dict[str, np.ndarray]:
+    """:func:`_outer_arrays`, or their rows from ``memo`` when every outer is there (the
+    group axis cut to what these outers use: the same arrays as worked out afresh)."""
+    outers = ctx.space.outers
+    if memo is None or not outers:
+        return _outer_arrays(ctx)
+    index = memo.get("index", {})
+    rows = [index.get(o) for o in outers]
+    if any(r is None for r in rows):
+        out = _outer_arrays(ctx)
+        memo["index"] = {o: i for i, o in enumerate(outers)}
+        memo["arrays"] = out
+        return out
+    sel = np.array(rows, np.int64)
+    arrays = memo["arrays"]
+    groups = int(arrays["group_valid"][sel].sum(axis=1).max())
+    G = max(MAX_GROUPS, groups)
+    return {k: v[sel][:, :G] if k.startswith("group_") else v[sel] for k, v in arrays.items()}
 
 
 def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
