@@ -390,11 +390,8 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
                max_time_s: float | None = None, enumerate_plans: int = 0) -> SearchResult:
     """The ``top_k`` best plans, proven; with ``max_time_s``, among those whose iteration
     time is within it (a constraint of the model, checked exactly on every answer).
-
-    ``enumerate_plans``: when the points presolve leaves hold at most this many plans, they
-    are all costed by the vectorized evaluator (brute force over what is left, the best
-    re-evaluated exactly) instead of building and solving the model: presolve's bound
-    proves the points it dropped, the enumeration the rest. 0: always the model."""
+    ``enumerate_plans``: the points presolve leaves, when they hold at most this many plans,
+    are costed by brute force (:func:`_enumerate`) instead of the model (0: the model)."""
     t0 = time.perf_counter()
     stats = SearchStats(points_total=tb.num_points)
     pool: dict[Key, Candidate] = {}
@@ -405,13 +402,12 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     points, model_lb, lb = _presolved(tb, use_presolve, top_k, max_time_s, pool, stats)
     if not points:
         return _result(backend, "infeasible", pool, top_k, None, stats, t0)
-    if lb is not None and enumerate_plans > 0:
-        cols = _columns_within(tb, points, enumerate_plans)
-        if cols is not None:
-            _enumerate(tb, cols, lb, top_k, max_time_s, pool, stats)
-            kth = _kth(pool, top_k)
-            return _result(backend, "optimal", pool, top_k,
-                           kth if math.isfinite(kth) else None, stats, t0)
+    cols = _columns_within(tb, points, enumerate_plans) if lb is not None else None
+    if cols is not None:  # few plans left: brute force over them, no model
+        _enumerate(tb, cols, lb, top_k, max_time_s, pool, stats)
+        kth = _kth(pool, top_k)
+        return _result(backend, "optimal", pool, top_k, kth if math.isfinite(kth) else None,
+                       stats, t0)
 
     tb_build = time.perf_counter()
     lm, vm = build_model(tb, points, max_time_s)
@@ -490,6 +486,8 @@ def _columns_within(tb: Tables, points: list[int], limit: int
     """Every inner choice at ``points`` as columns, or None when they are more than
     ``limit`` plans (counted before they are built: per point, its recomputation, sequence
     parallelism and state options)."""
+    if limit <= 0:
+        return None
     space = tb.space
     rcs = len(space.recompute_options())
     count = 0
@@ -507,7 +505,9 @@ def _enumerate(tb: Tables, cols: tuple[np.ndarray, ...], lb: np.ndarray, top_k: 
     """Brute force over the plans ``cols``: their objectives by the vectorized evaluator,
     and those within :data:`SCREEN_REL` of the K-th best (itself or presolve's incumbents
     in ``pool``) evaluated exactly into ``pool``, as :mod:`formulations.train.exhaustive`
-    does over the whole space; ``lb``: presolve's bound per point, each plan's bound."""
+    does over the whole space; ``lb``: presolve's bound per point, each plan's bound.
+    Presolve's bound proves the points it dropped, this enumeration the rest: no model is
+    built or solved."""
     q, rc, sp, z = cols
     stats.plans_enumerated += len(q)
     if not len(q):
