@@ -335,10 +335,11 @@ def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | Non
     K-th incumbent exists, or ``enough x probe`` of them hold one."""
     lbz = state_lower_bounds(tb)
     lb = np.min(lbz, axis=1)
-    order = [int(q) for q in np.argsort(lb, kind="stable") if np.isfinite(lb[q])]
+    ranked = np.argsort(lb, kind="stable")
+    ranked = ranked[np.isfinite(lb[ranked])]
     if max_time_s is not None:  # drop the points whose every plan iterates too slowly
-        t_lb = time_lower_bounds(tb)
-        order = [q for q in order if t_lb[q] <= max_time_s * (1 + 1e-9)]
+        ranked = ranked[time_lower_bounds(tb)[ranked] <= max_time_s * (1 + 1e-9)]
+    order: list[int] = ranked.tolist()
     tiered = tb.space.cluster.offload is not None
     incumbents: list[Candidate] = []
     values: list[float] = []  # admissible objectives, sorted
@@ -374,7 +375,7 @@ def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | Non
         if feasible_points >= probe and (len(values) >= top_k or feasible_points >= enough * probe):
             break
     best = values[top_k - 1] if len(values) >= top_k else math.inf
-    keep = [q for q in order if lb[q] <= best * (1 + 1e-9)] if math.isfinite(best) else order
+    keep = ranked[lb[ranked] <= best * (1 + 1e-9)].tolist() if math.isfinite(best) else order
     return keep, incumbents, lb
 
 

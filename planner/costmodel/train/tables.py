@@ -328,29 +328,42 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
         "group_params": np.zeros((O, G)), "group_expert_params": np.zeros((O, G)),
         **{k: np.zeros((O, G), np.int64) for k in ("group_embedding", "group_head", "group_count", "group_inflight",
                                                     "group_layers", "group_dp_units")}}
-    shard, eshard = np.zeros(O, np.int64), np.zeros(O, np.int64)
     bufs: dict[tuple, float] = {}  # comm buffers by shape and ZeRO stage
     modes = getattr(space, "recompute_modes", None)  # per outer, where a framework limits them
     rows = _GroupRows(ctx, G)
-    src = np.zeros(O, np.int64)  # per outer: its stage groups' row in rows
-    for oi, o in enumerate(outers):
-        out["sp_ok"][oi, [int(sp) for sp in space.sp_options(o)]] = True
-        out["rc_point_ok"][oi] = [m in modes(o) for m in RECOMPUTE] if modes else True
+    # per outer, as Python rows (one numpy array each at the end: writing numpy elements
+    # one at a time cost more than the terms themselves on spaces of 10k+ outers)
+    sp_ok, rc_ok, state_ok, buffers, params, src, shard, eshard = ([] for _ in range(8))
+    for o, m, grp in zip(outers, ms, groups):
+        sp_row = [False, False]
+        for sp in space.sp_options(o):
+            sp_row[int(sp)] = True
+        sp_ok.append(sp_row)
+        allowed = modes(o) if modes else RECOMPUTE
+        rc_ok.append([mode in allowed for mode in RECOMPUTE])
+        ok_row, buf_row = [False] * Z, [0.0] * Z
         for k in space.state_options(o):
             z = STATES[k][0]
             bk = (o.tp, o.cp, o.mbs, o.ep, o.etp, z)
             if bk not in bufs:
                 shape = state_shape(model, o.tp, o.cp, o.mbs, ctx.seq, o.ep, o.etp)
                 bufs[bk] = comm_buffer_bytes(model, shape, z, types)
-            out["state_ok"][oi, k], out["buffers_bytes"][oi, k] = True, bufs[bk]
-        src[oi] = rows.row(groups[oi], (o.pp, o.v, ms[oi], o.uneven))
-        out["group_params"][oi], out["group_expert_params"][oi], out["group_dp_units"][oi] = \
-            rows.params(groups[oi], (o.pp, o.v, ms[oi], o.uneven), o)
-        shard[oi] = o.dp * o.cp  # the group ZeRO shards the states over
-        eshard[oi] = expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp)  # routed experts' group
-    for name, arr in rows.arrays().items():
-        out[name] = arr[src] if O else out[name]
-    out.update(_state_slopes_per_outer(ctx, shard, eshard))
+            ok_row[k], buf_row[k] = True, bufs[bk]
+        state_ok.append(ok_row)
+        buffers.append(buf_row)
+        src.append(rows.row(grp, (o.pp, o.v, m, o.uneven)))
+        params.append(rows.params(grp, (o.pp, o.v, m, o.uneven), o))
+        shard.append(o.dp * o.cp)  # the group ZeRO shards the states over
+        eshard.append(expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp))  # routed experts' group
+    if O:
+        out["sp_ok"], out["rc_point_ok"] = np.array(sp_ok, bool), np.array(rc_ok, bool)
+        out["state_ok"], out["buffers_bytes"] = np.array(state_ok, bool), np.array(buffers)
+        for i, name in enumerate(("group_params", "group_expert_params", "group_dp_units")):
+            out[name] = np.stack([p[i] for p in params]).astype(out[name].dtype, copy=False)
+        for name, arr in rows.arrays().items():
+            out[name] = arr[np.array(src, np.int64)]
+    out.update(_state_slopes_per_outer(ctx, np.array(shard, np.int64).reshape(O),
+                                       np.array(eshard, np.int64).reshape(O)))
     return out
 
 
