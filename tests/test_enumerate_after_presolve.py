@@ -68,6 +68,30 @@ def test_enumerated_answer_is_brute_force_offload_tier(case):
     _check(*case)
 
 
+def test_enumeration_keeps_every_feasible_plan_when_fewer_than_k():
+    """K above the number of feasible plans: each of them is one of the K best, and the
+    enumeration returns them all (brute force's count), not only presolve's incumbents."""
+    from conftest import small_cluster, tiny_model
+    from formulations.train.space import SearchSpace
+    from planner.specs.plan_base import model_defaults
+    from instances import OPTIONS
+
+    # 17 of its 360 plans fit in 40 GB
+    model = tiny_model(num_layers=32, hidden_size=4096, num_attention_heads=16, num_kv_heads=8,
+                       ffn_hidden_size=16384, seq_len=2048, global_batch_size=8)
+    space = SearchSpace(model, small_cluster(4, domain=4, gpu="a100-sxm-40gb"),
+                        model_defaults(model), {"zero_stage": 1}, OPTIONS)
+    top_k = 10**6
+    ref = run_exhaustive(space, "time", top_k)
+    assert 1 < len(ref.candidates) < top_k
+    tb = build_tables(space, "time")
+    pool: dict = {}
+    _enumerate(tb, inner_columns(tb), lower_bounds(tb), top_k, None, pool, SearchStats())
+    assert sum(math.isfinite(c.objective) for c in pool.values()) == len(ref.candidates)
+    res = run_search(tb, "cpsat", top_k, time_limit_s=120, enumerate_plans=10**9)
+    assert res.stats.solver_calls == 0 and len(res.candidates) == len(ref.candidates)
+
+
 @pytest.mark.parametrize("top_k", [1, 3])
 def test_solve_enumerates_what_presolve_leaves(monkeypatch, top_k):
     """``planner.solve`` costs the few points left after presolve without the model, and

@@ -522,9 +522,9 @@ def _enumerate(tb: Tables, cols: tuple[np.ndarray, ...], lb: np.ndarray, top_k: 
     val = np.where(ok, val, math.inf)
     k = min(top_k, len(val))
     kth = min(float(np.partition(val, k - 1)[k - 1]), _kth(pool, top_k))
-    if not math.isfinite(kth):
-        return  # nothing feasible here: the incumbents (if any) are the answer
-    for i in np.flatnonzero(val <= kth * (1 + SCREEN_REL)).tolist():
+    # fewer than K feasible plans (kth infinite): every feasible one is among the K best
+    near = np.isfinite(val) & (val <= kth * (1 + SCREEN_REL))
+    for i in np.flatnonzero(near).tolist():
         key = (int(q[i]), tuple(int(x) for x in rc[i]), int(sp[i]), int(z[i]))
         if key not in pool:
             c = evaluate_key(tb, key, max_time_s)
