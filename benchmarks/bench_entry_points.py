@@ -13,15 +13,20 @@ in the same run so that the machine's speed and load cancel out of the ratio:
 - ``import planner`` and ``--help``: plain Python start-up (``python -c pass``);
 - each solve: the same command with ``--backend exhaustive`` (the project's vectorized brute
   force over the same space), time-boxed by ``--exhaustive-limit``; a brute force cut short
-  makes the ratio a lower bound (``>``);
+  makes the ratio a lower bound (``>``). Both commands pay the same start-up (interpreter,
+  CLI, catalog) and report, which bound the ratio of their wall times on a small space;
+  the search itself is compared apart: each backend's own ``solve_time_s`` (``--json``:
+  the whole search, enumerating and tabulating the space included, from the same kind of
+  fresh process), beside the start-up of ``planner solve --help`` measured in the run;
 - procurement and serving, which have no brute force of their own: the brute force of the
   first solve row (Llama 3 70B on 512 H100), the same yardstick of machine speed;
 - ``evaluate_many`` on a list of ``Plan`` objects: the columnar path on the same plans
   (``build_tables`` for the points they use + ``evaluate_columns``), in this process; wall
   and CPU time (the process's, which other load moves less).
 
-The last column: for a solve, its speed-up (the brute force's best time over the solve's);
-for every other row, its best time over the baseline's. Start-up rows run
+The last column: for a solve, its speed-up (the brute force's best time over the solve's)
+by wall time, then by search time (``solve_time_s``); for every other row, its best time
+over the baseline's. Start-up rows run
 ``max(5, --repeats)`` times, every other row ``--repeats`` times; the
 table gives the best and the median. ``--load N`` starts N busy loops (``while True:
 pass``) before the first row and stops them after the last. Run it under ``nice`` on an
@@ -114,30 +119,56 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_command(args: list[str], timeout_s: float) -> tuple[float, int]:
-    """Wall seconds and exit status of ``python ARGS`` (-1: killed at ``timeout_s``)."""
+def run_command(args: list[str], timeout_s: float, capture: bool = False
+                ) -> tuple[float, int, str]:
+    """Wall seconds, exit status (-1: killed at ``timeout_s``) and, with ``capture``, the
+    standard output of ``python ARGS``."""
     t0 = time.perf_counter()
+    out = subprocess.PIPE if capture else subprocess.DEVNULL
     try:
-        rc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), timeout=timeout_s,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        done = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), timeout=timeout_s,
+                              stdout=out, stderr=subprocess.DEVNULL, text=True)
+        rc, text = done.returncode, done.stdout or ""
     except subprocess.TimeoutExpired:
-        rc = -1
-    return time.perf_counter() - t0, rc
+        rc, text = -1, ""
+    return time.perf_counter() - t0, rc, text
+
+
+def _solve_time(text: str) -> float | None:
+    """``solver.solve_time_s`` of a ``planner solve --json`` output (None: no answer)."""
+    try:
+        return float(json.loads(text)["solver"]["solve_time_s"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def timed_command(args: list[str], repeats: int, timeout_s: float) -> dict:
-    walls, codes = [], []
+    """Wall time and exit status of ``repeats`` runs; for a ``--json`` solve, also its own
+    ``solve_time_s`` (``search_s``)."""
+    walls, codes, search = [], [], []
+    capture = "--json" in args and "solve" in args
     for _ in range(repeats):
-        wall, rc = run_command(args, timeout_s)
+        wall, rc, text = run_command(args, timeout_s, capture)
         walls.append(wall)
         codes.append(rc)
-    return {"wall_s": spread(walls), "exit": sorted(set(codes))}
+        t = _solve_time(text) if capture else None
+        if t is not None:
+            search.append(t)
+    row = {"wall_s": spread(walls), "exit": sorted(set(codes))}
+    if search:
+        row["search_s"] = spread(search)
+    return row
+
+
+def _json(args: list[str]) -> list[str]:
+    return args if "--json" in args else [*args, "--json"]
 
 
 def exhaustive(args: list[str], limit_s: float, repeats: int, timeout_s: float) -> dict:
-    """The same solve by brute force; ``cut`` when it reached its time limit (or was killed)
-    before covering the space: its time is then a lower bound."""
-    row = timed_command([*args, "--backend", "exhaustive", "--time-limit", str(limit_s)],
+    """The same solve by brute force (``--json``, for its ``solve_time_s``); ``cut`` when it
+    reached its time limit (or was killed) before covering the space: its time is then a
+    lower bound."""
+    row = timed_command(_json([*args, "--backend", "exhaustive", "--time-limit", str(limit_s)]),
                         repeats, timeout_s)
     row["cut"] = row["wall_s"]["min"] >= 0.95 * limit_s or -1 in row["exit"]
     return row
@@ -215,6 +246,12 @@ def run(args: argparse.Namespace) -> dict:
         base: dict[str, dict] = {}
         if any(r[3] == "python" for r in wanted):
             base["python"] = timed_command(["-c", "pass"], su, args.timeout)
+        if any(r[3] == "exhaustive" for r in wanted):  # what every solve command starts with
+            out["solve_start_up"] = timed_command(["-m", "planner", "solve", "--help"], su,
+                                                  args.timeout)
+            print(f"{'start-up: planner solve --help':48s} "
+                  f"{out['solve_start_up']['wall_s']['min']:7.2f} "
+                  f"{out['solve_start_up']['wall_s']['median']:7.2f}", file=_OUT[0], flush=True)
         if any(r[3] == "yardstick" for r in wanted):
             base["yardstick"] = exhaustive(["-m", "planner", *LLAMA70_512],
                                            args.exhaustive_limit, args.repeats, args.timeout)
@@ -226,6 +263,13 @@ def run(args: argparse.Namespace) -> dict:
                    if kind == "exhaustive" else base[kind])
             row["baseline"] = {"kind": kind, **ref}
             row["ratio"] = _best(row) / _best(ref)
+            if kind == "exhaustive":  # the search alone, from the same command with --json
+                search = row if "search_s" in row else timed_command(
+                    _json(argv), args.repeats, args.timeout)
+                if "search_s" in search and "search_s" in ref:
+                    row["search_s"] = search["search_s"]
+                    row["search_ratio"] = (search["search_s"]["min"]
+                                           / ref["search_s"]["min"])
             out["rows"].append(row)
             print(_line(row), file=_OUT[0], flush=True)
         if any("list".startswith(k) for k in only):
@@ -249,8 +293,13 @@ def _line(row: dict) -> str:
     speed = (f"speed-up {lower}{1 / row['ratio']:.1f}" if ref["kind"] == "exhaustive"
              else f"{row['ratio']:.2f}x")
     exits = ",".join("timeout" if c == -1 else str(c) for c in row["exit"])
+    search = ""
+    if "search_ratio" in row:  # each backend's own solve_time_s
+        search = (f"   search {row['search_s']['min']:.2f} s vs {lower}"
+                  f"{ref['search_s']['min']:.2f} s: speed-up {lower}"
+                  f"{1 / row['search_ratio']:.1f}")
     return (f"{row['label'][:48]:48s} {w['min']:7.2f} {w['median']:7.2f}   "
-            f"{kind:19s} {lower}{bw['min']:6.2f}   {speed:>14s}   exit {exits}")
+            f"{kind:19s} {lower}{bw['min']:6.2f}   {speed:>14s}   exit {exits}{search}")
 
 
 def main() -> None:

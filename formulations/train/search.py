@@ -38,7 +38,7 @@ from planner.costmodel.compose import (
 from planner.costmodel.objective import TIME
 from planner.costmodel.train.evaluator import Estimate, evaluate
 from planner.specs.plan import Plan
-from planner.costmodel.train.batch import evaluate_columns, objective_values
+from planner.costmodel.train.batch import evaluate_columns, inner_columns, objective_values
 
 
 
@@ -58,6 +58,7 @@ class SearchStats:
     space_size: int = 0
     solver_calls: int = 0
     evaluations: int = 0
+    plans_enumerated: int = 0  # plans of the points left, costed all at once (no model)
     build_s: float = 0.0
     solve_s: float = 0.0
 
@@ -125,6 +126,21 @@ def points_slice(tb: Tables, start: int, stop: int) -> Tables:
     return replace(tb, points=tb.points[start:stop], terms=replace(A, **cut))
 
 
+def fold_last(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
+    """``ufunc.reduce(x, axis=-1)`` (``np.minimum``, ``np.maximum`` or ``np.add``) as a
+    left-to-right fold of the last axis' slices: numpy reduces a short last axis row by
+    row, 7-10x slower on the bounds' (points x options x types x 8) arrays. The same
+    values: a minimum or maximum in any order, a sum of fewer than 8 terms in numpy's own
+    order (its pairwise summation starts at 8; tests/test_bound_speed.py checks it)."""
+    n = x.shape[-1]
+    if n == 0 or (ufunc is np.add and n >= 8):
+        return ufunc.reduce(x, axis=-1)
+    out = x[..., 0].copy()
+    for k in range(1, n):
+        ufunc(out, x[..., k], out=out)
+    return out
+
+
 def _fitting(tb: Tables) -> np.ndarray:
     """``feasible[q, z, t, k, b]``: layer option (recompute k, sp b) of type t can fit in
     every group next to state option z, with every other type at its smallest."""
@@ -148,7 +164,7 @@ def _fitting(tb: Tables) -> np.ndarray:
     infl_v = A.group_inflight / A.v[:, None]
     act = infl_v[:, :, None, None, None] * A.group_type_layers[:, :, :, None, None] * A.layer_act_bytes[:, None]
     act = np.where(ok[:, None], act, inf)  # (Q, G, T, R, 2)
-    act_min = np.min(act.reshape(Q, G, act.shape[2], -1), axis=3)
+    act_min = fold_last(np.minimum, act.reshape(Q, G, act.shape[2], -1))
     others = act_min.sum(axis=2, keepdims=True) - act_min
     # option (k, b) of type t fits in every group g next to state option z; one group at a
     # time keeps the temporaries at (Q, Z, T, R, 2)
@@ -184,16 +200,17 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
 
     def best(name: str, fn, fill: float) -> np.ndarray:
         vals = np.where(feasible, getattr(A, f"layer_{name}")[:, None], fill)
-        return fn(vals.reshape(Q, Z, vals.shape[2], -1), axis=3)  # (Q, Z, T)
+        return fold_last(fn, vals.reshape(Q, Z, vals.shape[2], -1))  # (Q, Z, T)
 
-    lmin = best("total_s", np.min, inf)
-    fmax = best("fwd_s", np.max, 0.0)
-    bmax = best("bwd_s", np.max, 0.0)
+    lmin = best("total_s", np.minimum, inf)
+    fmax = best("fwd_s", np.maximum, 0.0)
+    bmax = best("bwd_s", np.maximum, 0.0)
     n = A.group_type_layers  # (Q, G, T)
 
     def per_group(x: np.ndarray) -> np.ndarray:  # (Q, Z, T) -> (Q, Z, G)
         with np.errstate(invalid="ignore"):
-            return np.where(n[:, None] > 0, n[:, None] * x[:, :, None, :], 0.0).sum(axis=3)
+            return fold_last(np.add, np.where(n[:, None] > 0, n[:, None] * x[:, :, None, :],
+                                              0.0))
 
     emb = np.min(A.emb_total_s + spmask, axis=1)[:, None, None]
     head = np.min(A.head_total_s + spmask, axis=1)[:, None, None]
@@ -227,7 +244,7 @@ def _lower_bounds(tb: Tables) -> np.ndarray:
     out = A.time_weight[:, None] * t_lb
     if np.any(A.busy_weight > 0):
         fb = np.where(feasible, (A.layer_fwd_s + A.layer_bwd_s)[:, None], inf)
-        fb_min = np.min(fb.reshape(Q, Z, fb.shape[2], -1), axis=3)
+        fb_min = fold_last(np.minimum, fb.reshape(Q, Z, fb.shape[2], -1))
         ends = (np.min(A.emb_fwd_s + A.emb_bwd_s + spmask, axis=1)[:, None, None] * e_emb
                 + np.min(A.head_fwd_s + A.head_bwd_s + spmask, axis=1)[:, None, None] * e_head)
         work = np.where(gmask, gz(per_group(fb_min) + ends), 0.0)
@@ -318,10 +335,11 @@ def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | Non
     K-th incumbent exists, or ``enough x probe`` of them hold one."""
     lbz = state_lower_bounds(tb)
     lb = np.min(lbz, axis=1)
-    order = [int(q) for q in np.argsort(lb, kind="stable") if np.isfinite(lb[q])]
+    ranked = np.argsort(lb, kind="stable")
+    ranked = ranked[np.isfinite(lb[ranked])]
     if max_time_s is not None:  # drop the points whose every plan iterates too slowly
-        t_lb = time_lower_bounds(tb)
-        order = [q for q in order if t_lb[q] <= max_time_s * (1 + 1e-9)]
+        ranked = ranked[time_lower_bounds(tb)[ranked] <= max_time_s * (1 + 1e-9)]
+    order: list[int] = ranked.tolist()
     tiered = tb.space.cluster.offload is not None
     incumbents: list[Candidate] = []
     values: list[float] = []  # admissible objectives, sorted
@@ -357,7 +375,7 @@ def presolve(tb: Tables, probe: int = 4, top_k: int = 1, max_time_s: float | Non
         if feasible_points >= probe and (len(values) >= top_k or feasible_points >= enough * probe):
             break
     best = values[top_k - 1] if len(values) >= top_k else math.inf
-    keep = [q for q in order if lb[q] <= best * (1 + 1e-9)] if math.isfinite(best) else order
+    keep = ranked[lb[ranked] <= best * (1 + 1e-9)].tolist() if math.isfinite(best) else order
     return keep, incumbents, lb
 
 
@@ -370,9 +388,11 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
                use_presolve: bool = True, workers: int = 2,
                progress: Callable[[str], None] | None = None,
                log: Callable[[str], None] | None = None,
-               max_time_s: float | None = None) -> SearchResult:
+               max_time_s: float | None = None, enumerate_plans: int = 0) -> SearchResult:
     """The ``top_k`` best plans, proven; with ``max_time_s``, among those whose iteration
-    time is within it (a constraint of the model, checked exactly on every answer)."""
+    time is within it (a constraint of the model, checked exactly on every answer).
+    ``enumerate_plans``: the points presolve leaves, when they hold at most this many plans,
+    are costed by brute force (:func:`_enumerate`) instead of the model (0: the model)."""
     t0 = time.perf_counter()
     stats = SearchStats(points_total=tb.num_points)
     pool: dict[Key, Candidate] = {}
@@ -380,9 +400,15 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
     # are each no better than the best incumbent): presolve's, then the solver's
     if time_limit_s <= 0:  # set-up spent the limit: the best plan of the bound order
         return _bound_ordered(tb, backend, top_k, max_time_s, stats, t0)
-    points, model_lb = _presolved(tb, use_presolve, top_k, max_time_s, pool, stats)
+    points, model_lb, lb = _presolved(tb, use_presolve, top_k, max_time_s, pool, stats)
     if not points:
         return _result(backend, "infeasible", pool, top_k, None, stats, t0)
+    cols = _columns_within(tb, points, enumerate_plans) if lb is not None else None
+    if cols is not None:  # few plans left: brute force over them, no model
+        _enumerate(tb, cols, lb, top_k, max_time_s, pool, stats)
+        kth = _kth(pool, top_k)
+        return _result(backend, "optimal", pool, top_k, kth if math.isfinite(kth) else None,
+                       stats, t0)
 
     tb_build = time.perf_counter()
     lm, vm = build_model(tb, points, max_time_s)
@@ -440,18 +466,71 @@ def run_search(tb: Tables, backend: str = "cpsat", top_k: int = 1, time_limit_s:
 
 
 def _presolved(tb: Tables, use_presolve: bool, top_k: int, max_time_s: float | None,
-               pool: dict[Key, Candidate], stats: SearchStats) -> tuple[list[int], float]:
-    """The points the model keeps and a lower bound over every plan it holds: presolve's
-    (its incumbents into ``pool``), or every point and no bound without it."""
+               pool: dict[Key, Candidate], stats: SearchStats
+               ) -> tuple[list[int], float, np.ndarray | None]:
+    """The points the model keeps, a lower bound over every plan it holds and the bound
+    per point: presolve's (its incumbents into ``pool``), or every point and no bound
+    without it."""
     if not use_presolve:
         stats.points_model = tb.num_points
-        return list(range(tb.num_points)), -math.inf
+        return list(range(tb.num_points)), -math.inf, None
     points, incumbents, lb = presolve(tb, top_k=top_k, max_time_s=max_time_s)
     for c in incumbents:
         pool[c.key] = c
     stats.evaluations += len(incumbents)
     stats.points_model = len(points)
-    return points, float(np.min(lb[points])) if points else -math.inf
+    return points, float(np.min(lb[points])) if points else -math.inf, lb
+
+
+def _columns_within(tb: Tables, points: list[int], limit: int
+                    ) -> tuple[np.ndarray, ...] | None:
+    """Every inner choice at ``points`` as columns, or None when they are more than
+    ``limit`` plans (counted before they are built: per point, its recomputation, sequence
+    parallelism and state options)."""
+    if limit <= 0:
+        return None
+    space = tb.space
+    rcs = len(space.recompute_options())
+    count = 0
+    for q in points:
+        o = tb.points[q][0]
+        count += rcs * len(space.sp_options(o)) * len(space.state_options(o))
+        if count > limit:
+            return None
+    return inner_columns(tb, points)
+
+
+def _enumerate(tb: Tables, cols: tuple[np.ndarray, ...], lb: np.ndarray, top_k: int,
+               max_time_s: float | None, pool: dict[Key, Candidate],
+               stats: SearchStats) -> None:
+    """Brute force over the plans ``cols``: their objectives by the vectorized evaluator,
+    and those within :data:`SCREEN_REL` of the K-th best (itself or presolve's incumbents
+    in ``pool``) evaluated exactly into ``pool``, as :mod:`formulations.train.exhaustive`
+    does over the whole space; ``lb``: presolve's bound per point, each plan's bound.
+    Presolve's bound proves the points it dropped, this enumeration the rest: no model is
+    built or solved."""
+    q, rc, sp, z = cols
+    stats.plans_enumerated += len(q)
+    if not len(q):
+        return
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = evaluate_columns(tb, q, rc, sp, z)
+        val = objective_values(tb, q, est)
+    ok = est.feasible & np.isfinite(val)
+    if max_time_s is not None:
+        ok &= est.iteration_time_s <= max_time_s * (1 + SCREEN_REL)
+    val = np.where(ok, val, math.inf)
+    k = min(top_k, len(val))
+    kth = min(float(np.partition(val, k - 1)[k - 1]), _kth(pool, top_k))
+    # fewer than K feasible plans (kth infinite): every feasible one is among the K best
+    near = np.isfinite(val) & (val <= kth * (1 + SCREEN_REL))
+    for i in np.flatnonzero(near).tolist():
+        key = (int(q[i]), tuple(int(x) for x in rc[i]), int(sp[i]), int(z[i]))
+        if key not in pool:
+            c = evaluate_key(tb, key, max_time_s)
+            c.bound = min(float(lb[key[0]]), c.objective)
+            pool[key] = c
+            stats.evaluations += 1
 
 
 def _bound_ordered(tb: Tables, backend: str, top_k: int, max_time_s: float | None,

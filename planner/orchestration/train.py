@@ -314,24 +314,36 @@ def _search(space: SearchSpace, size: int, objective: Objective, backend: str, t
     # tabulated even past the limit: the tables' bound orders the points, and a set-up that
     # spends the limit still answers with the best plan of the first points in that order
     say(f"tabulating the cost model over {size:,} plans")
-    tabulated, pruned = prune_before_tabulating(space, objective, top_k, max_iteration_time_s)
-    tb = build_tables(tabulated, objective)
+    memo: dict = {}  # the per-outer arrays, shared by the bound's tables and these
+    tabulated, pruned = prune_before_tabulating(space, objective, top_k, max_iteration_time_s,
+                                                memo=memo)
+    tb = build_tables(tabulated, objective, memo=memo)
     setup_s = time.perf_counter() - t0
     say("solving" if setup_s < time_limit_s else
         f"set-up took {setup_s:.2f} s of the {time_limit_s:g} s limit: evaluating the "
         "points in bound order")
     res = run_search(tb, backend, top_k, max(time_limit_s - setup_s, 0.0), presolve,
-                     progress=say, log=log, max_time_s=max_iteration_time_s)
+                     progress=say, log=log, max_time_s=max_iteration_time_s,
+                     enumerate_plans=ENUMERATE_MAX_PLANS)
     return res, {"points": res.stats.points_total + pruned,
                  "points_pruned_before_tabulating": pruned,
                  "points_in_model": res.stats.points_model,
+                 "plans_enumerated": res.stats.plans_enumerated,
                  "solver_calls": res.stats.solver_calls,
                  "evaluations": res.stats.evaluations}, setup_s
 
 
+#: The points presolve leaves are costed plan by plan with the vectorized evaluator,
+#: instead of building and solving the model, when they hold at most this many plans (a
+#: cost trade-off: the evaluator costs them in about 0.1 s, about what loading the solver
+#: library alone costs; the README's solves leave 1-21 points, a few hundred plans).
+ENUMERATE_MAX_PLANS = 100_000
 #: Spaces of at least this many points are bounded before they are tabulated (smaller ones
-#: tabulate faster than the network-free tables and the probe cost: a cost trade-off).
-PRUNE_MIN_POINTS = 50_000
+#: tabulate faster than the network-free tables and the probe cost: a cost trade-off,
+#: measured warm on dgx-h100-superpod: llama3-8b/64 (11,299 points) 0.18 -> 0.08 s CPU,
+#: llama3-70b/512 (19,081) 0.28 -> 0.17 s, llama3-405b/1024 (25,466, a tenth pruned)
+#: 0.35 -> 0.39 s; spaces of a thousand points gain nothing).
+PRUNE_MIN_POINTS = 5_000
 #: Outers (in the network-free bound's order) tabulated and evaluated for the incumbent.
 PRUNE_PROBE_OUTERS = 8
 
@@ -344,7 +356,8 @@ def with_outers(space: SearchSpace, outers: list[Outer]) -> SearchSpace:
 
 
 def prune_before_tabulating(space: SearchSpace, objective: Objective, top_k: int,
-                            max_time_s: float | None) -> tuple[SearchSpace, int]:
+                            max_time_s: float | None, min_points: int | None = None,
+                            memo: dict | None = None) -> tuple[SearchSpace, int]:
     """The space less the outer configurations (degrees, microbatch, interleaving, expert
     layout) that cannot hold one of the ``top_k`` best plans, and how many points (outer,
     placement) that drops.
@@ -361,20 +374,25 @@ def prune_before_tabulating(space: SearchSpace, objective: Objective, top_k: int
     launches its experts slower than the GPU runs them (``moe_expert_host_us > 0``, the
     Megatron-Core frameworks') stalls for less when its exchanges take longer
     (:func:`planner.costmodel.moe.host_stall_s`), and a recomputed forward stalls again,
-    so that layer's time can fall as its communication grows."""
+    so that layer's time can fall as its communication grows.
+
+    ``min_points``: the smallest space bounded so (default :data:`PRUNE_MIN_POINTS`);
+    ``memo``: :func:`build_tables`' memo, for the tabulation of the space returned."""
     if space.model.moe is not None and space.cluster.gpu.efficiency.moe_expert_host_us > 0:
         return space, 0
     placed = [o for o in space.outers if space.placements(o)]
     points = sum(len(space.placements(o)) for o in placed)
-    if points < PRUNE_MIN_POINTS:
+    if not points or points < (PRUNE_MIN_POINTS if min_points is None else min_points):
         return space, 0
     free = with_outers(space, placed)
     first = space.placements
     free.placements = lambda o: first(o)[:1]  # type: ignore[method-assign]
-    lbf = lower_bounds(build_tables(free, objective, network=False))
+    lbf = lower_bounds(build_tables(free, objective, network=False, memo=memo))
     order = [i for i in np.argsort(lbf, kind="stable") if np.isfinite(lbf[i])]
+    if not order:  # nothing fits: the whole space, whose search says why
+        return space, 0
     probe = with_outers(space, [placed[i] for i in order[:PRUNE_PROBE_OUTERS]])
-    _, incumbents, _ = presolve(build_tables(probe, objective), top_k=top_k,
+    _, incumbents, _ = presolve(build_tables(probe, objective, memo=memo), top_k=top_k,
                                 max_time_s=max_time_s)
     values = sorted(c.objective for c in incumbents if math.isfinite(c.objective))
     if len(values) < top_k:

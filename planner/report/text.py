@@ -149,8 +149,10 @@ def solver_lines(res) -> list[str]:
                   "evaluator's value")
     stats = res.stats
     if "points_in_model" in stats:
+        how = (f"their {stats['plans_enumerated']:,} plans costed one by one, no model"
+               if stats.get("plans_enumerated") else f"{stats['solver_calls']} solves")
         detail += (f"{'; ' if detail else ''}{stats['points_in_model']} of {stats['points']} "
-                   f"configurations after presolve, {stats['solver_calls']} solves, "
+                   f"configurations after presolve, {how}, "
                    f"{stats['evaluations']} exact evaluations")
     return lines + ([detail] if detail else [])
 

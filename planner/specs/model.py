@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
@@ -144,4 +145,12 @@ class ModelSpec(Spec):
 
     @property
     def layer_types(self) -> tuple[LayerType, ...]:
-        return tuple(self.layer_counts())
+        # read per candidate plan by the structural rules: worked out once per model
+        return _layer_types(self)
+
+
+@lru_cache(maxsize=256)
+def _layer_types(model: ModelSpec) -> tuple[LayerType, ...]:
+    """The layer types of ``model``, in :data:`LAYER_TYPES` order (a frozen spec: memoized
+    on its content hash)."""
+    return tuple(model.layer_counts())

@@ -255,13 +255,19 @@ class _Ctx:
 
 
 def build_tables(space: PointSource, objective: Objective | str = "time",
-                 network: bool = True) -> Tables:
+                 network: bool = True, memo: dict | None = None) -> Tables:
     """Every term of every point of ``space``, for every inner choice it allows.
 
     ``network=False``: as if every group were on one GPU, so that no collective, pipeline
     send or expert exchange costs anything (the kernels, memory, optimizer and offload
     terms are the same): each term is then at most its value on any placement, and the
-    tables' bounds are bounds of every placement of the point's degrees."""
+    tables' bounds are bounds of every placement of the point's degrees.
+
+    ``memo``: a dict shared by tabulations of one space (its model, cluster, settings and
+    rules; the outers may differ): the per-outer arrays (stage groups, options, buffers,
+    states: none depends on the network or the objective) are kept there by outer, and a
+    later tabulation of outers already in it takes their rows instead of working them out
+    again."""
     objective = Objective.of(objective)
     outers = space.outers
     rc_opts = space.recompute_options()
@@ -273,17 +279,38 @@ def build_tables(space: PointSource, objective: Objective | str = "time",
                np.array([[mode in opts for mode in RECOMPUTE] for opts in zip(*rc_opts)])
                if rc_opts else np.zeros((nt, len(RECOMPUTE)), bool), space.num_states,
                network)
-    per_outer = _outer_arrays(ctx)
+    per_outer = _memo_outer_arrays(ctx, memo)
     points, q_outer, keys, q_keys = _point_keys(ctx)
     A = _assemble(ctx, per_outer, np.array(q_outer, dtype=np.int64), keys, q_keys)
     w = np.array([objective.weights(ctx.cluster, o.world) for o in outers]).reshape(-1, 2)
     qo = np.array(q_outer, dtype=np.int64)
     A["time_weight"], A["busy_weight"] = w[qo, 0], w[qo, 1]
     A["rc_ok"] = ctx.rc_ok
+    worlds, at = np.unique(A["world"], return_inverse=True)  # once per GPU count
     A["straggler"] = np.array([straggler_share(ctx.cluster.step_time_cv, int(n))
-                               for n in A["world"]], float).reshape(-1)
+                               for n in worlds], float)[at].reshape(-1)
     terms = Terms(**A)
     return Tables(space, points, objective, ctx.types, terms, ctx.base)
+
+
+def _memo_outer_arrays(ctx: _Ctx, memo: dict | None) -> dict[str, np.ndarray]:
+    """:func:`_outer_arrays`, or their rows from ``memo`` when every outer is there (the
+    group axis cut to what these outers use: the same arrays as worked out afresh)."""
+    outers = ctx.space.outers
+    if memo is None or not outers:
+        return _outer_arrays(ctx)
+    index = memo.get("index", {})
+    rows = [index.get(o) for o in outers]
+    if any(r is None for r in rows):
+        out = _outer_arrays(ctx)
+        memo["index"] = {o: i for i, o in enumerate(outers)}
+        memo["arrays"] = out
+        return out
+    sel = np.array(rows, np.int64)
+    arrays = memo["arrays"]
+    groups = int(arrays["group_valid"][sel].sum(axis=1).max())
+    G = max(MAX_GROUPS, groups)
+    return {k: v[sel][:, :G] if k.startswith("group_") else v[sel] for k, v in arrays.items()}
 
 
 def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
@@ -302,16 +329,22 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
         "group_params": np.zeros((O, G)), "group_expert_params": np.zeros((O, G)),
         **{k: np.zeros((O, G), np.int64) for k in ("group_embedding", "group_head", "group_count", "group_inflight",
                                                     "group_layers", "group_dp_units")}}
-    shard, eshard = np.zeros(O, np.int64), np.zeros(O, np.int64)
     bufs: dict[tuple, float] = {}  # comm buffers by shape and ZeRO stage
     bucket = ctx.cluster.gpu.efficiency.reduce_bucket_elements
     ovl_grad = bool(getattr(ctx.base, "overlap_dp_grad_reduce", True))
     modes = getattr(space, "recompute_modes", None)  # per outer, where a framework limits them
     rows = _GroupRows(ctx, G)
-    src = np.zeros(O, np.int64)  # per outer: its stage groups' row in rows
-    for oi, o in enumerate(outers):
-        out["sp_ok"][oi, [int(sp) for sp in space.sp_options(o)]] = True
-        out["rc_point_ok"][oi] = [m in modes(o) for m in RECOMPUTE] if modes else True
+    # per outer, as Python rows (one numpy array each at the end: writing numpy elements
+    # one at a time cost more than the terms themselves on spaces of 10k+ outers)
+    sp_ok, rc_ok, state_ok, buffers, params, src, shard, eshard = ([] for _ in range(8))
+    for o, m, grp in zip(outers, ms, groups):
+        sp_row = [False, False]
+        for sp in space.sp_options(o):
+            sp_row[int(sp)] = True
+        sp_ok.append(sp_row)
+        allowed = modes(o) if modes else RECOMPUTE
+        rc_ok.append([mode in allowed for mode in RECOMPUTE])
+        ok_row, buf_row = [False] * Z, [0.0] * Z
         for k in space.state_options(o):
             z = STATES[k][0]
             bk = (o.tp, o.cp, o.mbs, o.ep, o.etp, z, o.dp > 1)
@@ -319,15 +352,22 @@ def _outer_arrays(ctx: _Ctx) -> dict[str, np.ndarray]:
                 shape = state_shape(model, o.tp, o.cp, o.mbs, ctx.seq, o.ep, o.etp)
                 bufs[bk] = comm_buffer_bytes(model, shape, z, types) + reduce_bucket_bytes(
                     bucket, z, o.dp, ovl_grad, ctx.dtype)
-            out["state_ok"][oi, k], out["buffers_bytes"][oi, k] = True, bufs[bk]
-        src[oi] = rows.row(groups[oi], (o.pp, o.v, ms[oi], o.uneven))
-        out["group_params"][oi], out["group_expert_params"][oi], out["group_dp_units"][oi] = \
-            rows.params(groups[oi], (o.pp, o.v, ms[oi], o.uneven), o)
-        shard[oi] = o.dp * o.cp  # the group ZeRO shards the states over
-        eshard[oi] = expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp)  # routed experts' group
-    for name, arr in rows.arrays().items():
-        out[name] = arr[src] if O else out[name]
-    out.update(_state_slopes_per_outer(ctx, shard, eshard))
+            ok_row[k], buf_row[k] = True, bufs[bk]
+        state_ok.append(ok_row)
+        buffers.append(buf_row)
+        src.append(rows.row(grp, (o.pp, o.v, m, o.uneven)))
+        params.append(rows.params(grp, (o.pp, o.v, m, o.uneven), o))
+        shard.append(o.dp * o.cp)  # the group ZeRO shards the states over
+        eshard.append(expert_dp_size(o.tp, o.cp, o.dp, o.ep, o.etp))  # routed experts' group
+    if O:
+        out["sp_ok"], out["rc_point_ok"] = np.array(sp_ok, bool), np.array(rc_ok, bool)
+        out["state_ok"], out["buffers_bytes"] = np.array(state_ok, bool), np.array(buffers)
+        for i, name in enumerate(("group_params", "group_expert_params", "group_dp_units")):
+            out[name] = np.stack([p[i] for p in params]).astype(out[name].dtype, copy=False)
+        for name, arr in rows.arrays().items():
+            out[name] = arr[np.array(src, np.int64)]
+    out.update(_state_slopes_per_outer(ctx, np.array(shard, np.int64).reshape(O),
+                                       np.array(eshard, np.int64).reshape(O)))
     return out
 
 
@@ -530,8 +570,9 @@ def _assemble(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys: dict,
     p2p = np.array([p2p_time_per_microbatch_s(model, LayerShape(tp, cp, mbs, ctx.seq), v, pp,
                                              pp_s, levels)
                    for (tp, cp, mbs, v, pp, pp_s) in keys["p2p"]])
+    # without the network the pipeline spans one GPU: its ends share the embedding
     tied = np.array([tied_embedding_sync_s(model, tp, pp, pp_s, levels, Numerics.of(ctx.base))
-                   for (tp, pp, pp_s) in keys["tied"]])
+                     if ctx.network else 0.0 for (tp, pp, pp_s) in keys["tied"]])
     vs = np.array([k[3] for k in keys["p2p"]], np.int64)
     out, ovl = split_p2p(p2p, vs, bool(getattr(ctx.base, "overlap_p2p_comm", True)))
     qp = np.array(q_keys["p2p"], np.int64)
@@ -558,14 +599,18 @@ def _group_state_terms(ctx: _Ctx, o: dict[str, np.ndarray], qo: np.ndarray, keys
     kd, kx = np.array(q_keys["dp"], np.int64), np.array(q_keys["edp"], np.int64)
     params = o["group_params"][qo][:, :, None]  # (Q, G, 1)
     eparams = o["group_expert_params"][qo][:, :, None]
-    dp_val = dp_slope[kd][:, None] * params[..., None] + dp_icpt[kd][:, None]  # (Q, G, 4z, 4f)
-    e_val = edp_slope[kx][:, None] * eparams[..., None] + edp_icpt[kx][:, None]
-    dp_val = dp_val + np.where(eparams[..., None] > 0, e_val, 0.0)
     zero_of = np.array([STATES[k][0] for k in range(ctx.num_states)], np.int64)
-    dp_val = dp_val[:, :, zero_of, :]  # ZeRO stage of each state option: (Q, G, Z, 4f)
     valid = o["state_ok"][qo][:, None, :] & o["group_valid"][qo][:, :, None]
-    out = {name: np.where(valid, dp_val[..., i], 0.0)
-           for i, name in enumerate(("dp_fwd_s", "dp_bwd_s", "dp_grad_s", "dp_param_s"))}
+    has_experts = eparams > 0
+    out = {}
+    # one field at a time, at the ZeRO stage of each state option: (Q, G, Z) temporaries
+    # instead of (Q, G, 4 stages, 4 fields) ones; the same operations on the same values
+    for i, name in enumerate(("dp_fwd_s", "dp_bwd_s", "dp_grad_s", "dp_param_s")):
+        val = dp_slope[:, zero_of, i][kd][:, None] * params + dp_icpt[:, zero_of, i][kd][:, None]
+        e_val = (edp_slope[:, zero_of, i][kx][:, None] * eparams
+                 + edp_icpt[:, zero_of, i][kx][:, None])
+        val = val + np.where(has_experts, e_val, 0.0)
+        out[name] = np.where(valid, val, 0.0)
     for name in STATE_FIELDS:
         out[name] = o["slope_" + name][qo][:, None, :] * params
         if ctx.model.moe is not None:
