@@ -108,3 +108,16 @@ def test_solve_enumerates_what_presolve_leaves(monkeypatch, top_k):
         assert [p.objective for p in fast.plans] == pytest.approx(
             [p.objective for p in res.plans], rel=1e-12)
     assert fast.best.plan == modelled.best.plan == brute.best.plan
+
+
+def test_an_enumerated_answer_does_not_claim_a_model():
+    """No formulation ran: the answer carries no model value, and its footer names what
+    proved it instead of the backend alone."""
+    from planner.report.text import solver_lines
+
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100-superpod", 64)
+    fast = train.solve(model, cluster)
+    assert fast.stats["plans_enumerated"] > 0
+    assert fast.best.solver_objective is None and fast.model_vs_evaluator_rel_diff is None
+    footer = " ".join(solver_lines(fast))
+    assert "cpsat not needed" in footer and "formulation's lower bound" not in footer

@@ -276,8 +276,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, *, fixed: dict[str, Any] | Non
                  "per iteration"], ["a longer deadline, or more or faster GPUs"])
         raise explain_infeasible(space)
     wall = time.perf_counter() - t0
-    plans = [_solved(c, objective, tokens, backend, res.status == "optimal")
-             for c in res.candidates]
+    plans = [_solved(c, objective, tokens, backend, res.status == "optimal",
+                     modelled=not stats.get("plans_enumerated")) for c in res.candidates]
     status = res.status if res.status != "infeasible" else "optimal"
     # no plan in the space is better than this: the best plan's value once proven; cut
     # short, the best bound the search reached (None when it reached none)
@@ -447,10 +447,13 @@ def _check_request(tokens: float | None, time_limit_s: float,
 
 
 def _solved(c: Candidate, objective: Objective, tokens: float | None, backend: str,
-            proven: bool) -> SolvedPlan:
+            proven: bool, modelled: bool = True) -> SolvedPlan:
     scale = objective_scale(objective, c.plan, tokens)
-    # brute force has no model: its value is the exact one, and a bound only once complete
+    # brute force has no model: its value is the exact one, and a bound only once complete;
+    # where presolve left few plans and each was costed exactly, no formulation ran at all
     bound = c.bound if backend != "exhaustive" else (c.objective if proven else None)
+    if not modelled:
+        bound = None
     return SolvedPlan(c.plan, c.estimate, c.objective * scale,
                       None if bound is None else bound * scale)
 

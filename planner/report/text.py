@@ -130,7 +130,12 @@ def solver_lines(res) -> list[str]:
     (a property of the model, not an optimality gap)."""
     units = res.objective.units_for(res.tokens)
     setup = res.stats.get("setup_s")
-    line = (f"{res.backend}: {res.status_text} in {res.solve_time_s:.2f} s"
+    stats = res.stats
+    enumerated = stats.get("plans_enumerated")
+    # no model was built when presolve left few plans: say so, not the backend's name alone
+    who = (f"presolve bound + {enumerated:,} plans costed exactly ({res.backend} not needed)"
+           if enumerated else res.backend)
+    line = (f"{who}: {res.status_text} in {res.solve_time_s:.2f} s"
             f"{'' if setup is None else f' (set-up {setup:.2f} s)'} over "
             f"{res.space_size:,} plans; {res.objective} = {res.best.objective:.6g} {units}; ")
     opt = res.optimality_gap
@@ -143,11 +148,11 @@ def solver_lines(res) -> list[str]:
     lines = [line]
     diff = res.model_vs_evaluator_rel_diff
     detail = ""
-    if res.best.solver_objective is not None and res.backend != "exhaustive" and diff is not None:
+    if (res.best.solver_objective is not None and res.backend != "exhaustive" and diff is not None
+            and not enumerated):
         detail = (f"model vs evaluator: the formulation's lower bound for this plan is "
                   f"{res.best.solver_objective:.6g}, {diff:.1e} (relative) below the "
                   "evaluator's value")
-    stats = res.stats
     if "points_in_model" in stats:
         how = (f"their {stats['plans_enumerated']:,} plans costed one by one, no model"
                if stats.get("plans_enumerated") else f"{stats['solver_calls']} solves")
