@@ -46,10 +46,15 @@ def test_solve_json_contract(best_json):
     assert data["estimate"]["feasible"] is True
     assert math.isclose(data["solver"]["evaluator_objective"],
                         data["estimate"]["iteration_time_s"], rel_tol=1e-12)
-    # the formulation's value is a lower bound on the exact one
-    # (up to float rounding: the vectorized and the scalar evaluator sum in other orders)
-    assert data["solver"]["solver_objective"] <= data["solver"]["evaluator_objective"] * (1 + 1e-12)
-    assert -1e-12 <= data["solver"]["model_vs_evaluator_rel_diff"] < 1e-3
+    s = data["solver"]
+    if s["plans_enumerated"]:  # presolve left few plans, each costed exactly: no model ran
+        assert s["solver_calls"] == 0
+        assert s["solver_objective"] is None and s["model_vs_evaluator_rel_diff"] is None
+    else:
+        # the formulation's value is a lower bound on the exact one
+        # (up to float rounding: the vectorized and the scalar evaluator sum in other orders)
+        assert s["solver_objective"] <= s["evaluator_objective"] * (1 + 1e-12)
+        assert -1e-12 <= s["model_vs_evaluator_rel_diff"] < 1e-3
 
 
 def test_solve_top_k_distinct_and_ordered(best_json):
