@@ -77,13 +77,16 @@ def test_the_framework_picks_the_attention_kernel():
     """torchtitan runs SDPA's FlashAttention-2, Megatron-Core cuDNN's fused attention: the
     same layer's attention core is costed with each one's measured speed (cuDNN ~1.8x on
     H100 at 8K), and Megatron-Core, whose kernels are the GPU file's, changes only its MoE
-    layers' host time (the GPU file's default: grouped experts launched ahead)."""
+    layers' host time (the GPU file's default: grouped experts launched ahead) and, for a
+    ZeRO-3 plan, Megatron-FSDP's overlapped sharded traffic."""
     model = load_model("llama3-8b")
     base = load_cluster("dgx-h100-superpod")
     titan = apply_profile(base, load_framework("torchtitan"))
     mcore = apply_profile(base, load_framework("megatron-core"))
     assert mcore.gpu.efficiency.moe_expert_host_us > 0 == base.gpu.efficiency.moe_expert_host_us
-    assert mcore.gpu.efficiency.model_copy(update={"moe_expert_host_us": 0.0}) == \
+    assert mcore.gpu.efficiency.sharded_overlap and not base.gpu.efficiency.sharded_overlap
+    assert mcore.gpu.efficiency.model_copy(update={"moe_expert_host_us": 0.0,
+                                                   "sharded_overlap": False}) == \
         base.gpu.efficiency
     assert titan.gpu.efficiency.attention_backend == "flash2"
     shape, strat = LayerShape(tp=1, cp=1, mbs=1, seq=8192), LayerStrategy()
