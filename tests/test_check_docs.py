@@ -69,6 +69,7 @@ def test_every_figure_fails_when_its_document_is_stale(tmp_path):
 CHECKED_SECTIONS = ("## From plan to launch", "## Frameworks")
 
 
+@pytest.mark.slow(reason="renders every registered figure")
 def test_every_figure_of_the_launch_and_framework_sections_is_registered(tmp_path):
     """Each decimal figure of those README sections, changed in a copy, is reported stale:
     none of them is quoted without a registered command behind it."""
