@@ -51,6 +51,23 @@ def test_gemm_attention_and_copy_speeds_are_the_microbenchmarks(gpu_name):
     assert copy["bytes"] / t / 1e9 == pytest.approx(copy["read_plus_write_GBps"], rel=0.10)
 
 
+@pytest.mark.parametrize("gpu_name", ["h100-sxm", "h200", "a100-sxm-80gb"])
+def test_memory_bound_time_runs_at_the_tables_largest_measured_copy(gpu_name):
+    """Norms, activations and casts move their bytes at the GPU's kernel table's sustained
+    copy rate (its largest measured copy, read plus write), not at a fraction of the
+    datasheet's HBM bandwidth."""
+    table = yaml.safe_load((Path(__file__).resolve().parents[1] / "hardware_catalog" / "kernels"
+                            / f"{gpu_name}.yaml").read_text())
+    copies = [r for r in table["memory"] if r["op"] == "copy"]
+    size = max(r["bytes"] for r in copies)
+    # at one size the row the shared reference file confirms wins (kernels.copy_GBps)
+    big = max((r for r in copies if r["bytes"] == size), key=lambda r: "ref" in r)
+    gpu = kernel_speed(gpu_name)
+    nbytes = 10 * big["bytes"]
+    assert nbytes / elementwise_time_s(gpu, nbytes) / 1e9 == pytest.approx(big["GBps"], rel=1e-6)
+    assert big["GBps"] * 1e9 != pytest.approx(gpu.hbm_Bps * gpu.efficiency.hbm_fraction, rel=0.01)
+
+
 def test_without_a_table_the_fitted_curves_stand():
     """The switch: the same GPU without its table falls back to the fitted fractions, which
     differ from the measurement (so the test above fails if the table is not read)."""

@@ -181,6 +181,9 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("comm_buffers", "train/stage.py",
        ("    out = shape.tokens * model.hidden_size * C.ACT_BYTES if shape.tp > 1 else 0.0",
         "    out = 0.0")),
+    _m("deepspeed_reduce_buckets", "train/stage.py",
+       ("    return count * elements * (4 if dtype == \"fp32\" else 2)",
+        "    return 0.0")),
     _m("zero3_prefetch_buffers", "train/stage.py",
        ("    if zero == 3:\n        out += 2 * max(", "    if False:\n        out += 2 * max(")),
     # ---- composition
@@ -203,7 +206,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("fsdp2_prefetch", "compose.py",
        ("    on = ov.sharded\n", "    on = False\n")),
     # ---- framework profiles: what a framework changes in the cost model
-    _m("framework_loss_bytes", "frameworks.py",
+    _m("framework_loss_bytes", "runtime.py",
        ("    update[\"loss_bytes_per_logit\"] = LOSS_PEAK_BYTES_PER_LOGIT[profile.kernels.cross_entropy]\n",
         "")),
     # ---- network
