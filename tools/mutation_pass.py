@@ -42,6 +42,8 @@ TESTS = (
     "tests/test_kernel_costs.py",
     "tests/test_torchtitan_calibration.py",
     "tests/test_recipe_memory.py",
+    "tests/test_deepspeed_buckets.py",
+    "tests/test_megatron_fsdp.py",
     "tests/test_cli.py::test_validate_json",
 )
 #: Slow consistency tests left out of the subset (solver agreement, not cost terms).
