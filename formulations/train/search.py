@@ -317,6 +317,14 @@ def screened_objectives(tb: Tables, keys: list[Key], max_time_s: float | None = 
     rc = np.array([k[1] for k in keys], np.int64).reshape(len(keys), -1)
     sp = np.array([k[2] for k in keys], np.int64)
     z = np.array([k[3] for k in keys], np.int64)
+    return _column_objectives(tb, (q, rc, sp, z), max_time_s)
+
+
+def _column_objectives(tb: Tables, cols: tuple[np.ndarray, ...], max_time_s: float | None
+                       ) -> np.ndarray:
+    """The objective of each plan of the columns ``(q, rc, sp, z)`` by the vectorized
+    evaluator, ``inf`` where infeasible or, past the margin, slower than ``max_time_s``."""
+    q, rc, sp, z = cols
     with np.errstate(invalid="ignore", divide="ignore"):
         est = evaluate_columns(tb, q, rc, sp, z)
         val = objective_values(tb, q, est)
@@ -513,13 +521,7 @@ def _enumerate(tb: Tables, cols: tuple[np.ndarray, ...], lb: np.ndarray, top_k: 
     stats.plans_enumerated += len(q)
     if not len(q):
         return
-    with np.errstate(invalid="ignore", divide="ignore"):
-        est = evaluate_columns(tb, q, rc, sp, z)
-        val = objective_values(tb, q, est)
-    ok = est.feasible & np.isfinite(val)
-    if max_time_s is not None:
-        ok &= est.iteration_time_s <= max_time_s * (1 + SCREEN_REL)
-    val = np.where(ok, val, math.inf)
+    val = _column_objectives(tb, cols, max_time_s)
     k = min(top_k, len(val))
     kth = min(float(np.partition(val, k - 1)[k - 1]), _kth(pool, top_k))
     # fewer than K feasible plans (kth infinite): every feasible one is among the K best
