@@ -11,12 +11,13 @@ from planner import api
 from planner.costmodel.runtime import apply_profile
 from planner.costmodel.train.batch import evaluate_many
 from planner.specs.framework import load_framework
+from planner.specs.loaders import load_cluster, load_model
 
 GIB = 2**30
 
 
 def _cluster(gpus: int = 8):
-    return api._resized(api._resolve("llama3-8b", "dgx-h100-superpod")[1], gpus)
+    return load_cluster("dgx-h100-superpod", gpus)
 
 
 def _plan(**kw):
@@ -50,7 +51,7 @@ def test_tables_charge_what_the_evaluator_charges():
     from planner.specs.plan import Plan
 
     cluster = apply_profile(_cluster(), load_framework("deepspeed"))
-    model = api._resolve("llama3-8b", "dgx-h100-superpod")[0]
+    model = load_model("llama3-8b")
     plans = [Plan(**_plan(**kw)) for kw in ({}, {"zero_stage": 1}, {"zero_stage": 3})]
     many = evaluate_many(model, cluster, plans)
     for i, p in enumerate(plans):
